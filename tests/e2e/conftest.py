@@ -1,0 +1,71 @@
+"""E2E fixtures: a real cluster, by default the local kwok-backed one.
+
+The local cluster (`hack/cluster up`) is used when it runs, or started here (and
+stopped at the end) when it does not. `SJ_E2E_CLUSTER=kind` runs the same tests on
+kind through pytest-kind instead, for machines with Docker; tests that need
+simulated nodes are skipped there.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+REPO = Path(__file__).resolve().parents[2]
+USE_KIND = os.environ.get("SJ_E2E_CLUSTER", "local") == "kind"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+        if USE_KIND and item.get_closest_marker("kwok_only"):
+            item.add_marker(pytest.mark.skip(reason="needs simulated kwok nodes; not available on kind"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "kwok_only: needs the local cluster's simulated nodes")
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(request: pytest.FixtureRequest) -> Iterator[str]:
+    if USE_KIND:
+        kind_cluster = request.getfixturevalue("kind_cluster")
+        yield str(kind_cluster.kubeconfig_path)
+        return
+    path = REPO / ".cluster" / "kubeconfig"
+    started = False
+    if subprocess.run([REPO / "hack" / "cluster", "status"], capture_output=True).returncode != 0:
+        subprocess.run([REPO / "hack" / "cluster", "up"], check=True)
+        started = True
+    try:
+        yield str(path)
+    finally:
+        if started:
+            subprocess.run([REPO / "hack" / "cluster", "down"], check=False)
+
+
+@pytest.fixture(scope="session")
+def api(kubeconfig: str) -> client.ApiClient:
+    os.environ["KUBECONFIG"] = kubeconfig
+    config.load_kube_config(config_file=kubeconfig)
+    return client.ApiClient()
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards."""
+    from tests.e2e.kube import unique
+
+    core = client.CoreV1Api(api)
+    name = unique("e2e")
+    core.create_namespace({"metadata": {"name": name}})
+    # Pods need the namespace's default ServiceAccount, created asynchronously.
+    from tests.e2e.kube import wait_for
+    wait_for(f"default ServiceAccount in {name}", lambda: core.read_namespaced_service_account("default", name))
+    yield name
+    core.delete_namespace(name, propagation_policy="Background")

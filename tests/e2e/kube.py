@@ -1,0 +1,104 @@
+"""Small helpers the e2e tests share: API clients, dedicated test nodes, waiting.
+
+Every test that needs a particular node shape creates its own kwok node with a
+unique label and taint (`dedicated_node`), so tests never depend on what other
+tests left on the shared default nodes.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+T = TypeVar("T")
+
+TEST_TAINT_KEY = "scavenger.dev/e2e"
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.25) -> T:
+    """Polls `probe` until it returns something truthy; fails the test naming `what`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except ApiException as exc:  # a transient API error is just another "not yet"
+            last = exc
+        if last and not isinstance(last, ApiException):
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+@contextmanager
+def dedicated_node(cpu: str = "4", memory: str = "16Gi", extra: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+    """A kwok node only pods with the returned selector and toleration land on."""
+    core = client.CoreV1Api()
+    name = unique("e2e-node")
+    labels = {"type": "kwok", "kubernetes.io/hostname": name, TEST_TAINT_KEY: name, **(extra or {})}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "spec": {"taints": [{"key": TEST_TAINT_KEY, "value": name, "effect": "NoSchedule"}]},
+        "status": {
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+        },
+    }
+    core.create_node(body)
+    try:
+        wait_for(f"node {name} Ready", lambda: _node_ready(core, name), timeout=60)
+        yield {
+            "name": name,
+            "nodeSelector": {TEST_TAINT_KEY: name},
+            "tolerations": [{"key": TEST_TAINT_KEY, "operator": "Equal", "value": name, "effect": "NoSchedule"}],
+        }
+    finally:
+        try:
+            core.delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def _node_ready(core: client.CoreV1Api, name: str) -> bool:
+    node = core.read_node(name)
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+def sim_container(name: str = "main", *, run_for: str | None = None, exit_code: int | None = None,
+                  cpu: str = "100m", memory: str = "64Mi") -> dict[str, Any]:
+    """A container that does what its pod's sim annotations say, on kwok and on a real node alike."""
+    script = "sleep 3600"
+    if run_for is not None:
+        seconds = run_for.rstrip("s")
+        script = f"sleep {seconds}; exit {exit_code or 0}"
+    return {
+        "name": name,
+        "image": "busybox:1.36",
+        "command": ["sh", "-c", script],
+        "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}},
+    }
+
+
+def sim_annotations(run_for: str | None = None, exit_code: int | None = None) -> dict[str, str]:
+    ann: dict[str, str] = {}
+    if run_for is not None:
+        ann["sim.scavenger.dev/run-for"] = run_for
+    if exit_code is not None:
+        ann["sim.scavenger.dev/exit-code"] = str(exit_code)
+    return ann
+
+
+def pod_condition(pod: Any, ctype: str) -> Any | None:
+    return next((c for c in (pod.status.conditions or []) if c.type == ctype), None)
