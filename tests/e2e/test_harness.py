@@ -206,6 +206,6 @@ def test_cluster_up_twice_then_down_leaves_nothing(tmp_path):
         down = subprocess.run(cmd + ["down"], env=env, capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stderr
     wait_for("all cluster processes gone", lambda: not _processes_mentioning(str(state)), timeout=30)
-    assert not _listening(port)
+    wait_for(f"port {port} closed", lambda: not _listening(port), timeout=15)
     assert not state.exists()
     assert subprocess.run(cmd + ["status"], env=env, capture_output=True).returncode != 0
