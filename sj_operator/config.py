@@ -1,0 +1,121 @@
+"""Operator configuration: flags, with environment variables as their defaults.
+
+Every setting is validated at start-up; nonsense is rejected with a message that
+names the flag and its environment variable, before the operator touches the API.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sj_operator.api.model import parse_duration
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the flag and environment variable."""
+
+
+class OperatorConfig(BaseModel):
+    """What an operator process runs with. Immutable once parsed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    threshold: float = Field(0.70, gt=0.0, le=1.0)
+    """Admit SJs only while all requests stay at or under this share of allocatable."""
+    start_timeout: timedelta = timedelta(seconds=60)
+    """A run whose pods are not all running by then is deleted and retried later."""
+    retry_backoff: timedelta = timedelta(seconds=10)
+    """First wait after a start timeout; doubles per timeout, capped at max_retry_backoff."""
+    max_retry_backoff: timedelta = timedelta(minutes=10)
+    tick: timedelta = timedelta(seconds=5)
+    """The decision loop runs at least this often, and on every relevant change."""
+    namespaces: tuple[str, ...] = ()
+    """Namespaces whose SJs this operator handles; empty means all."""
+    protect_level: int = Field(1, ge=0)
+    """Runs at or above this running-priority level are protected by a PodDisruptionBudget."""
+    starvation_after: timedelta = timedelta(minutes=10)
+    """A head-of-queue SJ that waited this long stops backfill behind it."""
+    peering: str = "scavenger"
+    """Name of the Lease that elects the one active replica."""
+    lease_namespace: str = Field(default_factory=lambda: os.environ.get("POD_NAMESPACE") or "default")
+    """Namespace of that Lease (the operator's own namespace when in a cluster)."""
+    verbose: bool = False
+    identity: str = Field(default_factory=lambda: os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}")
+    liveness_port: int | None = None
+
+    @field_validator("start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be a positive duration")
+        return value
+
+
+# flag, environment variable, field, help
+_SETTINGS: Sequence[tuple[str, str, str, str]] = (
+    ("--threshold", "SJ_THRESHOLD", "threshold",
+     "share of total allocatable (per resource) that all requests may reach, 0 < x <= 1 (default 0.70)"),
+    ("--start-timeout", "SJ_START_TIMEOUT", "start_timeout",
+     "how long a run may take to have all its pods running, e.g. 60s (default 60s)"),
+    ("--retry-backoff", "SJ_RETRY_BACKOFF", "retry_backoff",
+     "first wait before retrying an SJ whose run timed out; doubles each time (default 10s)"),
+    ("--max-retry-backoff", "SJ_MAX_RETRY_BACKOFF", "max_retry_backoff", "cap of that wait (default 10m)"),
+    ("--tick", "SJ_TICK", "tick", "the decision loop runs at least this often (default 5s)"),
+    ("--namespaces", "SJ_NAMESPACES", "namespaces",
+     "comma-separated namespaces to handle SJs in; empty for all (default all)"),
+    ("--protect-level", "SJ_PROTECT_LEVEL", "protect_level",
+     "running-priority level from which a run is protected by a PodDisruptionBudget (default 1)"),
+    ("--starvation-after", "SJ_STARVATION_AFTER", "starvation_after",
+     "waiting this long makes the head of the queue stop backfill behind it (default 10m)"),
+    ("--peering", "SJ_PEERING", "peering", "name of the Lease electing the one active replica (default scavenger)"),
+    ("--lease-namespace", "SJ_LEASE_NAMESPACE", "lease_namespace",
+     "namespace of that Lease (default: $POD_NAMESPACE, else default)"),
+    ("--liveness-port", "SJ_LIVENESS_PORT", "liveness_port", "serve /healthz on this port (default off)"),
+)
+
+_DURATIONS = {"start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after"}
+
+
+def _convert(field: str, raw: str) -> object:
+    if field in _DURATIONS:
+        return parse_duration(raw)
+    if field == "namespaces":
+        return tuple(ns.strip() for ns in raw.split(",") if ns.strip())
+    return raw
+
+
+def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> OperatorConfig:
+    """Flags win over environment variables, which win over defaults."""
+    environ = os.environ if environ is None else environ
+    parser = argparse.ArgumentParser(
+        prog="python -m sj_operator",
+        description="Scavenger operator: runs ScavengerJobs on idle capacity below every other workload.",
+    )
+    for flag, env, field, help_text in _SETTINGS:
+        parser.add_argument(flag, dest=field, default=None, help=f"{help_text} [env {env}]")
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    args = parser.parse_args(argv)
+
+    values: dict[str, object] = {"verbose": bool(args.verbose)}
+    for flag, env, field, _ in _SETTINGS:
+        raw = getattr(args, field)
+        source = flag
+        if raw is None and environ.get(env):
+            raw, source = environ[env], env
+        if raw is None:
+            continue
+        try:
+            values[field] = _convert(field, raw)
+        except ValueError as exc:
+            raise ConfigError(f"{flag} / {env}: {exc}") from None
+    try:
+        return OperatorConfig(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "?"
+        flag, env = next(((f, e) for f, e, name, _ in _SETTINGS if name == field), (field, field))
+        raise ConfigError(f"{flag} / {env}: {err['msg']} (got {err.get('input')!r})") from None

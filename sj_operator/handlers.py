@@ -1,0 +1,149 @@
+"""kopf wiring: watches feed in-memory indexes; one background loop decides.
+
+Importing this module registers the handlers. The handlers only index slim views
+of what they see and wake the loop; all decisions happen in `controller.py`, all
+API writes in `kube.py`. kopf guarantees that non-index handlers run only after
+every index has its initial listing, so the loop starts on a complete cache: it is
+released by the first event of the `default` namespace, which every cluster has.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import kopf
+
+from sj_operator.api.model import GROUP, PLURAL, VERSION
+from sj_operator.config import OperatorConfig
+from sj_operator.controller import ClusterView, Controller, utcnow
+from sj_operator.kube import Kube
+from sj_operator.leader import LeaseElector
+from sj_operator.observed import LABEL_RUN, LABEL_SJ, job_view, node_info, pod_view, sj_object
+from sj_operator.policy.priority import priority_class_objects
+
+log = logging.getLogger("sj_operator")
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    config: OperatorConfig = memo.config
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 270
+    settings.watching.client_timeout = 300
+    settings.networking.error_backoffs = [1, 2, 5, 10]
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="scavenger.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="scavenger.dev")
+    memo.wake = asyncio.Event()
+    memo.ready = asyncio.Event()
+    memo.shared = {}  # handlers get shallow copies of the memo: share through a mutable object
+    memo.kube = memo.get("kube") or Kube.from_environment()
+    memo.controller = Controller(memo.kube, config)
+    for pc in priority_class_objects():
+        if await memo.kube.ensure_priority_class(pc):
+            log.info("created PriorityClass %s (value %s)", pc["metadata"]["name"], pc["value"])
+    memo.elector = LeaseElector(memo.kube, name=config.peering, namespace=config.lease_namespace,
+                                identity=config.identity, on_change=memo.wake.set)
+    memo.tasks = [
+        asyncio.create_task(memo.elector.run(), name="leader election"),
+        asyncio.create_task(_decision_loop(memo), name="decision loop"),
+    ]
+    log.info("scavenger operator starting (identity %s, threshold %.2f, start timeout %ss, tick %ss, namespaces %s)",
+             config.identity, config.threshold, config.start_timeout.total_seconds(), config.tick.total_seconds(),
+             ",".join(config.namespaces) or "all")
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    for task in memo.get("tasks", []):
+        task.cancel()
+    for task in memo.get("tasks", []):
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    if memo.get("elector") is not None:
+        await memo.elector.release()
+
+
+# --- indexes: what the loop reads -------------------------------------------------------
+
+@kopf.index(GROUP, VERSION, PLURAL)
+async def sjs(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    memo.wake.set()
+    return {"sj": sj_object(body)}
+
+
+@kopf.index("batch", "v1", "jobs", labels={LABEL_SJ: kopf.PRESENT})
+async def runs(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[Any, Any]:
+    memo.wake.set()
+    job = job_view(body)
+    return {(job.namespace, job.name): job}
+
+
+@kopf.index("", "v1", "pods")
+async def pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[Any, Any]:
+    pod = pod_view(body)
+    keys: dict[Any, Any] = {}
+    if pod.holds_resources:
+        keys["active"] = pod
+    if pod.run is not None:
+        keys[("run", pod.namespace, pod.run)] = pod
+        memo.wake.set()
+    elif pod.terminal or pod.deleting:
+        memo.wake.set()  # room may have been freed
+    return keys
+
+
+@kopf.index("", "v1", "nodes")
+async def nodes(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    memo.wake.set()
+    return {"node": node_info(body)}
+
+
+@kopf.on.event("", "v1", "namespaces", when=lambda name, **_: name == "default")
+async def indexes_ready(sjs: kopf.Index, runs: kopf.Index, pods: kopf.Index, nodes: kopf.Index,
+                        memo: kopf.Memo, **_: Any) -> None:
+    """Runs only once every index is populated: hands the indexes to the loop."""
+    if not memo.ready.is_set():
+        memo.shared["indexes"] = (sjs, runs, pods, nodes)
+        memo.ready.set()
+        log.info("watch caches are complete; the decision loop starts")
+
+
+def _view(indexes: tuple[kopf.Index, kopf.Index, kopf.Index, kopf.Index]) -> ClusterView:
+    sj_idx, job_idx, pod_idx, node_idx = indexes
+    run_pods: dict[tuple[str, str], tuple[Any, ...]] = {}
+    active: tuple[Any, ...] = ()
+    for key in list(pod_idx):
+        if key == "active":
+            active = tuple(pod_idx[key])
+        elif isinstance(key, tuple) and key[0] == "run":
+            run_pods[(key[1], key[2])] = tuple(pod_idx[key])
+    jobs = {key: next(iter(store)) for key, store in list(job_idx.items()) if len(store)}
+    return ClusterView(
+        sjs=tuple(sj_idx.get("sj", ())),
+        jobs=jobs,
+        run_pods=run_pods,
+        active_pods=active,
+        nodes=tuple(node_idx.get("node", ())),
+    )
+
+
+async def _decision_loop(memo: kopf.Memo) -> None:
+    controller: Controller = memo.controller
+    config: OperatorConfig = memo.config
+    await memo.ready.wait()
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(memo.wake.wait(), timeout=config.tick.total_seconds())
+        await asyncio.sleep(0.05)  # let a burst of watch events land in one pass
+        memo.wake.clear()
+        if not memo.elector.leading:
+            continue
+        try:
+            await controller.reconcile(_view(memo.shared["indexes"]))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("decision pass failed; retrying on the next tick")
+            await asyncio.sleep(1)

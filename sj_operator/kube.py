@@ -1,0 +1,208 @@
+"""The one module that talks to the Kubernetes API.
+
+Every call goes through `_call`, which runs the blocking client in a worker thread
+and retries what is worth retrying (connection errors, 429, 5xx) with exponential
+backoff (tenacity). What is not worth retrying is raised as a typed error the
+controller knows how to handle: `NotFound`, `Conflict` (optimistic-concurrency
+loss or already exists), `Invalid` (the API server refused the object).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from tenacity import (
+    AsyncRetrying,
+    before_sleep_log,
+    retry_if_exception,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
+
+from sj_operator.api.model import GROUP, PLURAL, VERSION
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class KubeError(Exception):
+    """An API call failed for good (after retries where retrying made sense)."""
+
+    def __init__(self, status: int, reason: str, message: str = "") -> None:
+        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
+        self.status, self.reason, self.message = status, reason, message
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    pass
+
+
+class Invalid(KubeError):
+    pass
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, ApiException):
+        return exc.status in (0, 429, 500, 502, 503, 504)
+    return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))
+
+
+def _typed(exc: ApiException) -> KubeError:
+    message = ""
+    try:
+        message = json.loads(exc.body or "{}").get("message", "")
+    except (ValueError, AttributeError):
+        message = str(exc.body or "")
+    cls = {404: NotFound, 409: Conflict, 422: Invalid}.get(exc.status, KubeError)
+    return cls(exc.status, exc.reason or "", message)
+
+
+class Kube:
+    """Async facade over the official client, with retries and typed errors."""
+
+    def __init__(self, api: client.ApiClient | None = None, *, retry_for: float = 30.0) -> None:
+        self.api = api or client.ApiClient()
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.policy = client.PolicyV1Api(self.api)
+        self.scheduling = client.SchedulingV1Api(self.api)
+        self.coordination = client.CoordinationV1Api(self.api)
+        self.retry_for = retry_for
+
+    @classmethod
+    def from_environment(cls) -> "Kube":
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        return cls()
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(_transient),
+            wait=wait_exponential_jitter(initial=0.2, max=5.0),
+            stop=stop_after_delay(self.retry_for),
+            before_sleep=before_sleep_log(log, logging.WARNING),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await asyncio.to_thread(fn, *args, **kwargs)
+        except ApiException as exc:
+            raise _typed(exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- ScavengerJobs -------------------------------------------------------
+    async def patch_sj_status(self, namespace: str, name: str, status: Mapping[str, Any],
+                              resource_version: str | None) -> dict[str, Any]:
+        """Merge-patches status; with resource_version, fails with Conflict if the SJ changed since."""
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return await self._call(self.custom.patch_namespaced_custom_object_status,
+                                GROUP, VERSION, namespace, PLURAL, name, body)
+
+    async def get_sj(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self._call(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
+
+    # --- runs ------------------------------------------------------------------
+    async def create_job(self, job: Mapping[str, Any]) -> None:
+        await self._call(self.batch.create_namespaced_job, job["metadata"]["namespace"], job)
+
+    async def read_job(self, namespace: str, name: str) -> Any:
+        return await self._call(self.batch.read_namespaced_job, name, namespace)
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        """Deletes a run; its pods are deleted by the garbage collector, each with its grace period."""
+        try:
+            await self._call(self.batch.delete_namespaced_job, name, namespace,
+                             propagation_policy="Background")
+        except NotFound:
+            pass
+
+    async def create_service(self, svc: Mapping[str, Any]) -> None:
+        await self._call(self.core.create_namespaced_service, svc["metadata"]["namespace"], svc)
+
+    async def delete_service(self, namespace: str, name: str) -> None:
+        try:
+            await self._call(self.core.delete_namespaced_service, name, namespace)
+        except NotFound:
+            pass
+
+    async def create_or_keep(self, create: Callable[[], Any]) -> bool:
+        """Runs a create call; returns False when the object already existed."""
+        try:
+            await create()
+            return True
+        except Conflict:
+            return False
+
+    async def exists(self, kind: str, namespace: str, name: str) -> bool:
+        read = {
+            "persistentVolumeClaim": self.core.read_namespaced_persistent_volume_claim,
+            "configMap": self.core.read_namespaced_config_map,
+            "secret": self.core.read_namespaced_secret,
+        }[kind]
+        try:
+            await self._call(read, name, namespace)
+            return True
+        except NotFound:
+            return False
+
+    # --- pods and budgets ------------------------------------------------------
+    async def label_pod(self, namespace: str, name: str, labels: Mapping[str, str | None]) -> None:
+        try:
+            await self._call(self.core.patch_namespaced_pod, name, namespace, {"metadata": {"labels": dict(labels)}})
+        except NotFound:
+            pass
+
+    async def apply_pdb(self, pdb: Mapping[str, Any]) -> None:
+        ns, name = pdb["metadata"]["namespace"], pdb["metadata"]["name"]
+        try:
+            await self._call(self.policy.create_namespaced_pod_disruption_budget, ns, pdb)
+        except Conflict:
+            await self._call(self.policy.patch_namespaced_pod_disruption_budget, name, ns, pdb)
+
+    async def ensure_priority_class(self, pc: Mapping[str, Any]) -> bool:
+        """Creates a PriorityClass unless one of that name exists (never clobbers). True if created."""
+        try:
+            await self._call(self.scheduling.create_priority_class, pc)
+            return True
+        except Conflict:
+            return False
+
+    # --- events ------------------------------------------------------------------
+    async def event(self, *, namespace: str, name: str, uid: str, kind: str, api_version: str,
+                    type_: str, reason: str, message: str, component: str = "scavenger") -> None:
+        now = datetime.now(timezone.utc)
+        body = {
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": api_version, "kind": kind, "name": name,
+                               "namespace": namespace, "uid": uid},
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": component},
+            "reportingComponent": component,
+            "reportingInstance": component,
+            "firstTimestamp": now.isoformat().replace("+00:00", "Z"),
+            "lastTimestamp": now.isoformat().replace("+00:00", "Z"),
+            "count": 1,
+        }
+        try:
+            await self._call(self.core.create_namespaced_event, namespace, body)
+        except KubeError as exc:  # an event is best effort: never block a transition on it
+            log.warning("could not record event %s on %s/%s: %s", reason, namespace, name, exc)

@@ -1,0 +1,361 @@
+"""The ScavengerJob state machine: a pure function from what is observed to what to do.
+
+`step` looks at one SJ (its parsed spec, its status, the Job and pods of its
+current run) at an injected `now`, and returns the new status, the actions to
+carry out and the Events to record. It never calls the API; `controller.py`
+carries the result out. Admission (whether a waiting SJ may start) is decided
+cluster-wide by `policy.admission`; here an SJ only says it is waiting.
+
+Outcomes are read from what Kubernetes reports, never guessed:
+  * every pod of the run succeeded (or the Job is Complete)   -> Succeeded
+  * a container exited non-zero in a pod nobody disrupted     -> Failed
+  * a pod has DisruptionTarget (preemption, eviction, node
+    lost), or was deleted from outside, or the Job was         -> the whole run is cancelled;
+    deleted                                                       once none of its pods holds
+                                                                  resources: Interrupted (+1)
+  * not all pods running within the start timeout             -> the run is deleted, the SJ
+                                                                  waits again with backoff,
+                                                                  no interruption counted
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+from sj_operator.api.model import (
+    Condition,
+    InvalidSpec,
+    Phase,
+    ScavengerJobSpec,
+    ScavengerJobStatus,
+    format_duration,
+)
+from sj_operator.builders import run_job_name
+from sj_operator.observed import JobView, PodView
+from sj_operator.policy.priority import current_period_start, is_protected, launch_class, running_level
+
+WAITING = (Phase.PENDING, Phase.INTERRUPTED)
+ACTIVE = (Phase.STARTING, Phase.RUNNING)
+TERMINAL = (Phase.SUCCEEDED, Phase.FAILED)
+
+# How long a run recorded in status may be missing from the watch cache before it
+# counts as lost (the SJ and Job watches are separate streams).
+MISSING_RUN_GRACE = timedelta(seconds=15)
+
+
+@dataclass(frozen=True)
+class LifecycleConfig:
+    start_timeout: timedelta = timedelta(seconds=60)
+    retry_backoff: timedelta = timedelta(seconds=10)
+    max_retry_backoff: timedelta = timedelta(minutes=10)
+    protect_level: int = 1
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the cluster shows of one run: its Job (None if not seen) and its pods."""
+    job: JobView | None
+    pods: tuple[PodView, ...] = ()
+
+    @property
+    def holds_resources(self) -> bool:
+        return any(p.holds_resources for p in self.pods)
+
+
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DeleteRun:
+    job_name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SetProtection:
+    job_name: str
+    protected: bool
+
+
+Action = DeleteRun | SetProtection
+
+
+@dataclass(frozen=True)
+class Step:
+    status: ScavengerJobStatus
+    actions: tuple[Action, ...] = ()
+    events: tuple[Event, ...] = ()
+    waiting: bool = False
+    """The SJ waits for admission (and its backoff, if any, has passed)."""
+
+
+@dataclass
+class _Builder:
+    status: ScavengerJobStatus
+    now: datetime
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+    def update(self, **changes: object) -> None:
+        self.status = self.status.model_copy(update=changes)
+
+    def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        self.events.append(Event(type_, reason, message))
+
+    def transition(self, phase: Phase, reason: str, message: str, *, warning: bool = False, **changes: object) -> None:
+        conditions = set_conditions(self.status.conditions, phase, reason, message, self.now)
+        self.update(phase=phase, message=message, conditions=conditions, **changes)
+        self.event("Warning" if warning else "Normal", reason, message)
+
+    def done(self, waiting: bool = False) -> Step:
+        return Step(self.status, tuple(self.actions), tuple(self.events), waiting)
+
+
+def waiting_phase(status: ScavengerJobStatus) -> Phase:
+    return Phase.INTERRUPTED if status.interrupted_count > 0 else Phase.PENDING
+
+
+def retry_delay(start_timeouts: int, cfg: LifecycleConfig) -> timedelta:
+    """Backoff after the n-th start timeout: retry_backoff * 2^(n-1), capped."""
+    if start_timeouts <= 0:
+        return timedelta(0)
+    delay = cfg.retry_backoff * (2 ** min(start_timeouts - 1, 30))
+    return min(delay, cfg.max_retry_backoff)
+
+
+def step(
+    spec: ScavengerJobSpec | InvalidSpec,
+    status: ScavengerJobStatus,
+    run: Run,
+    now: datetime,
+    cfg: LifecycleConfig,
+    *,
+    sj_name: str,
+) -> Step:
+    """One reconciliation of one SJ. Pure: same inputs, same result."""
+    b = _Builder(status, now)
+    phase = status.phase
+
+    if isinstance(spec, InvalidSpec):
+        if phase != Phase.FAILED:
+            _cancel(b, run, f"invalid spec: {spec}")
+            b.transition(Phase.FAILED, "InvalidSpec", f"invalid spec: {spec}", warning=True,
+                         finished_timestamp=now, running_priority=None)
+        return b.done()
+
+    if phase in TERMINAL:
+        # A failed gang may still have members running: nothing of it stays.
+        if run.job is not None and not run.job.deleting and run.holds_resources:
+            b.actions.append(DeleteRun(run.job.name, f"the SJ is {phase.value}"))
+        return b.done()
+
+    if spec.suspend:
+        if phase != Phase.SUSPENDED:
+            _cancel(b, run, "suspended")
+            b.transition(Phase.SUSPENDED, "Suspended", "suspended: spec.suspend is true; the current run, if any, "
+                         "was cancelled", running_priority=None, protected=False)
+        return b.done()
+
+    if phase is None:
+        b.transition(Phase.PENDING, "Queued", "waiting for idle capacity")
+        return b.done(waiting=True)
+
+    if phase == Phase.SUSPENDED:
+        if run.holds_resources:
+            return b.done()  # the cancelled run is still stopping
+        target = waiting_phase(status)
+        b.transition(target, "Resumed", "resumed: spec.suspend is false; waiting for idle capacity")
+        return b.done(waiting=True)
+
+    if phase in WAITING:
+        return _waiting(b, spec, run, sj_name)
+
+    return _active(b, spec, run, cfg)
+
+
+def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str) -> Step:
+    st = b.status
+    # A run for the next attempt that exists was launched but its status write was
+    # lost (operator restart, conflict): adopt it instead of launching another.
+    next_name = run_job_name(sj_name, st.attempt + 1)
+    if run.job is not None and run.job.name == next_name and not run.job.deleting:
+        b.transition(Phase.STARTING, "Launched", f"run {next_name} adopted", attempt=st.attempt + 1,
+                     job_name=next_name, launched_timestamp=run.job.created or b.now,
+                     priority_class_name=launch_class(st.interrupted_count))
+        return b.done()
+    eligible = st.not_before is None or st.not_before <= b.now
+    return b.done(waiting=eligible)
+
+
+def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig) -> Step:
+    st = b.status
+    job = run.job
+    expected = spec.parallelism
+    pods = run.pods
+
+    # 1. Success: the Job says so, or every member exited 0.
+    succeeded = [p for p in pods if p.phase == "Succeeded"]
+    if (job is not None and job.complete) or (len(succeeded) >= expected and not job_deleted(job)):
+        b.transition(Phase.SUCCEEDED, "Succeeded", f"run {st.job_name} succeeded",
+                     finished_timestamp=b.now, running_priority=None, protected=False)
+        if job is not None and run.holds_resources and not job.deleting:
+            b.actions.append(DeleteRun(job.name, "succeeded; the rest of the gang is cleaned up"))
+        return b.done()
+
+    # 2. Failure: a container exited non-zero in a pod that nobody disrupted.
+    for pod in pods:
+        if pod.disruption or pod.deleting:
+            continue
+        bad = next((t for t in pod.terminations if t.exit_code != 0), None)
+        if pod.phase == "Failed" and bad is not None:
+            message = (f"run {st.job_name} failed: pod {pod.name} container {bad.container} "
+                       f"exited with code {bad.exit_code}" + (f" ({bad.reason})" if bad.reason else ""))
+            _cancel(b, run, "failed")
+            b.transition(Phase.FAILED, "Failed", message, warning=True, finished_timestamp=b.now,
+                         running_priority=None, protected=False)
+            return b.done()
+
+    # 3. Interruption: a disrupted or deleted pod, or the run deleted or lost.
+    cause = _disruption(run, st, b.now)
+    if cause is not None:
+        if job is not None and not job.deleting:
+            b.actions.append(DeleteRun(job.name, cause))
+            b.event("Warning", "Interrupting", f"run {st.job_name} is cancelled: {cause}")
+            b.update(message=f"interrupting: {cause}")
+        if run.holds_resources:
+            return b.done()  # recorded once every pod has stopped (after its grace period)
+        # The cause seen when the run was cancelled beats what is left to see now.
+        stored = st.message or ""
+        return _record_interruption(b, spec, stored.removeprefix("interrupting: ")
+                                    if stored.startswith("interrupting: ") else cause)
+
+    if job is None:
+        return b.done()  # launched moments ago; the watch has not shown the Job yet
+
+    running = [p for p in pods if p.all_running and not p.deleting]
+    if st.phase == Phase.STARTING:
+        if len(running) >= expected:
+            b.transition(Phase.RUNNING, "Running", f"run {st.job_name}: all {expected} pod(s) running",
+                         running_timestamps=(*st.running_timestamps, b.now),
+                         priority_start_over_timestamp=b.now, running_priority=0, protected=False,
+                         start_timeouts=0, not_before=None)
+            return b.done()
+        launched = st.launched_timestamp or job.created or b.now
+        if b.now - launched >= cfg.start_timeout:
+            pending = expected - len(running)
+            reason = (f"run {st.job_name} did not have all pods running within "
+                      f"{format_duration(cfg.start_timeout)} ({pending} of {expected} not running); "
+                      f"it was deleted and will be retried")
+            timeouts = st.start_timeouts + 1
+            b.actions.append(DeleteRun(job.name, "start timeout"))
+            b.transition(waiting_phase(st), "StartTimeout", reason, warning=True, start_timeouts=timeouts,
+                         not_before=b.now + retry_delay(timeouts, cfg), running_priority=None)
+        return b.done()
+
+    # Running: progress inside the current checkpoint period.
+    return _running_priority(b, spec, cfg)
+
+
+def job_deleted(job: JobView | None) -> bool:
+    return job is None or job.deleting
+
+
+def _disruption(run: Run, st: ScavengerJobStatus, now: datetime) -> str | None:
+    for pod in run.pods:
+        if pod.disruption is not None:
+            reason, message = pod.disruption
+            return f"pod {pod.name}: {reason}" + (f" ({message})" if message else "")
+    for pod in run.pods:
+        if pod.deleting and not pod.terminal and run.job is not None and not run.job.deleting:
+            return f"pod {pod.name} was deleted"
+    if run.job is not None and run.job.deleting:
+        return f"run {run.job.name} was deleted"
+    if run.job is not None and run.job.failed:
+        # The Job failed but no pod shows why (its pods are gone): treat it as
+        # lost work, never as the application's failure.
+        return f"run {run.job.name} ended without a visible cause ({run.job.failure})"
+    if run.job is None:
+        launched = st.launched_timestamp
+        if launched is None or now - launched >= MISSING_RUN_GRACE:
+            return f"run {st.job_name} disappeared"
+    return None
+
+
+def _record_interruption(b: _Builder, spec: ScavengerJobSpec, cause: str) -> Step:
+    st = b.status
+    count = st.interrupted_count + 1
+    stamps = (*st.interrupted_timestamps, b.now)
+    if spec.max_interruptions is not None and count > spec.max_interruptions:
+        b.transition(Phase.FAILED, "TooManyInterruptions",
+                     f"too many interruptions ({count} > maxInterruptions {spec.max_interruptions}); last: {cause}",
+                     warning=True, interrupted_count=count, interrupted_timestamps=stamps,
+                     finished_timestamp=b.now, running_priority=None, protected=False)
+        return b.done()
+    b.transition(Phase.INTERRUPTED, "Interrupted", f"interrupted ({count}): {cause}; waiting to run again",
+                 warning=True, interrupted_count=count, interrupted_timestamps=stamps,
+                 running_priority=None, protected=False)
+    return b.done(waiting=True)
+
+
+def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig) -> Step:
+    st = b.status
+    start = st.priority_start_over_timestamp or b.now
+    period_start = current_period_start(b.now, start, spec.duration)
+    level = running_level(b.now, start, spec.duration, spec.priority_levels)
+    protect = is_protected(level, cfg.protect_level)
+    if period_start != st.priority_start_over_timestamp or level != st.running_priority:
+        b.update(priority_start_over_timestamp=period_start, running_priority=level)
+    if protect != st.protected:
+        b.update(protected=protect)
+        b.actions.append(SetProtection(st.job_name or "", protect))
+        if protect:
+            b.event("Normal", "Protected", f"running priority {level} of {spec.priority_levels}: run "
+                    f"{st.job_name} is protected by a PodDisruptionBudget")
+        else:
+            b.event("Normal", "Unprotected", f"checkpoint period of {format_duration(spec.duration)} "
+                    f"ended: run {st.job_name} is no longer protected")
+    return b.done()
+
+
+def _cancel(b: _Builder, run: Run, reason: str) -> None:
+    if run.job is not None and not run.job.deleting:
+        b.actions.append(DeleteRun(run.job.name, reason))
+
+
+_CONDITION_FOR = {
+    Phase.PENDING: ("Queued", "True"),
+    Phase.INTERRUPTED: ("Queued", "True"),
+    Phase.STARTING: ("Running", "False"),
+    Phase.RUNNING: ("Running", "True"),
+    Phase.SUCCEEDED: ("Complete", "True"),
+    Phase.FAILED: ("Failed", "True"),
+    Phase.SUSPENDED: ("Suspended", "True"),
+}
+
+
+def set_conditions(conditions: Sequence[Condition], phase: Phase, reason: str, message: str,
+                    now: datetime) -> tuple[Condition, ...]:
+    """One condition per concern (Queued, Running, Complete, Failed, Suspended): the one the
+    phase names is True, the others False; lastTransitionTime moves only when status flips."""
+    ctype, cstatus = _CONDITION_FOR[phase]
+    current = {c.type: c for c in conditions}
+    out = []
+    for name in ("Queued", "Running", "Complete", "Failed", "Suspended"):
+        want = cstatus if name == ctype else "False"
+        old = current.get(name)
+        if old is None and want == "False":
+            continue
+        since = old.last_transition_time if old is not None and old.status == want else now
+        if name == ctype:
+            out.append(Condition(type=name, status=want, reason=reason, message=message, last_transition_time=since))
+        else:
+            out.append(Condition(type=name, status=want, reason=old.reason if old and old.status == want else reason,
+                                 message=old.message if old and old.status == want else "",
+                                 last_transition_time=since))
+    return tuple(out)

@@ -1,0 +1,241 @@
+"""Slim, immutable views of what the cluster reports, parsed from raw API dicts.
+
+The watch handlers keep only these views in memory (never whole objects), and the
+pure decision functions read nothing else. Parsing is total: a malformed field
+becomes "unknown", never an exception in the middle of a watch stream.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+LABEL_SJ = "scavenger.dev/job-name"
+LABEL_RUN = "scavenger.dev/run"
+LABEL_PROTECTED = "scavenger.dev/protected"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+Resources = Mapping[str, int]
+
+
+def parse_time(raw: Any) -> datetime | None:
+    if not raw:
+        return None
+    if isinstance(raw, datetime):
+        return raw
+    try:
+        return datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def to_milli(quantity: Any) -> int:
+    """A Kubernetes quantity in integer milli-units (as the scheduler counts)."""
+    return int(parse_quantity(quantity) * 1000)
+
+
+def resources_milli(raw: Mapping[str, Any] | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, qty in (raw or {}).items():
+        try:
+            out[name] = to_milli(qty)
+        except (ValueError, TypeError, ArithmeticError):
+            continue
+    return out
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """Effective requests as the scheduler sees them: max(sum of containers, any init container) + overhead."""
+    total: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        res = c.get("resources") or {}
+        # A container with limits but no requests is defaulted to requests = limits by the API server.
+        for name, value in resources_milli(res.get("requests") or res.get("limits")).items():
+            total[name] = total.get(name, 0) + value
+    for c in spec.get("initContainers") or []:
+        res = c.get("resources") or {}
+        for name, value in resources_milli(res.get("requests") or res.get("limits")).items():
+            total[name] = max(total.get(name, 0), value)
+    for name, value in resources_milli(spec.get("overhead")).items():
+        total[name] = total.get(name, 0) + value
+    total.setdefault("pods", 1000)
+    return total
+
+
+@dataclass(frozen=True)
+class Termination:
+    container: str
+    exit_code: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class PodView:
+    namespace: str
+    name: str
+    uid: str
+    sj: str | None
+    run: str | None
+    node: str | None
+    phase: str
+    deleting: bool
+    requests: Resources
+    disruption: tuple[str, str] | None = None
+    """(reason, message) of a DisruptionTarget=True condition: preemption, eviction, node loss..."""
+    terminations: tuple[Termination, ...] = ()
+    all_running: bool = False
+    index: int | None = None
+    protected: bool = False
+    started: datetime | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def holds_resources(self) -> bool:
+        """Non-terminated pods count against capacity, scheduled or not (as the scheduler counts)."""
+        return not self.terminal
+
+
+def pod_view(body: Mapping[str, Any]) -> PodView:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    disruption = None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            disruption = (cond.get("reason") or "DisruptionTarget", cond.get("message") or "")
+    terminations = []
+    statuses = status.get("containerStatuses") or []
+    for cs in statuses:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            terminations.append(Termination(cs.get("name", "?"), int(term.get("exitCode", 0) or 0),
+                                            term.get("reason") or ""))
+    all_running = (
+        status.get("phase") == "Running"
+        and bool(statuses)
+        and all("running" in (cs.get("state") or {}) for cs in statuses)
+    )
+    index = annotations.get(COMPLETION_INDEX) or labels.get(COMPLETION_INDEX)
+    return PodView(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        sj=labels.get(LABEL_SJ),
+        run=labels.get(LABEL_RUN),
+        node=spec.get("nodeName") or None,
+        phase=status.get("phase") or "Pending",
+        deleting=bool(meta.get("deletionTimestamp")),
+        requests=pod_requests(spec),
+        disruption=disruption,
+        terminations=tuple(terminations),
+        all_running=all_running,
+        index=int(index) if index is not None and str(index).isdigit() else None,
+        protected=labels.get(LABEL_PROTECTED) == "true",
+        started=parse_time(status.get("startTime")),
+    )
+
+
+@dataclass(frozen=True)
+class JobView:
+    namespace: str
+    name: str
+    uid: str
+    sj: str | None
+    deleting: bool
+    complete: bool
+    failed: bool
+    failure: str = ""
+    created: datetime | None = None
+
+
+def job_view(body: Mapping[str, Any]) -> JobView:
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    complete = failed = False
+    failure = ""
+    for cond in status.get("conditions") or []:
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") == "Complete":
+            complete = True
+        elif cond.get("type") == "Failed":
+            failed = True
+            failure = f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
+    return JobView(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        sj=(meta.get("labels") or {}).get(LABEL_SJ),
+        deleting=bool(meta.get("deletionTimestamp")),
+        complete=complete,
+        failed=failed,
+        failure=failure,
+        created=parse_time(meta.get("creationTimestamp")),
+    )
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    allocatable: Resources
+    labels: Mapping[str, str]
+    taints: tuple[tuple[str, str, str], ...]
+    unschedulable: bool
+    ready: bool
+
+
+def node_info(body: Mapping[str, Any]) -> NodeInfo:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return NodeInfo(
+        name=meta.get("name", ""),
+        allocatable=resources_milli(status.get("allocatable")),
+        labels=dict(meta.get("labels") or {}),
+        taints=tuple((t.get("key", ""), t.get("value", "") or "", t.get("effect", ""))
+                     for t in spec.get("taints") or []),
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=ready,
+    )
+
+
+@dataclass(frozen=True)
+class SJObject:
+    """A ScavengerJob as read from the API: identity, raw spec, raw status."""
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    resource_version: str
+    created: datetime | None
+    deleting: bool
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def sj_object(body: Mapping[str, Any]) -> SJObject:
+    meta = body.get("metadata") or {}
+    return SJObject(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        generation=int(meta.get("generation") or 0),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        created=parse_time(meta.get("creationTimestamp")),
+        deleting=bool(meta.get("deletionTimestamp")),
+        spec=dict(body.get("spec") or {}),
+        status=dict(body.get("status") or {}),
+    )
