@@ -69,6 +69,15 @@ class _Written:
     at: float
 
 
+@dataclass(frozen=True)
+class _Waiting:
+    sj: SJObject
+    spec: ScavengerJobSpec
+    status: ScavengerJobStatus
+    raw: Mapping[str, Any]
+    rv: str
+
+
 @dataclass
 class _Launched:
     pods: int
@@ -128,7 +137,7 @@ class Controller:
     async def reconcile(self, view: ClusterView) -> None:
         now = self.clock()
         cfg = self.lifecycle_config
-        waiting: list[tuple[SJObject, ScavengerJobSpec, ScavengerJobStatus, str]] = []
+        waiting: list[_Waiting] = []
         in_flight: dict[tuple[str, str], InFlightRun] = {}
         known_runs: set[tuple[str, str]] = set()
 
@@ -152,7 +161,7 @@ class Controller:
             except Exception:  # a bug in one SJ's decision must not stop the others
                 log.exception("reconciling %s failed", sj.key)
                 continue
-            ok = await self._apply(sj, rv, status, result, run)
+            ok = await self._apply(sj, rv, raw_status, status, result, run)
             if not ok or isinstance(spec, InvalidSpec):
                 continue
             phase = result.status.phase
@@ -163,7 +172,7 @@ class Controller:
                     in_flight[(sj.namespace, result.status.job_name)] = _in_flight(
                         sj, result.status.job_name, spec, seen)
             if result.waiting and result.status == status:
-                waiting.append((sj, spec, status, rv))
+                waiting.append(_Waiting(sj, spec, status, raw_status, rv))
 
         await self._delete_strays(view, known_runs)
 
@@ -181,10 +190,11 @@ class Controller:
         if waiting:
             await self._admit(view, waiting, tuple(in_flight.values()), now)
 
-    async def _apply(self, sj: SJObject, rv: str, before: ScavengerJobStatus, result: Step, run: Run) -> bool:
+    async def _apply(self, sj: SJObject, rv: str, raw: Mapping[str, Any], before: ScavengerJobStatus, result: Step,
+                     run: Run) -> bool:
         """Writes the new status (if any), then records Events and runs actions. False on conflict."""
         if result.status != before:
-            if not await self._write_status(sj, rv, before, result.status):
+            if not await self._write_status(sj, rv, raw, result.status):
                 return False
         for ev in result.events:
             log.info("%s: %s: %s", sj.key, ev.reason, ev.message)
@@ -196,11 +206,15 @@ class Controller:
                 await self._set_protection(sj, action, run)
         return True
 
-    async def _write_status(self, sj: SJObject, rv: str, before: ScavengerJobStatus,
+    async def _write_status(self, sj: SJObject, rv: str, raw: Mapping[str, Any],
                             after: ScavengerJobStatus) -> bool:
-        old, new = before.to_patch(), after.to_patch()
-        patch = {k: v for k, v in new.items() if old.get(k) != v}
-        patch.update({k: None for k in old if k not in new})
+        """Merge-patches the fields that differ from the stored status (None clears a field)."""
+        new = after.to_patch()
+        known = set(after.to_patch(nulls=True))
+        patch = {k: v for k, v in new.items() if raw.get(k) != v}
+        patch.update({k: None for k in raw if k in known and k not in new})
+        if not patch:
+            return True
         try:
             body = await self.kube.patch_sj_status(sj.namespace, sj.name, patch, rv)
         except Conflict:
@@ -246,10 +260,10 @@ class Controller:
                 await self.kube.label_pod(sj.namespace, pod.name, {LABEL_PROTECTED: value})
 
     # --- admission ---------------------------------------------------------------------
-    async def _admit(self, view: ClusterView, waiting: list[tuple[SJObject, ScavengerJobSpec, ScavengerJobStatus, str]],
-                     in_flight: tuple[InFlightRun, ...], now: datetime) -> None:
-        by_key = {sj.key: (sj, spec, status, rv) for sj, spec, status, rv in waiting}
-        queue = tuple(_queued(sj, spec, status) for sj, spec, status, _ in waiting)
+    async def _admit(self, view: ClusterView, waiting: list[_Waiting], in_flight: tuple[InFlightRun, ...],
+                     now: datetime) -> None:
+        by_key = {w.sj.key: w for w in waiting}
+        queue = tuple(_queued(w.sj, w.spec, w.status) for w in waiting)
         snapshot = ClusterSnapshot(nodes=_node_views(view), cluster_requested=_sum(p.requests for p in view.active_pods),
                                    in_flight=in_flight, queue=queue)
         started = time.perf_counter()
@@ -257,18 +271,18 @@ class Controller:
         log.debug("admission pass over %d waiting SJ(s), %d node(s): %d admitted in %.1f ms", len(queue),
                   len(snapshot.nodes), len(admissions), (time.perf_counter() - started) * 1000)
         for admission in admissions:
-            sj, spec, status, rv = by_key[admission.key]
-            await self.launch(sj, spec, status, rv, now)
+            await self.launch(by_key[admission.key], now)
 
-    async def launch(self, sj: SJObject, spec: ScavengerJobSpec, status: ScavengerJobStatus, rv: str,
-                     now: datetime) -> None:
+    async def launch(self, w: _Waiting, now: datetime) -> None:
+        """Creates the next run of an admitted SJ (idempotent), then records it in the status."""
+        sj, spec, status, raw, rv = w.sj, w.spec, w.status, w.raw, w.rv
         attempt = status.attempt + 1
         job_name = run_job_name(sj.name, attempt)
         missing = await self._missing_references(sj.namespace, spec)
         if missing:
             message = f"{missing} not found; no run was created"
             failed = status.model_copy(update={"phase": Phase.FAILED, "message": message, "finished_timestamp": now})
-            if await self._write_status(sj, rv, status, failed):
+            if await self._write_status(sj, rv, raw, failed):
                 await self._event(sj, "Warning", "MissingReference", message)
             return
         priority_class = launch_class(status.interrupted_count)
@@ -284,7 +298,7 @@ class Controller:
         except Invalid as exc:
             message = f"the API server rejected run {job_name}: {exc.message}"
             failed = status.model_copy(update={"phase": Phase.FAILED, "message": message, "finished_timestamp": now})
-            if await self._write_status(sj, rv, status, failed):
+            if await self._write_status(sj, rv, raw, failed):
                 await self._event(sj, "Warning", "InvalidRun", message)
             return
         except KubeError as exc:
@@ -298,7 +312,7 @@ class Controller:
             "priority_class_name": priority_class, "message": message, "not_before": None,
             "conditions": set_conditions(status.conditions, Phase.STARTING, "Launched", message, now),
         })
-        if await self._write_status(sj, rv, status, starting):
+        if await self._write_status(sj, rv, raw, starting):
             log.info("%s: Launched: %s", sj.key, message)
             await self._event(sj, "Normal", "Launched", message)
 

@@ -92,7 +92,7 @@ class Kube:
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         retrying = AsyncRetrying(
             retry=retry_if_exception(_transient),
-            wait=wait_exponential_jitter(initial=0.2, max=5.0),
+            wait=wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.2),
             stop=stop_after_delay(self.retry_for),
             before_sleep=before_sleep_log(log, logging.WARNING),
             reraise=True,

@@ -216,7 +216,8 @@ def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig)
         if pod.phase == "Failed" and bad is not None:
             message = (f"run {st.job_name} failed: pod {pod.name} container {bad.container} "
                        f"exited with code {bad.exit_code}" + (f" ({bad.reason})" if bad.reason else ""))
-            _cancel(b, run, "failed")
+            if run.holds_resources:  # the rest of a gang stops; the failed run stays for inspection
+                _cancel(b, run, "a gang member failed")
             b.transition(Phase.FAILED, "Failed", message, warning=True, finished_timestamp=b.now,
                          running_priority=None, protected=False)
             return b.done()

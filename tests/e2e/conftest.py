@@ -69,3 +69,40 @@ def namespace(api: client.ApiClient) -> Iterator[str]:
     wait_for(f"default ServiceAccount in {name}", lambda: core.read_namespaced_service_account("default", name))
     yield name
     core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture(scope="session")
+def crd(api: client.ApiClient) -> None:
+    """The ScavengerJob CRD from crds/, applied and Established."""
+    import yaml
+
+    from tests.e2e.kube import wait_for
+
+    ext = client.ApiextensionsV1Api(api)
+    body = yaml.safe_load((REPO / "crds" / "scavengerjobs.scavenger.dev.yaml").read_text())
+    name = body["metadata"]["name"]
+    try:
+        current = ext.read_custom_resource_definition(name)
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        ext.replace_custom_resource_definition(name, body)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        ext.create_custom_resource_definition(body)
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition(name)
+        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+    wait_for("CRD Established", established)
+
+
+@pytest.fixture(scope="module")
+def operator(api: client.ApiClient, crd: None) -> Iterator[object]:
+    """The operator running in-process (in a thread with its own event loop)."""
+    from tests.e2e.sj import InProcessOperator, test_config
+
+    op = InProcessOperator(test_config())
+    op.start()
+    yield op.config
+    op.stop()

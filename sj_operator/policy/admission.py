@@ -1,0 +1,306 @@
+"""Admission: which waiting ScavengerJobs start now, and on which nodes.
+
+``decide`` walks the queue in ``queue_order`` and admits an SJ when both hold:
+
+(a) **Threshold.** For every resource the SJ requests: ``cluster_requested`` + the requests of the
+    pods of in-flight runs not yet scheduled + the SJs admitted earlier in this pass + the whole gang
+    <= ``threshold`` x the allocatable of all schedulable (non-cordoned) nodes. A resource that no
+    schedulable node has therefore admits nothing that requests it. In-flight pods that exist but are
+    still pending are already in ``cluster_requested`` and are counted once more: conservative, and
+    only until the run's pods are scheduled or its start times out.
+(b) **Placement.** ``gang.placement`` finds a node for every pod of the gang at once on free capacity,
+    where free is allocatable minus requested, minus the unscheduled pods of in-flight runs (placed
+    with the same heuristic, as many of them as fit) and minus the placements of SJs admitted earlier
+    in this pass. So one pass never admits two SJs into the same room.
+
+An SJ that is not admitted is skipped, and SJs behind it may still start (backfill).
+
+**Starvation rule.** The *head* is the first SJ in queue order that is eligible (``not_before``
+reached, no run in flight), is not admitted in this pass, and could run on this cluster at all
+(the whole gang is within the threshold of total allocatable and places on the nodes' full
+allocatable). The head is *starving* once it has waited longer than ``starvation_after`` since
+``created``, or since ``not_before`` when that is later. A starving head ends the pass: nothing
+behind it is admitted until it starts, so all capacity that frees up drains to it, and backfill can
+never delay it. A head that is not starving does not block anything. Only the head blocks, so a
+starving SJ further back waits until everything ahead of it has started or become a starving head
+itself. An SJ that could not run even on an empty cluster never becomes head, so it cannot stall the
+queue forever; capacity held by long-lived non-SJ workloads can still keep a starving head (and so
+the queue) waiting, which is the price of never delaying it.
+
+The pass is fast because free capacity only shrinks during it. Most SJs are rejected in
+O(resources): by the threshold, by the largest and the total free amount per resource, and by
+remembering, per request and node eligibility, the smallest gang that did not place (any gang at
+least that large cannot place either). The first-fit search for a request resumes where the previous
+one stopped, since the nodes it passed cannot have gained room, so the single-node searches of a
+whole pass cost O(nodes) per distinct request. Only a gang that no single node holds computes the
+capacity of every node, over column-wise integer lists.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from fractions import Fraction
+from itertools import repeat
+from operator import attrgetter, floordiv, mul
+
+from gang.placement import UNBOUNDED, node_accepts, place_identical
+from sj_operator.policy.snapshot import ClusterSnapshot, NodeView, QueuedSJ, Resources, Toleration
+
+_Need = tuple[tuple[str, int], ...]
+_EligibilityKey = tuple[frozenset[tuple[str, str]], tuple[Toleration, ...]]
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Tunables of the admission policy."""
+
+    threshold: float = 0.70
+    """Fraction of schedulable allocatable, per resource, that all requests together may reach."""
+    starvation_after: timedelta = timedelta(minutes=10)
+    """Wait after which the head of the queue stops backfill behind it."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.threshold <= 1:
+            raise ValueError(f"threshold must be within [0, 1], got {self.threshold}")
+        if self.starvation_after < timedelta(0):
+            raise ValueError("starvation_after must not be negative")
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Start a run of the SJ ``key`` now; ``nodes`` names the node chosen for each pod."""
+
+    key: str
+    nodes: tuple[str, ...]
+
+
+def queue_order(queue: Iterable[QueuedSJ]) -> list[QueuedSJ]:
+    """Most interrupted first ("finish what we started"), then oldest, then by key."""
+    return sorted(queue, key=lambda sj: (-sj.interrupted_count, sj.created, sj.key))
+
+
+def waiting_since(sj: QueuedSJ) -> datetime:
+    """When the SJ started waiting: ``created``, or ``not_before`` when that is later."""
+    if sj.not_before is not None and sj.not_before > sj.created:
+        return sj.not_before
+    return sj.created
+
+
+def is_starving(sj: QueuedSJ, now: datetime, config: PolicyConfig) -> bool:
+    """True when the SJ has waited longer than ``config.starvation_after``."""
+    return now - waiting_since(sj) > config.starvation_after
+
+
+def decide(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig = PolicyConfig()) -> list[Admission]:
+    """The SJs to start now, in queue order, each with a node per pod (see the module docstring)."""
+    if now.utcoffset() is None:
+        raise ValueError(f"now must be timezone-aware, got {now!r}")
+    state = _PassState(snapshot.nodes, snapshot.cluster_requested, Fraction(str(config.threshold)))
+    taken: set[str] = set()
+    for run in snapshot.in_flight:
+        taken.add(run.key)
+        state.reserve_in_flight(run.unscheduled_pods, _need(run.request), run.node_selector, run.tolerations)
+
+    admissions: list[Admission] = []
+    head_found = False
+    for sj in queue_order(snapshot.queue):
+        if sj.key in taken or (sj.not_before is not None and sj.not_before > now):
+            continue
+        need = _need(sj.request)
+        placement = state.try_place(sj.pods, need, sj.node_selector, sj.tolerations)
+        if placement is not None:
+            state.commit(placement, need)
+            taken.add(sj.key)
+            admissions.append(Admission(sj.key, placement))
+            continue
+        if not head_found and state.could_ever_fit(sj.pods, need, sj.node_selector, sj.tolerations):
+            head_found = True
+            if is_starving(sj, now, config):
+                break
+    return admissions
+
+
+def _need(request: Resources) -> _Need:
+    return tuple((name, amount) for name, amount in request.items() if amount > 0)
+
+
+class _PassState:
+    """Mutable bookkeeping private to one ``decide`` call.
+
+    Schedulable nodes are kept sorted by name (the placement order) and per-node amounts are stored
+    column-wise, one ``list[int]`` per resource. Free capacity only shrinks during a pass, which the
+    caches below rely on.
+    """
+
+    def __init__(self, nodes: Sequence[NodeView], cluster_requested: Resources, threshold: Fraction) -> None:
+        self._nodes = sorted((node for node in nodes if not node.unschedulable), key=attrgetter("name"))
+        self._names = [node.name for node in self._nodes]
+        self._position = {name: index for index, name in enumerate(self._names)}
+        resources = sorted({name for node in self._nodes for name in node.allocatable})
+        self._allocatable = {r: [node.allocatable.get(r, 0) for node in self._nodes] for r in resources}
+        self._free = {
+            r: [node.allocatable.get(r, 0) - node.requested.get(r, 0) for node in self._nodes] for r in resources
+        }
+        self._free_total = {r: sum(filter((0).__lt__, column)) for r, column in self._free.items()}
+        self._max_free = {r: max(column) for r, column in self._free.items()}
+        self._stale_max: set[str] = set()
+        self._limit = {
+            r: sum(column) * threshold.numerator // threshold.denominator for r, column in self._allocatable.items()
+        }
+        self._used = dict(cluster_requested)
+        self._eligibility: dict[_EligibilityKey, list[bool] | None] = {}
+        # (need, eligibility) -> smallest gang size that did not place.
+        self._smallest_unplaced: dict[tuple[_Need, _EligibilityKey], int] = {}
+        # (need, eligibility, pods) -> first node that may still hold that many pods (first-fit cursor).
+        self._first_fit_cursor: dict[tuple[_Need, _EligibilityKey, int], int] = {}
+        # (need, eligibility) -> pods the nodes would hold if they were empty.
+        self._empty_capacity: dict[tuple[_Need, _EligibilityKey], int] = {}
+
+    def reserve_in_flight(
+        self, pods: int, need: _Need, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
+    ) -> None:
+        """Count a launched run's unscheduled pods against the threshold and reserve room for those that fit."""
+        if pods < 1:
+            return
+        self._charge(need, pods)
+        capacities = self._capacities(need, self._mask(node_selector, tolerations)[1], self._free)
+        placeable = min(pods, sum(filter((0).__lt__, capacities)))
+        if placeable:
+            placement = place_identical(placeable, self._names, capacities)
+            assert placement is not None
+            self._reserve(placement, need)
+
+    def try_place(
+        self, pods: int, need: _Need, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
+    ) -> tuple[str, ...] | None:
+        """Nodes for the gang if it passes the threshold and places on free capacity, else ``None``."""
+        limit, used = self._limit, self._used
+        for r, amount in need:
+            if used.get(r, 0) + amount * pods > limit.get(r, 0):
+                return None
+        key, mask = self._mask(node_selector, tolerations)
+        shape = (need, key)
+        if pods >= self._smallest_unplaced.get(shape, UNBOUNDED):
+            return None
+        if not self._might_fit(need, pods):
+            self._smallest_unplaced[shape] = pods
+            return None
+        # Step 1 of the heuristic, without computing every node's capacity.
+        index = self._first_holding(need, key, mask, pods)
+        if index is not None:
+            return (self._names[index],) * pods
+        placement = None
+        if pods > 1:
+            placement = place_identical(pods, self._names, self._capacities(need, mask, self._free))
+        if placement is None:
+            self._smallest_unplaced[shape] = pods
+        return placement
+
+    def commit(self, placement: tuple[str, ...], need: _Need) -> None:
+        """Account for an admitted gang: threshold usage and node capacity."""
+        self._charge(need, len(placement))
+        self._reserve(placement, need)
+
+    def could_ever_fit(
+        self, pods: int, need: _Need, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
+    ) -> bool:
+        """True when the gang would be admitted on this cluster with nothing else running."""
+        if any(amount * pods > self._limit.get(r, 0) for r, amount in need):
+            return False
+        key, mask = self._mask(node_selector, tolerations)
+        shape = (need, key)
+        if shape not in self._empty_capacity:
+            capacities = self._capacities(need, mask, self._allocatable)
+            self._empty_capacity[shape] = sum(filter((0).__lt__, capacities))
+        return self._empty_capacity[shape] >= pods
+
+    def _mask(
+        self, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
+    ) -> tuple[_EligibilityKey, list[bool] | None]:
+        """Cache key of the node eligibility and the mask of eligible nodes (``None``: all)."""
+        key = (frozenset(node_selector.items()), tuple(tolerations))
+        try:
+            return key, self._eligibility[key]
+        except KeyError:
+            pass
+        accepted = [node_accepts(node, node_selector, tolerations) for node in self._nodes]
+        mask = None if all(accepted) else accepted
+        self._eligibility[key] = mask
+        return key, mask
+
+    def _first_holding(self, need: _Need, key: _EligibilityKey, mask: list[bool] | None, pods: int) -> int | None:
+        """Index of the first eligible node with room for ``pods`` pods, resuming the last search."""
+        if any(r not in self._free for r, _ in need):
+            return None
+        cursor_key = (need, key, pods)
+        columns = [(self._free[r], amount * pods) for r, amount in need]
+        index = self._first_fit_cursor.get(cursor_key, 0)
+        end = len(self._nodes)
+        while index < end:
+            if mask is None or mask[index]:
+                for column, amount in columns:
+                    if column[index] < amount:
+                        break
+                else:
+                    break
+            index += 1
+        self._first_fit_cursor[cursor_key] = index
+        return index if index < end else None
+
+    def _capacities(self, need: _Need, mask: list[bool] | None, columns: dict[str, list[int]]) -> list[int]:
+        """Pods of ``need`` each node holds given ``columns``; 0 on nodes outside ``mask``."""
+        if not need:
+            per_node = [UNBOUNDED] * len(self._nodes)
+        else:
+            quotients = []
+            for r, amount in need:
+                column = columns.get(r)
+                if column is None:
+                    return [0] * len(self._nodes)
+                quotients.append(map(floordiv, column, repeat(amount)))
+            per_node = list(quotients[0] if len(quotients) == 1 else map(min, *quotients))
+        if mask is not None:
+            per_node = list(map(mul, per_node, mask))
+        return per_node
+
+    def _might_fit(self, need: _Need, pods: int) -> bool:
+        """Cheap necessary condition: each pod fits the largest free node and the gang fits the total."""
+        for r, amount in need:
+            if r not in self._free or amount * pods > self._free_total[r]:
+                return False
+            if r in self._stale_max:
+                self._max_free[r] = max(self._free[r])
+                self._stale_max.discard(r)
+            if amount > self._max_free[r]:
+                return False
+        return True
+
+    def _charge(self, need: _Need, pods: int) -> None:
+        used = self._used
+        for r, amount in need:
+            used[r] = used.get(r, 0) + amount * pods
+
+    def _reserve(self, placement: tuple[str, ...], need: _Need) -> None:
+        for name, count in Counter(placement).items():
+            index = self._position[name]
+            for r, amount in need:
+                column = self._free[r]
+                before = column[index]
+                after = before - amount * count
+                column[index] = after
+                self._free_total[r] += max(after, 0) - max(before, 0)
+                if before >= self._max_free[r]:
+                    self._stale_max.add(r)
+
+
+__all__ = [
+    "Admission",
+    "PolicyConfig",
+    "decide",
+    "is_starving",
+    "queue_order",
+    "waiting_since",
+]

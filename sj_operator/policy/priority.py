@@ -1,0 +1,112 @@
+"""Running priority of a ScavengerJob and the PriorityClass band its pods launch in.
+
+Pod priority is immutable, so progress is tracked as a *running level*: how far the SJ is inside its
+current checkpoint period of length ``duration``, cut into ``levels`` steps. Runs at or past a level
+are protected (by a PodDisruptionBudget the adapter toggles), so the least-progressed SJ is the
+preemption victim. At each period boundary the SJ has checkpointed and the level starts over at 0.
+
+All functions are pure; the caller passes ``now``. Time arithmetic is done in whole microseconds,
+so boundaries are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from itertools import pairwise
+from types import MappingProxyType
+from typing import Any
+
+_MICROSECOND = timedelta(microseconds=1)
+
+PRIORITY_BAND: Mapping[str, int] = MappingProxyType(
+    {
+        "scavenger-band-0": -1000,
+        "scavenger-band-1": -999,
+        "scavenger-band-2": -998,
+        "scavenger-band-3": -997,
+    }
+)
+"""PriorityClass name to value, lowest first. Every value is below all other workloads and below the
+cluster-autoscaler's expendable cutoff (-10), so SJ pods never trigger a scale-up nor block a
+scale-down."""
+
+PREEMPTION_POLICY = "Never"
+"""SJ pods never preempt anything, whatever their band."""
+
+DEFAULT_LAUNCH_STEPS: tuple[int, ...] = (0, 3, 6, 10)
+"""Interruption counts from which an SJ launches one band higher."""
+
+MANAGED_BY_LABEL: Mapping[str, str] = MappingProxyType({"app.kubernetes.io/managed-by": "scavenger"})
+
+
+def _elapsed_periods(now: datetime, period_start: datetime, duration: timedelta) -> tuple[int, int, int]:
+    """Whole periods elapsed, microseconds into the current one, and the period in microseconds."""
+    period = duration // _MICROSECOND
+    if period <= 0:
+        raise ValueError(f"duration must be positive, got {duration}")
+    elapsed = max(0, (now - period_start) // _MICROSECOND)
+    whole, into = divmod(elapsed, period)
+    return whole, into, period
+
+
+def current_period_start(now: datetime, period_start: datetime, duration: timedelta) -> datetime:
+    """``period_start`` advanced by the whole ``duration``s that have elapsed by ``now``.
+
+    At exactly one duration the period has advanced. Before ``period_start`` it is unchanged.
+    """
+    whole, _, _ = _elapsed_periods(now, period_start, duration)
+    return period_start + whole * duration
+
+
+def running_level(now: datetime, period_start: datetime, duration: timedelta, levels: int) -> int:
+    """``floor(progress x levels)`` in ``0 .. levels-1``, progress being the fraction of the current period
+    elapsed (``((now - period_start) mod duration) / duration``); 0 before ``period_start``."""
+    if levels < 1:
+        raise ValueError(f"levels must be at least 1, got {levels}")
+    _, into, period = _elapsed_periods(now, period_start, duration)
+    return into * levels // period
+
+
+def is_protected(level: int, protect_from_level: int) -> bool:
+    """True when a run at ``level`` is protected from preemption.
+
+    ``protect_from_level >= levels`` therefore never protects, and 0 always does.
+    """
+    if level < 0:
+        raise ValueError(f"level must not be negative, got {level}")
+    return level >= protect_from_level
+
+
+def launch_class(interrupted_count: int, steps: Sequence[int] = DEFAULT_LAUNCH_STEPS) -> str:
+    """PriorityClass for a new run: one band up for each entry of ``steps`` reached after the first.
+
+    With the default steps: 0-2 interruptions band-0, 3-5 band-1, 6-9 band-2, 10 or more band-3.
+    """
+    if interrupted_count < 0:
+        raise ValueError(f"interrupted_count must not be negative, got {interrupted_count}")
+    if not steps or len(steps) > len(PRIORITY_BAND):
+        raise ValueError(f"steps must have 1 to {len(PRIORITY_BAND)} entries, got {len(steps)}")
+    if any(lower >= upper for lower, upper in pairwise(steps)):
+        raise ValueError(f"steps must be strictly increasing, got {tuple(steps)}")
+    reached = sum(1 for step in steps if interrupted_count >= step)
+    return list(PRIORITY_BAND)[max(0, reached - 1)]
+
+
+def priority_class_objects() -> list[dict[str, Any]]:
+    """The ``scheduling.k8s.io/v1`` PriorityClass objects of the band, lowest first."""
+    return [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name, "labels": dict(MANAGED_BY_LABEL)},
+            "value": value,
+            "globalDefault": False,
+            "preemptionPolicy": PREEMPTION_POLICY,
+            "description": (
+                f"ScavengerJob pods, band {step} (higher bands for much-interrupted SJs): below every "
+                "other workload and the cluster-autoscaler expendable cutoff; never preempts."
+            ),
+        }
+        for step, (name, value) in enumerate(PRIORITY_BAND.items())
+    ]

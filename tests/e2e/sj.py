@@ -1,0 +1,156 @@
+"""Helpers for ScavengerJobs in e2e tests: create, read, wait, run the operator."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from sj_operator.api.model import GROUP, PLURAL, VERSION
+from sj_operator.config import OperatorConfig
+from tests.e2e.kube import unique, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_config(**overrides: Any) -> OperatorConfig:
+    """Operator settings that make e2e tests take seconds, not minutes."""
+    values: dict[str, Any] = dict(tick=timedelta(seconds=1), start_timeout=timedelta(seconds=20),
+                                  retry_backoff=timedelta(seconds=2), max_retry_backoff=timedelta(seconds=10),
+                                  peering=unique("e2e-lease"))
+    values.update(overrides)
+    return OperatorConfig(**values)
+
+
+class InProcessOperator:
+    """Runs `kopf.operator` in a thread with its own event loop; stop() ends it cleanly."""
+
+    def __init__(self, config: OperatorConfig) -> None:
+        self.config = config
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        from sj_operator.__main__ import operator_coroutine
+        try:
+            asyncio.run(operator_coroutine(self.config, stop_flag=self._stop, ready_flag=self._ready))
+        except BaseException as exc:  # surfaced by start()/stop()
+            self.error = exc
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="operator", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(60) or self.error:
+            raise RuntimeError(f"operator did not start: {self.error!r}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(60)
+
+
+class OperatorProcess:
+    """The operator as a separate process (`python -m sj_operator`), for kill/restart tests."""
+
+    def __init__(self, *args: str, log: Path) -> None:
+        self.args, self.log = args, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "OperatorProcess":
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "sj_operator", *self.args], stdout=out,
+                                     stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ))
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def custom(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def create_sj(api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ScavengerJob", "metadata": {"name": name}, "spec": spec}
+    return custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+
+def get_sj(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    return custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+
+def patch_sj(api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    custom(api).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": spec})
+
+
+def status(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    return get_sj(api, namespace, name).get("status") or {}
+
+
+def wait_phase(api: client.ApiClient, namespace: str, name: str, *phases: str, timeout: float = 90) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        st = status(api, namespace, name)
+        return st if st.get("phase") in phases else None
+
+    try:
+        return wait_for(f"{namespace}/{name} in phase {' or '.join(phases)}", probe, timeout=timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nlast status: {status(api, namespace, name)}") from None
+
+
+def sj_spec(*, run_for: str | None = "3s", exit_code: int | None = None, cpu: str = "500m", memory: str = "256Mi",
+            **extra: Any) -> dict[str, Any]:
+    annotations = dict(extra.pop("podAnnotations", {}))
+    if run_for is not None:
+        annotations["sim.scavenger.dev/run-for"] = run_for
+    if exit_code is not None:
+        annotations["sim.scavenger.dev/exit-code"] = str(exit_code)
+    script = f"sleep {run_for.rstrip('s')}; exit {exit_code or 0}" if run_for else "sleep infinity"
+    spec: dict[str, Any] = {
+        "image": "busybox:1.36",
+        "command": ["sh", "-c", script],
+        "resources": {"requests": {"cpu": cpu, "memory": memory}},
+        "terminationGracePeriodSeconds": 2,
+        "podAnnotations": annotations,
+    }
+    spec.update(extra)
+    return spec
+
+
+def event_list(api: client.ApiClient, namespace: str, name: str) -> list[tuple[str, str]]:
+    """(reason, message) of the SJ's Events, oldest first."""
+    items = client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=ScavengerJob").items
+    # Timestamps have one-second resolution; etcd's revision orders events within a second.
+    return [(e.reason, e.message) for e in sorted(items, key=lambda e: int(e.metadata.resource_version))]
+
+
+def events_for(api: client.ApiClient, namespace: str, name: str) -> list[str]:
+    return [reason for reason, _ in event_list(api, namespace, name)]
+
+
+def run_pods(api: client.ApiClient, namespace: str, run: str) -> list[Any]:
+    return client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"scavenger.dev/run={run}").items
+
+
+def jobs_of(api: client.ApiClient, namespace: str, sj: str) -> list[Any]:
+    return client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=f"scavenger.dev/job-name={sj}").items

@@ -1,0 +1,153 @@
+"""A ScavengerJob's whole life on the local cluster, the operator running in-process."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes import client
+
+from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
+from tests.e2e.sj import create_sj, event_list, events_for, jobs_of, patch_sj, run_pods, sj_spec, status, wait_phase
+
+pytestmark = pytest.mark.kwok_only
+
+
+def test_single_pod_sj_succeeds(api, namespace, operator):
+    create_sj(api, namespace, "ok", sj_spec(run_for="3s", checkpointVolume="ckpt",
+                                            volumes=[{"name": "ckpt", "mountPath": "/ckpt", "emptyDir": {}}]))
+    st = wait_phase(api, namespace, "ok", "Succeeded")
+    assert st["finishedTimestamp"]
+    assert len(st["runningTimestamps"]) == 1
+    assert st["interruptedCount"] == 0
+    assert st["jobName"] == "ok-r1"
+
+    job = client.BatchV1Api(api).read_namespaced_job("ok-r1", namespace)
+    owner = job.metadata.owner_references[0]
+    assert (owner.kind, owner.name, owner.controller) == ("ScavengerJob", "ok", True)
+    assert job.spec.backoff_limit == 0
+    pod = run_pods(api, namespace, "ok-r1")[0]
+    assert pod.metadata.labels["scavenger.dev/job-name"] == "ok"
+    assert pod.metadata.labels["scavenger.dev/run"] == "ok-r1"
+    assert pod.spec.priority < -10 and pod.spec.preemption_policy == "Never"
+    env = {e.name: e.value for e in pod.spec.containers[0].env}
+    assert env["SJ_NAME"] == "ok" and env["SJ_NAMESPACE"] == namespace and env["SJ_RESTART_COUNT"] == "0"
+    assert env["SJ_CHECKPOINT_DIR"] == "/ckpt"
+    assert int(env["SJ_CHECKPOINT_INTERVAL"]) < 30 * 60
+    reasons = wait_for("transition events", lambda: (r := events_for(api, namespace, "ok")) and
+                       {"Queued", "Launched", "Running", "Succeeded"} <= set(r) and r)
+    assert reasons.index("Launched") < reasons.index("Running") < reasons.index("Succeeded")
+
+
+def test_nonzero_exit_fails_with_the_code_and_is_not_retried(api, namespace, operator):
+    create_sj(api, namespace, "crash", sj_spec(run_for="2s", exit_code=3))
+    st = wait_phase(api, namespace, "crash", "Failed")
+    assert "exited with code 3" in st["message"]
+    assert "container main" in st["message"] and "crash-r1-" in st["message"]
+    assert st["finishedTimestamp"]
+    time.sleep(3)  # several decision passes: nothing new may be launched
+    assert [j.metadata.name for j in jobs_of(api, namespace, "crash")] == ["crash-r1"]
+    assert status(api, namespace, "crash")["phase"] == "Failed"
+    assert "Failed" in events_for(api, namespace, "crash")
+
+
+def test_preempted_sj_is_interrupted_then_runs_again_and_succeeds(api, namespace, operator):
+    core = client.CoreV1Api(api)
+    with dedicated_node(cpu="4") as node:
+        create_sj(api, namespace, "victim", sj_spec(
+            run_for="8s", cpu="3", nodeSelector=node["nodeSelector"], tolerations=node["tolerations"]))
+        wait_phase(api, namespace, "victim", "Running")
+        # A default-priority workload needs the room: the scheduler preempts the SJ.
+        core.create_namespaced_pod(namespace, {
+            "metadata": {"name": "owner", "annotations": sim_annotations(run_for="4s")},
+            "spec": {"restartPolicy": "Never", "nodeSelector": node["nodeSelector"],
+                     "tolerations": node["tolerations"], "containers": [sim_container(cpu="2", run_for="4s")]},
+        })
+        st = wait_phase(api, namespace, "victim", "Interrupted", "Starting", "Running", "Succeeded", timeout=60)
+        st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "victim")).get(
+            "interruptedCount") == 1 and s, timeout=60)
+        assert len(st["interruptedTimestamps"]) == 1
+        assert not run_pods(api, namespace, "victim-r1"), "the interrupted run's pods are gone"
+        st = wait_phase(api, namespace, "victim", "Succeeded", timeout=90)
+        assert st["interruptedCount"] == 1
+        assert st["jobName"] == "victim-r2"
+        assert len(st["runningTimestamps"]) == 2
+        assert "Interrupted" in events_for(api, namespace, "victim")
+        pod_env = None
+        for job in jobs_of(api, namespace, "victim"):
+            if job.metadata.name == "victim-r2":
+                pod_env = {e.name: e.value for e in job.spec.template.spec.containers[0].env}
+        assert pod_env is not None and pod_env["SJ_RESTART_COUNT"] == "1"
+
+
+def test_gang_member_deleted_cancels_whole_gang_and_requeues(api, namespace, operator):
+    core = client.CoreV1Api(api)
+    create_sj(api, namespace, "gang", sj_spec(run_for="600s", parallelism=3))
+    wait_phase(api, namespace, "gang", "Running")
+    pods = run_pods(api, namespace, "gang-r1")
+    assert len(pods) == 3
+    svc = core.read_namespaced_service("gang-r1", namespace)
+    assert svc.spec.cluster_ip == "None"
+    for pod in pods:
+        env = {e.name: e.value for e in pod.spec.containers[0].env if e.value is not None}
+        assert env["SJ_WORLD_SIZE"] == "3"
+        assert env["SJ_HOSTS"].split(",")[0].startswith("gang-r1-0.gang-r1")
+        assert pod.spec.subdomain == "gang-r1"
+    core.delete_namespaced_pod(pods[1].metadata.name, namespace)
+
+    st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "gang")).get(
+        "interruptedCount") == 1 and s, timeout=60)
+    assert len(st["interruptedTimestamps"]) == 1
+    interrupted = [m for r, m in event_list(api, namespace, "gang") if r == "Interrupted"]
+    assert len(interrupted) == 1 and f"pod {pods[1].metadata.name} was deleted" in interrupted[0]
+    wait_for("old run's pods all gone", lambda: not run_pods(api, namespace, "gang-r1"), timeout=30)
+    assert "gang-r1" not in [j.metadata.name for j in jobs_of(api, namespace, "gang")
+                             if j.metadata.deletion_timestamp is None]
+    st = wait_phase(api, namespace, "gang", "Running", timeout=60)
+    assert st["jobName"] == "gang-r2"
+    assert len(run_pods(api, namespace, "gang-r2")) == 3
+
+
+def test_missing_pvc_fails_naming_it_and_creates_no_job(api, namespace, operator):
+    create_sj(api, namespace, "nopvc", sj_spec(volumes=[
+        {"name": "data", "mountPath": "/data", "persistentVolumeClaim": {"claimName": "no-such-claim"}}]))
+    st = wait_phase(api, namespace, "nopvc", "Failed")
+    assert "no-such-claim" in st["message"]
+    assert jobs_of(api, namespace, "nopvc") == []
+
+
+def test_invalid_spec_fails_naming_the_field(api, namespace, operator):
+    create_sj(api, namespace, "bad", sj_spec(checkpointVolume="nope"))
+    st = wait_phase(api, namespace, "bad", "Failed")
+    assert "spec.checkpointVolume" in st["message"]
+    assert jobs_of(api, namespace, "bad") == []
+
+
+def test_suspend_cancels_the_run_and_resume_queues_again(api, namespace, operator):
+    create_sj(api, namespace, "pausable", sj_spec(run_for="600s"))
+    wait_phase(api, namespace, "pausable", "Running")
+    patch_sj(api, namespace, "pausable", {"suspend": True})
+    st = wait_phase(api, namespace, "pausable", "Suspended")
+    assert st["interruptedCount"] == 0
+    wait_for("suspended run gone", lambda: not run_pods(api, namespace, "pausable-r1"), timeout=30)
+    patch_sj(api, namespace, "pausable", {"suspend": False})
+    st = wait_phase(api, namespace, "pausable", "Running", timeout=60)
+    assert st["jobName"] == "pausable-r2"
+    assert {"Suspended", "Resumed"} <= set(events_for(api, namespace, "pausable"))
+
+
+def test_deleting_the_sj_removes_everything(api, namespace, operator):
+    create_sj(api, namespace, "doomed", sj_spec(run_for="600s", parallelism=2))
+    wait_phase(api, namespace, "doomed", "Running")
+    from tests.e2e.sj import custom
+    from sj_operator.api.model import GROUP, PLURAL, VERSION
+    custom(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "doomed")
+    core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
+    sel = "scavenger.dev/job-name=doomed"
+
+    def nothing_left() -> bool:
+        return (not jobs_of(api, namespace, "doomed")
+                and not core.list_namespaced_pod(namespace, label_selector=sel).items
+                and not core.list_namespaced_service(namespace, label_selector=sel).items
+                and not policy.list_namespaced_pod_disruption_budget(namespace, label_selector=sel).items)
+
+    wait_for("no runs, pods, services or budgets left", nothing_left, timeout=60)

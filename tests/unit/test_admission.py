@@ -1,0 +1,574 @@
+"""Queue order and admission decisions (sj_operator.policy.admission) over hand-built snapshots."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gang.placement import fit_gang, node_accepts
+from sj_operator.policy.admission import (
+    Admission,
+    PolicyConfig,
+    decide,
+    is_starving,
+    queue_order,
+    waiting_since,
+)
+from sj_operator.policy.snapshot import (
+    ClusterSnapshot,
+    InFlightRun,
+    NodeView,
+    QueuedSJ,
+    Taint,
+    Toleration,
+    add,
+    fits,
+    parse_resources,
+    scale,
+    sub,
+    to_milli,
+    total,
+)
+
+NOW = datetime(2025, 1, 1, 12, 0, tzinfo=timezone.utc)
+GI = 2**30 * 1000
+GPU = "nvidia.com/gpu"
+PATIENT = PolicyConfig(starvation_after=timedelta(days=365))
+NO_THRESHOLD = PolicyConfig(threshold=1.0, starvation_after=timedelta(days=365))
+
+
+def node(name: str, cpu: int = 10_000, memory: int = 40 * GI, used: dict | None = None, **kw) -> NodeView:
+    return NodeView(name, allocatable={"cpu": cpu, "memory": memory, **kw.pop("extra", {})}, requested=used or {}, **kw)
+
+
+def sj(key: str, cpu: int = 1000, pods: int = 1, age_min: float = 1, interrupted: int = 0, **kw) -> QueuedSJ:
+    request = kw.pop("request", {"cpu": cpu})
+    return QueuedSJ(
+        key=key,
+        created=NOW - timedelta(minutes=age_min),
+        interrupted_count=interrupted,
+        pods=pods,
+        request=request,
+        **kw,
+    )
+
+
+def snapshot(nodes: list[NodeView], queue: list[QueuedSJ], in_flight=(), extra_requested=None) -> ClusterSnapshot:
+    """A snapshot whose cluster_requested is what the nodes report plus ``extra_requested`` (pending pods)."""
+    requested = add(total(n.requested for n in nodes), extra_requested or {})
+    return ClusterSnapshot(
+        nodes=tuple(nodes), cluster_requested=requested, in_flight=tuple(in_flight), queue=tuple(queue)
+    )
+
+
+def admitted(
+    snap: ClusterSnapshot, config: PolicyConfig = PATIENT, now: datetime = NOW
+) -> list[tuple[str, tuple[str, ...]]]:
+    return [(a.key, a.nodes) for a in decide(snap, now, config)]
+
+
+def case(snap: ClusterSnapshot, expected: list, config: PolicyConfig = PATIENT, *, id: str):
+    return pytest.param(snap, expected, config, id=id)
+
+
+CASES = [
+    # --- threshold, per resource -------------------------------------------------------------
+    case(
+        snapshot([node("a", used={"cpu": 6000})], [sj("ns/x", cpu=1000)]),
+        [("ns/x", ("a",))],
+        id="cpu-exactly-at-threshold",
+    ),
+    case(
+        snapshot([node("a", used={"cpu": 6000})], [sj("ns/x", cpu=1001)]),
+        [],
+        id="cpu-over-threshold",
+    ),
+    case(
+        snapshot([node("a")], [sj("ns/x", cpu=1000)], extra_requested={"cpu": 6500}),
+        [],
+        id="pending-pods-count-against-threshold",
+    ),
+    case(
+        snapshot(
+            [node("a", used={"memory": 20 * GI})],
+            [
+                sj("ns/big", request={"cpu": 100, "memory": 9 * GI}),
+                sj("ns/fits", request={"cpu": 100, "memory": 8 * GI}),
+            ],
+        ),
+        [("ns/fits", ("a",))],
+        id="memory-threshold",
+    ),
+    case(
+        snapshot(
+            [node("a", extra={GPU: 2000}), node("b", extra={GPU: 2000})],
+            [sj("ns/three", request={GPU: 1000}, pods=3), sj("ns/two", request={GPU: 1000}, pods=2)],
+        ),
+        [("ns/two", ("a", "a"))],
+        id="extended-resource-threshold",
+    ),
+    case(
+        snapshot([node("a")], [sj("ns/gpu", request={GPU: 1000}), sj("ns/cpu")]),
+        [("ns/cpu", ("a",))],
+        id="resource-no-node-has",
+    ),
+    case(
+        snapshot([node("a", used={"memory": 39 * GI})], [sj("ns/x", cpu=1000)]),
+        [("ns/x", ("a",))],
+        id="unrequested-resource-over-threshold-ignored",
+    ),
+    # --- whole gang placement ----------------------------------------------------------------
+    case(
+        snapshot([node(n, used={"cpu": 8000}) for n in "abc"], [sj("ns/gang", cpu=2000, pods=3)]),
+        [],
+        id="threshold-blocks-before-placement",
+    ),
+    case(
+        snapshot(
+            [node(n, cpu=4000, used={"cpu": 2000}) for n in "abcd"],
+            [sj("ns/wide", cpu=3000, pods=2), sj("ns/spread", cpu=2000, pods=3)],
+        ),
+        [("ns/spread", ("a", "b", "c"))],
+        NO_THRESHOLD,
+        id="fragmented-free-capacity",
+    ),
+    case(
+        snapshot([node("a", used={"cpu": 1000}), node("b")], [sj("ns/gang", cpu=3000, pods=2)]),
+        [("ns/gang", ("a", "a"))],
+        id="gang-on-first-node-holding-it",
+    ),
+    # --- node eligibility --------------------------------------------------------------------
+    case(
+        snapshot([node("a", unschedulable=True), node("b")], [sj("ns/big", cpu=8000), sj("ns/x", cpu=5000)]),
+        [("ns/x", ("b",))],
+        id="cordoned-node-neither-used-nor-counted",
+    ),
+    case(
+        snapshot(
+            [node("a", labels={"zone": "x"}), node("b", labels={"zone": "y"})],
+            [sj("ns/x", node_selector={"zone": "y"}), sj("ns/none", node_selector={"zone": "z"})],
+        ),
+        [("ns/x", ("b",))],
+        id="node-selector",
+    ),
+    case(
+        snapshot(
+            [node("a", taints=(Taint("dedicated", "batch", "NoSchedule"),)), node("b", cpu=1000)],
+            [
+                sj("ns/plain", cpu=2000),
+                sj("ns/tolerant", cpu=2000, tolerations=(Toleration("dedicated", "Equal", "batch", "NoSchedule"),)),
+            ],
+        ),
+        [("ns/tolerant", ("a",))],
+        id="taints-and-tolerations",
+    ),
+    # --- in-flight runs ----------------------------------------------------------------------
+    case(
+        snapshot(
+            [node("a"), node("b")],
+            [sj("ns/x", cpu=4000)],
+            in_flight=[InFlightRun("ns/run", pods=4, request={"cpu": 2600}, scheduled_pods=0)],
+        ),
+        [],
+        id="in-flight-unscheduled-count-against-threshold",
+    ),
+    case(
+        snapshot(
+            [node("a", cpu=4000), node("b", cpu=4000), node("c", cpu=4000)],
+            [sj("ns/x", cpu=3000, pods=2)],
+            in_flight=[InFlightRun("ns/run", pods=1, request={"cpu": 3000})],
+        ),
+        [("ns/x", ("b", "c"))],
+        NO_THRESHOLD,
+        id="in-flight-placement-reserved",
+    ),
+    case(
+        snapshot(
+            [node("a", used={"cpu": 3000})],
+            [sj("ns/x", cpu=4000)],
+            in_flight=[InFlightRun("ns/run", pods=1, request={"cpu": 3000}, scheduled_pods=1)],
+        ),
+        [("ns/x", ("a",))],
+        id="in-flight-scheduled-not-double-counted",
+    ),
+    case(
+        snapshot([node("a")], [sj("ns/run"), sj("ns/x")], in_flight=[InFlightRun("ns/run", 1, {"cpu": 1})]),
+        [("ns/x", ("a",))],
+        id="sj-with-run-in-flight-not-launched-twice",
+    ),
+    # --- several SJs in one pass -------------------------------------------------------------
+    case(
+        snapshot([node("a", cpu=10_000, used={"cpu": 5000})], [sj("ns/1", cpu=3000, age_min=2), sj("ns/2", cpu=3000)]),
+        [("ns/1", ("a",))],
+        NO_THRESHOLD,
+        id="one-pass-never-overfills-a-node",
+    ),
+    case(
+        snapshot(
+            [node("a"), node("b")],
+            [sj("ns/1", cpu=8000, age_min=3), sj("ns/2", cpu=8000, age_min=2), sj("ns/3", cpu=2000)],
+        ),
+        [("ns/1", ("a",)), ("ns/3", ("a",))],
+        id="one-pass-never-exceeds-threshold",
+    ),
+    case(
+        snapshot(
+            [node("a", cpu=4000)],
+            [sj("ns/old", cpu=2000, age_min=9), sj("ns/interrupted", cpu=2000, interrupted=2), sj("ns/new", cpu=2000)],
+        ),
+        [("ns/interrupted", ("a",))],
+        id="interrupted-first",
+    ),
+    # --- backfill and backoff ----------------------------------------------------------------
+    case(
+        snapshot([node("a")], [sj("ns/huge", cpu=9000, age_min=5), sj("ns/small", cpu=2000)]),
+        [("ns/small", ("a",))],
+        id="backfill-behind-a-waiting-head",
+    ),
+    case(
+        snapshot(
+            [node(n, cpu=1500) for n in "abc"],
+            [sj("ns/4", pods=4, age_min=3), sj("ns/3", pods=3, age_min=2), sj("ns/2", pods=2)],
+        ),
+        [("ns/3", ("a", "b", "c"))],
+        NO_THRESHOLD,
+        id="smaller-gang-of-the-same-shape-after-a-larger-one-failed",
+    ),
+    case(
+        snapshot([node("a")], [sj("ns/later", not_before=NOW + timedelta(seconds=1)), sj("ns/now", not_before=NOW)]),
+        [("ns/now", ("a",))],
+        id="not-before-backoff",
+    ),
+]
+
+
+@pytest.mark.parametrize(("snap", "expected", "config"), CASES)
+def test_decide(snap: ClusterSnapshot, expected: list[tuple[str, tuple[str, ...]]], config: PolicyConfig) -> None:
+    assert admitted(snap, config) == expected
+
+
+# --- starvation --------------------------------------------------------------------------------
+
+STARVE = PolicyConfig(starvation_after=timedelta(minutes=10))
+HALF_FULL = [node("a", used={"cpu": 5000}), node("b", used={"cpu": 5000})]
+
+
+@pytest.mark.parametrize(
+    ("queue", "expected"),
+    [
+        pytest.param([sj("ns/head", cpu=6000, age_min=11), sj("ns/small", cpu=1000)], [], id="starving-head-blocks"),
+        pytest.param(
+            [sj("ns/head", cpu=6000, age_min=10), sj("ns/small", cpu=1000)],
+            ["ns/small"],
+            id="exactly-at-limit-not-starving",
+        ),
+        pytest.param(
+            [sj("ns/first", cpu=1000, age_min=30), sj("ns/head", cpu=6000, age_min=20), sj("ns/small", cpu=1000)],
+            ["ns/first"],
+            id="admitted-before-the-head",
+        ),
+        pytest.param(
+            [sj("ns/impossible", cpu=11_000, age_min=60), sj("ns/small", cpu=1000)],
+            ["ns/small"],
+            id="unsatisfiable-never-blocks",
+        ),
+        pytest.param(
+            [sj("ns/impossible", request={GPU: 1000}, age_min=60), sj("ns/small", cpu=1000)],
+            ["ns/small"],
+            id="missing-resource-never-blocks",
+        ),
+        pytest.param(
+            [
+                sj("ns/head", cpu=6000, age_min=5, interrupted=1),
+                sj("ns/starving", cpu=7000, age_min=50),
+                sj("ns/s", cpu=1000),
+            ],
+            ["ns/s"],
+            id="only-the-head-blocks",
+        ),
+        pytest.param(
+            [sj("ns/head", cpu=6000, age_min=60, not_before=NOW - timedelta(minutes=1)), sj("ns/small", cpu=1000)],
+            ["ns/small"],
+            id="backoff-restarts-the-wait",
+        ),
+        pytest.param(
+            [sj("ns/head", cpu=6000, age_min=60, not_before=NOW + timedelta(minutes=1)), sj("ns/small", cpu=1000)],
+            ["ns/small"],
+            id="backing-off-sj-is-not-head",
+        ),
+    ],
+)
+def test_starvation(queue: list[QueuedSJ], expected: list[str]) -> None:
+    assert [key for key, _ in admitted(snapshot(HALF_FULL, queue), STARVE)] == expected
+
+
+def test_waiting_since_and_is_starving() -> None:
+    created = NOW - timedelta(hours=1)
+    assert waiting_since(sj("ns/x", age_min=60)) == created
+    assert waiting_since(sj("ns/x", age_min=60, not_before=NOW - timedelta(minutes=3))) == NOW - timedelta(minutes=3)
+    assert waiting_since(sj("ns/x", age_min=60, not_before=created - timedelta(days=1))) == created
+    assert is_starving(sj("ns/x", age_min=11), NOW, STARVE)
+    assert not is_starving(sj("ns/x", age_min=10), NOW, STARVE)
+
+
+# --- queue order -------------------------------------------------------------------------------
+
+
+def test_queue_order() -> None:
+    queue = [
+        sj("ns/b-new", age_min=1),
+        sj("ns/b-old", age_min=5),
+        sj("ns/twice", age_min=1, interrupted=2),
+        sj("ns/once", age_min=50, interrupted=1),
+        sj("ns/a-old", age_min=5),
+    ]
+    assert [s.key for s in queue_order(queue)] == ["ns/twice", "ns/once", "ns/a-old", "ns/b-old", "ns/b-new"]
+
+
+def test_result_independent_of_input_order() -> None:
+    nodes = [node(f"n{i}", used={"cpu": 1000 * i}) for i in range(6)]
+    queue = [sj(f"ns/{i}", cpu=1000 + 500 * (i % 4), pods=1 + i % 3, age_min=i, interrupted=i % 2) for i in range(20)]
+    expected = decide(snapshot(nodes, queue), NOW, PATIENT)
+    rng = random.Random(3)
+    for _ in range(5):
+        rng.shuffle(nodes)
+        rng.shuffle(queue)
+        assert decide(snapshot(nodes, queue), NOW, PATIENT) == expected
+
+
+def test_validation() -> None:
+    with pytest.raises(ValueError):
+        PolicyConfig(threshold=1.5)
+    with pytest.raises(ValueError):
+        decide(snapshot([], []), datetime(2025, 1, 1), PATIENT)
+    with pytest.raises(ValueError):
+        sj("ns/x", pods=0)
+    with pytest.raises(ValueError):
+        QueuedSJ("ns/x", created=datetime(2025, 1, 1))
+    with pytest.raises(ValueError):
+        ClusterSnapshot(nodes=(node("a"), node("a")))
+
+
+def test_zero_threshold_admits_only_empty_requests() -> None:
+    snap = snapshot([node("a")], [sj("ns/cpu"), sj("ns/nothing", request={})])
+    assert admitted(snap, PolicyConfig(threshold=0)) == [("ns/nothing", ("a",))]
+
+
+# --- properties --------------------------------------------------------------------------------
+
+RESOURCES = ("cpu", "memory", GPU)
+UNIT = {"cpu": 500, "memory": GI, GPU: 1000}
+
+
+@st.composite
+def nodes_strategy(draw: st.DrawFn) -> list[NodeView]:
+    nodes = []
+    for i in range(draw(st.integers(0, 6))):
+        allocatable = {r: draw(st.integers(0, 12)) * UNIT[r] for r in RESOURCES if r != GPU or draw(st.booleans())}
+        requested = {r: draw(st.integers(0, 12)) * UNIT[r] for r in RESOURCES if draw(st.booleans())}
+        nodes.append(
+            NodeView(
+                f"n{i}",
+                allocatable=allocatable,
+                requested=requested,
+                labels={"zone": draw(st.sampled_from("xy"))},
+                taints=(Taint("dedicated", "batch", "NoSchedule"),) if draw(st.integers(0, 4)) == 0 else (),
+                unschedulable=draw(st.integers(0, 5)) == 0,
+            )
+        )
+    return nodes
+
+
+@st.composite
+def queue_strategy(draw: st.DrawFn) -> list[QueuedSJ]:
+    queue = []
+    for i in range(draw(st.integers(0, 10))):
+        request = {r: draw(st.integers(0, 6)) * UNIT[r] for r in RESOURCES if draw(st.booleans())}
+        queue.append(
+            QueuedSJ(
+                key=f"ns/sj-{i}",
+                created=NOW - timedelta(minutes=draw(st.integers(0, 30))),
+                interrupted_count=draw(st.integers(0, 2)),
+                pods=draw(st.integers(1, 4)),
+                request=request,
+                node_selector={"zone": draw(st.sampled_from("xy"))} if draw(st.integers(0, 3)) == 0 else {},
+                tolerations=(Toleration("dedicated", "Exists"),) if draw(st.booleans()) else (),
+                not_before=NOW + timedelta(minutes=draw(st.integers(-20, 5))) if draw(st.integers(0, 3)) == 0 else None,
+            )
+        )
+    return queue
+
+
+@st.composite
+def snapshots(draw: st.DrawFn, with_in_flight: bool = True) -> ClusterSnapshot:
+    nodes = draw(nodes_strategy())
+    queue = draw(queue_strategy())
+    in_flight = []
+    if with_in_flight:
+        for i in range(draw(st.integers(0, 2))):
+            pods = draw(st.integers(1, 3))
+            request = {r: draw(st.integers(0, 4)) * UNIT[r] for r in RESOURCES if draw(st.booleans())}
+            in_flight.append(InFlightRun(f"ns/run-{i}", pods, request, draw(st.integers(0, pods))))
+    extra = {r: draw(st.integers(0, 8)) * UNIT[r] for r in RESOURCES if draw(st.booleans())}
+    return snapshot(nodes, queue, in_flight, extra)
+
+
+configs = st.builds(
+    PolicyConfig,
+    threshold=st.sampled_from([0.0, 0.3, 0.5, 0.7, 0.85, 1.0]),
+    starvation_after=st.sampled_from([timedelta(minutes=m) for m in (0, 5, 10, 60)]),
+)
+
+
+def limits(snap: ClusterSnapshot, config: PolicyConfig) -> dict[str, int]:
+    fraction = Fraction(str(config.threshold))
+    allocatable = total(n.allocatable for n in snap.nodes if not n.unschedulable)
+    return {r: int(fraction * allocatable.get(r, 0)) for r in RESOURCES}
+
+
+def with_admissions(snap: ClusterSnapshot, admissions: list[Admission], queue: tuple[QueuedSJ, ...]) -> ClusterSnapshot:
+    """``snap`` with the admitted gangs' pods scheduled where they were placed, and ``queue`` waiting."""
+    by_key = {s.key: s for s in snap.queue}
+    extra: dict[str, dict[str, int]] = {}
+    added: dict[str, int] = {}
+    for admission in admissions:
+        request = by_key[admission.key].request
+        added = dict(add(added, scale(request, len(admission.nodes))))
+        for name, count in Counter(admission.nodes).items():
+            extra[name] = dict(add(extra.get(name, {}), scale(request, count)))
+    nodes = tuple(replace(n, requested=add(n.requested, extra.get(n.name, {}))) for n in snap.nodes)
+    return replace(snap, nodes=nodes, cluster_requested=add(snap.cluster_requested, added), queue=queue)
+
+
+@settings(max_examples=400, deadline=None)
+@given(snap=snapshots(), config=configs)
+def test_admissions_respect_threshold_gang_and_nodes(snap: ClusterSnapshot, config: PolicyConfig) -> None:
+    admissions = decide(snap, NOW, config)
+    by_key = {s.key: s for s in snap.queue}
+    nodes = {n.name: n for n in snap.nodes}
+    order = [s.key for s in queue_order(snap.queue)]
+    assert len({a.key for a in admissions}) == len(admissions)
+
+    demand: dict[str, int] = {}
+    per_node: dict[str, dict[str, int]] = {}
+    for admission in admissions:
+        queued = by_key[admission.key]
+        assert queued.not_before is None or queued.not_before <= NOW
+        assert admission.key not in {run.key for run in snap.in_flight}
+        # A gang is admitted whole, on nodes it may run on.
+        assert len(admission.nodes) == queued.pods
+        for name in admission.nodes:
+            assert node_accepts(nodes[name], queued.node_selector, queued.tolerations)
+        demand = dict(add(demand, scale(queued.request, queued.pods)))
+        for name, count in Counter(admission.nodes).items():
+            per_node[name] = dict(add(per_node.get(name, {}), scale(queued.request, count)))
+
+    # Requests already there, in flight and admitted stay within the threshold per resource.
+    in_flight = total(scale(run.request, run.unscheduled_pods) for run in snap.in_flight)
+    limit = limits(snap, config)
+    for resource, amount in demand.items():
+        if amount > 0:
+            base = snap.cluster_requested.get(resource, 0) + in_flight.get(resource, 0)
+            assert base + amount <= limit[resource]
+    # No node gets more than its free capacity.
+    for name, added in per_node.items():
+        for resource, amount in added.items():
+            if amount > 0:
+                assert nodes[name].requested.get(resource, 0) + amount <= nodes[name].allocatable.get(resource, 0)
+    # Admissions come out in queue order.
+    positions = [order.index(a.key) for a in admissions]
+    assert positions == sorted(positions)
+
+
+@settings(max_examples=400, deadline=None)
+@given(snap=snapshots(with_in_flight=False), config=configs)
+def test_skips_and_placements_are_justified(snap: ClusterSnapshot, config: PolicyConfig) -> None:
+    admissions = decide(snap, NOW, config)
+    admitted_keys = [a.key for a in admissions]
+    order = queue_order(snap.queue)
+    position = {s.key: i for i, s in enumerate(order)}
+    last_admitted = max((position[k] for k in admitted_keys), default=-1)
+    for i, queued in enumerate(order):
+        before = [a for a in admissions if position[a.key] < i]
+        state = with_admissions(snap, before, (queued,))
+        if queued.key in admitted_keys:
+            # The placement is the heuristic's on the capacity left at that point.
+            placement = fit_gang(queued.pods, queued.request, state.nodes, queued.node_selector, queued.tolerations)
+            assert placement == admissions[admitted_keys.index(queued.key)].nodes
+        elif i < last_admitted and (queued.not_before is None or queued.not_before <= NOW):
+            # Skipped while something behind it started: it would not have fit then on its own.
+            assert decide(state, NOW, config) == []
+
+
+@settings(max_examples=400, deadline=None)
+@given(snap=snapshots(), config=configs)
+def test_starving_head_blocks_everything_behind_it(snap: ClusterSnapshot, config: PolicyConfig) -> None:
+    admissions = decide(snap, NOW, config)
+    admitted_keys = {a.key for a in admissions}
+    taken = {run.key for run in snap.in_flight}
+    empty = replace(snap, nodes=tuple(replace(n, requested={}) for n in snap.nodes), cluster_requested={}, in_flight=())
+    order = queue_order(snap.queue)
+    for i, queued in enumerate(order):
+        if queued.key in admitted_keys or queued.key in taken or (queued.not_before or NOW) > NOW:
+            continue
+        could_ever_fit = decide(replace(empty, queue=(queued,)), NOW, config) != []
+        if could_ever_fit:
+            # The head: it blocks everything behind it exactly when it is starving.
+            if is_starving(queued, NOW, config):
+                assert not admitted_keys & {s.key for s in order[i + 1 :]}
+            break
+
+
+@settings(max_examples=100, deadline=None)
+@given(snap=snapshots(), config=configs)
+def test_decide_is_deterministic(snap: ClusterSnapshot, config: PolicyConfig) -> None:
+    shuffled = replace(snap, nodes=tuple(reversed(snap.nodes)), queue=tuple(reversed(snap.queue)))
+    assert decide(snap, NOW, config) == decide(shuffled, NOW, config)
+
+
+# --- resources ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("quantity", "expected"),
+    [
+        ("500m", 500),
+        ("1", 1000),
+        (2, 2000),
+        ("1.5", 1500),
+        ("1Gi", 1073741824000),
+        ("100M", 100_000_000_000),
+        ("0.1m", 1),  # rounded up, like Kubernetes MilliValue
+    ],
+)
+def test_to_milli(quantity: str | int, expected: int) -> None:
+    assert to_milli(quantity) == expected
+
+
+def test_resource_arithmetic() -> None:
+    a = {"cpu": 1000, "memory": 2 * GI}
+    b = {"cpu": 1500, GPU: 1000}
+    assert add(a, b) == {"cpu": 2500, "memory": 2 * GI, GPU: 1000}
+    assert sub(a, b) == {"cpu": -500, "memory": 2 * GI, GPU: -1000}
+    assert sub(a, a) == {}
+    assert scale(b, 3) == {"cpu": 4500, GPU: 3000}
+    assert total([a, b, a]) == {"cpu": 3500, "memory": 4 * GI, GPU: 1000}
+    assert fits({"cpu": 1000, "memory": 0}, {"cpu": 1000})
+    assert not fits({GPU: 1}, {"cpu": 1000})
+    assert parse_resources({"cpu": "250m", "nvidia.com/gpu": 1}) == {"cpu": 250, GPU: 1000}
+    with pytest.raises(ValueError):
+        to_milli("lots")
+    with pytest.raises(TypeError):
+        NodeView("a", allocatable={"cpu": 1.5})  # type: ignore[dict-item]
+    with pytest.raises(ValueError):
+        QueuedSJ("ns/x", created=NOW, request={"cpu": -1})
+    frozen = node("a").allocatable
+    with pytest.raises(TypeError):
+        frozen["cpu"] = 1  # type: ignore[index]

@@ -1,0 +1,364 @@
+"""Exact child objects built for a ScavengerJob."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from sj_operator.api.model import parse_spec
+from sj_operator.builders import build_gang_service, build_run_job, run_job_name, sj_label_value
+
+UID = "0b6c2d1e-5f7a-4c3b-9d8e-112233445566"
+OWNER = {
+    "apiVersion": "scavenger.dev/v1alpha1",
+    "kind": "ScavengerJob",
+    "name": "counter",
+    "uid": UID,
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
+
+SINGLE_POD_SPEC: dict[str, Any] = {
+    "image": "registry.example/counter:1.2",
+    "command": ["python", "-m", "counter"],
+    "args": ["--steps", "1000"],
+    "env": [
+        {"name": "MODE", "value": "fast"},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ],
+    "workingDir": "/work",
+    "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": 1}},
+    "volumes": [
+        {
+            "name": "ckpt",
+            "mountPath": "/ckpt",
+            "subPath": "counter",
+            "persistentVolumeClaim": {"claimName": "ckpt-pvc"},
+        },
+        {"name": "config", "mountPath": "/etc/counter", "readOnly": True, "configMap": {"name": "counter-config"}},
+        {"name": "creds", "mountPath": "/var/run/creds", "readOnly": False, "secret": {"secretName": "counter-creds"}},
+        {"name": "scratch", "mountPath": "/scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}},
+        {"name": "tmp", "mountPath": "/tmp", "emptyDir": {}},
+    ],
+    "checkpointVolume": "ckpt",
+    "duration": "1h",
+    "priorityLevels": 4,
+    "runAsUser": 1000,
+    "runAsGroup": 3000,
+    "terminationGracePeriodSeconds": 45,
+    "nodeSelector": {"kubernetes.io/arch": "amd64"},
+    "tolerations": [
+        {"key": "dedicated", "operator": "Equal", "value": "batch", "effect": "NoSchedule"},
+        {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60},
+    ],
+    "serviceAccountName": "counter",
+    "imagePullSecrets": [{"name": "regcred"}],
+    "podLabels": {"team": "ml", "scavenger.dev.example/x": "y"},
+    "podAnnotations": {"sim.scavenger.dev/run-for": "20s", "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+    "maxInterruptions": 10,
+    "suspend": False,
+}
+
+EXPECTED_SINGLE_POD_JOB: dict[str, Any] = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {
+        "name": "counter-r3",
+        "namespace": "research",
+        "labels": {"scavenger.dev/job-name": "counter", "scavenger.dev/run": "counter-r3"},
+        "ownerReferences": [OWNER],
+    },
+    "spec": {
+        "completionMode": "NonIndexed",
+        "completions": 1,
+        "parallelism": 1,
+        "backoffLimit": 0,
+        "podReplacementPolicy": "Failed",
+        "template": {
+            "metadata": {
+                "labels": {
+                    "team": "ml",
+                    "scavenger.dev.example/x": "y",
+                    "scavenger.dev/protected": "false",
+                    "scavenger.dev/job-name": "counter",
+                    "scavenger.dev/run": "counter-r3",
+                },
+                "annotations": {
+                    "sim.scavenger.dev/run-for": "20s",
+                    "cluster-autoscaler.kubernetes.io/safe-to-evict": "true",
+                },
+            },
+            "spec": {
+                "restartPolicy": "Never",
+                "enableServiceLinks": False,
+                "priorityClassName": "scavenger-1",
+                "terminationGracePeriodSeconds": 45,
+                "serviceAccountName": "counter",
+                "securityContext": {"runAsUser": 1000, "runAsGroup": 3000},
+                "nodeSelector": {"kubernetes.io/arch": "amd64"},
+                "tolerations": [
+                    {"key": "dedicated", "operator": "Equal", "value": "batch", "effect": "NoSchedule"},
+                    {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60},
+                ],
+                "imagePullSecrets": [{"name": "regcred"}],
+                "volumes": [
+                    {"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt-pvc"}},
+                    {"name": "config", "configMap": {"name": "counter-config"}},
+                    {"name": "creds", "secret": {"secretName": "counter-creds"}},
+                    {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}},
+                    {"name": "tmp", "emptyDir": {}},
+                ],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example/counter:1.2",
+                        "command": ["python", "-m", "counter"],
+                        "args": ["--steps", "1000"],
+                        "workingDir": "/work",
+                        "env": [
+                            {"name": "SJ_NAME", "value": "counter"},
+                            {"name": "SJ_NAMESPACE", "value": "research"},
+                            {"name": "SJ_RESTART_COUNT", "value": "2"},
+                            {"name": "SJ_CHECKPOINT_DIR", "value": "/ckpt"},
+                            {"name": "SJ_CHECKPOINT_INTERVAL", "value": "900"},
+                            {"name": "MODE", "value": "fast"},
+                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        ],
+                        "resources": {
+                            "requests": {"cpu": "500m", "memory": "1Gi"},
+                            "limits": {"cpu": "1", "memory": "1Gi"},
+                        },
+                        "volumeMounts": [
+                            {"name": "ckpt", "mountPath": "/ckpt", "subPath": "counter"},
+                            {"name": "config", "mountPath": "/etc/counter", "readOnly": True},
+                            {"name": "creds", "mountPath": "/var/run/creds", "readOnly": False},
+                            {"name": "scratch", "mountPath": "/scratch"},
+                            {"name": "tmp", "mountPath": "/tmp"},
+                        ],
+                    }
+                ],
+            },
+        },
+    },
+}
+
+
+def test_single_pod_job_with_every_field() -> None:
+    job = build_run_job(
+        sj_name="counter",
+        namespace="research",
+        sj_uid=UID,
+        spec=parse_spec(SINGLE_POD_SPEC),
+        status_interrupted_count=2,
+        attempt=3,
+        priority_class_name="scavenger-1",
+        extra_pod_labels={"scavenger.dev/protected": "false"},
+    )
+    assert job == EXPECTED_SINGLE_POD_JOB
+
+
+GANG_SPEC: dict[str, Any] = {
+    "image": "mpi:latest",
+    "parallelism": 3,
+    "resources": {"limits": {"cpu": "2", "memory": "4Gi"}},
+}
+
+EXPECTED_GANG_JOB: dict[str, Any] = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {
+        "name": "train-r1",
+        "namespace": "default",
+        "labels": {"scavenger.dev/job-name": "train", "scavenger.dev/run": "train-r1"},
+        "ownerReferences": [{**OWNER, "name": "train"}],
+    },
+    "spec": {
+        "completionMode": "Indexed",
+        "completions": 3,
+        "parallelism": 3,
+        "backoffLimit": 0,
+        "podReplacementPolicy": "Failed",
+        "template": {
+            "metadata": {
+                "labels": {"scavenger.dev/job-name": "train", "scavenger.dev/run": "train-r1"},
+                "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"},
+            },
+            "spec": {
+                "restartPolicy": "Never",
+                "enableServiceLinks": False,
+                "priorityClassName": "scavenger-0",
+                "terminationGracePeriodSeconds": 30,
+                "subdomain": "train-r1",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "mpi:latest",
+                        "env": [
+                            {"name": "SJ_NAME", "value": "train"},
+                            {"name": "SJ_NAMESPACE", "value": "default"},
+                            {"name": "SJ_RESTART_COUNT", "value": "0"},
+                            {"name": "SJ_CHECKPOINT_INTERVAL", "value": "600"},
+                            {
+                                "name": "SJ_RANK",
+                                "valueFrom": {
+                                    "fieldRef": {
+                                        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+                                    }
+                                },
+                            },
+                            {"name": "SJ_WORLD_SIZE", "value": "3"},
+                            {
+                                "name": "SJ_HOSTS",
+                                "value": "train-r1-0.train-r1,train-r1-1.train-r1,train-r1-2.train-r1",
+                            },
+                        ],
+                        "resources": {
+                            "requests": {"cpu": "2", "memory": "4Gi"},
+                            "limits": {"cpu": "2", "memory": "4Gi"},
+                        },
+                    }
+                ],
+            },
+        },
+    },
+}
+
+
+def test_three_pod_gang_job() -> None:
+    job = build_run_job(
+        sj_name="train",
+        namespace="default",
+        sj_uid=UID,
+        spec=parse_spec(GANG_SPEC),
+        status_interrupted_count=0,
+        attempt=1,
+        priority_class_name="scavenger-0",
+        extra_pod_labels={},
+    )
+    assert job == EXPECTED_GANG_JOB
+
+
+def test_gang_service() -> None:
+    assert build_gang_service(job_name="train-r1", namespace="default", sj_name="train", sj_uid=UID) == {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "train-r1",
+            "namespace": "default",
+            "labels": {"scavenger.dev/job-name": "train", "scavenger.dev/run": "train-r1"},
+            "ownerReferences": [{**OWNER, "name": "train"}],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"scavenger.dev/run": "train-r1"},
+        },
+    }
+
+
+def test_gang_service_selects_the_gang_pods() -> None:
+    spec = parse_spec(GANG_SPEC)
+    job = build_run_job(
+        sj_name="train", namespace="default", sj_uid=UID, spec=spec, status_interrupted_count=0,
+        attempt=1, priority_class_name="p", extra_pod_labels={},
+    )  # fmt: skip
+    service = build_gang_service(job_name=job["metadata"]["name"], namespace="default", sj_name="train", sj_uid=UID)
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert job["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"]
+
+
+def test_minimal_spec_has_no_optional_keys() -> None:
+    job = build_run_job(
+        sj_name="tiny", namespace="ns", sj_uid=UID, spec=parse_spec({"image": "busybox"}),
+        status_interrupted_count=5, attempt=0, priority_class_name="p", extra_pod_labels={},
+    )  # fmt: skip
+    pod = job["spec"]["template"]["spec"]
+    assert set(pod) == {
+        "restartPolicy", "enableServiceLinks", "priorityClassName", "terminationGracePeriodSeconds", "containers",
+    }  # fmt: skip
+    assert pod["containers"][0] == {
+        "name": "main",
+        "image": "busybox",
+        "env": [
+            {"name": "SJ_NAME", "value": "tiny"},
+            {"name": "SJ_NAMESPACE", "value": "ns"},
+            {"name": "SJ_RESTART_COUNT", "value": "5"},
+            {"name": "SJ_CHECKPOINT_INTERVAL", "value": "600"},
+        ],
+        "resources": {},
+    }
+    assert "podFailurePolicy" not in job["spec"]
+
+
+def test_mpi_hook_is_accepted() -> None:
+    spec = parse_spec({**GANG_SPEC, "mpi": {}})
+    kwargs: dict[str, Any] = dict(
+        sj_name="train", namespace="default", sj_uid=UID, spec=spec, status_interrupted_count=0,
+        attempt=1, priority_class_name="scavenger-0", extra_pod_labels={},
+    )  # fmt: skip
+    assert build_run_job(**kwargs, mpi={"sshSecret": "train-ssh"}) == build_run_job(**kwargs)
+
+
+def test_builders_do_not_share_state_with_the_spec() -> None:
+    spec = parse_spec(SINGLE_POD_SPEC)
+    kwargs: dict[str, Any] = dict(
+        sj_name="counter", namespace="research", sj_uid=UID, spec=spec, status_interrupted_count=2,
+        attempt=3, priority_class_name="scavenger-1", extra_pod_labels={"scavenger.dev/protected": "false"},
+    )  # fmt: skip
+    first = build_run_job(**kwargs)
+    first["spec"]["template"]["spec"]["nodeSelector"]["zone"] = "mutated"
+    first["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "99"
+    assert build_run_job(**kwargs) == EXPECTED_SINGLE_POD_JOB
+
+
+# ----------------------------------------------------------------------------- names
+
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+RUN_NAMES = [
+    ("counter", 0, "counter-r0"),
+    ("counter", 7, "counter-r7"),
+    ("a" * 49, 1, "a" * 49 + "-r1"),  # exactly 52: kept
+    ("a" * 49, 10, "a" * 42 + "-8f9be-r10"),  # longer attempt pushes it over
+    ("a" * 50, 1, "a" * 43 + "-160b4-r1"),
+    ("x" * 253, 12345, "x" * 39 + "-1329e-r12345"),
+    ("a" * 40 + "." + "b" * 30, 3, "a" * 40 + "-bb-28422-r3"),
+    ("my.job", 2, "my-job-bc373-r2"),  # dots are not allowed in DNS-1035 labels
+    ("1st", 1, "sj-1st-e01dd-r1"),  # DNS-1035 labels start with a letter
+]
+
+
+@pytest.mark.parametrize(("sj_name", "attempt", "expected"), RUN_NAMES)
+def test_run_job_name(sj_name: str, attempt: int, expected: str) -> None:
+    name = run_job_name(sj_name, attempt)
+    assert name == expected
+    assert len(name) <= 52
+    assert DNS_1035.fullmatch(name)
+    assert name.endswith(f"-r{attempt}")
+
+
+def test_run_job_names_are_distinct() -> None:
+    names = {run_job_name(sj, attempt) for sj in ("a" * 60, "a" * 61, "a.b", "a-b") for attempt in range(3)}
+    assert len(names) == 12
+
+
+def test_run_job_name_rejects_negative_attempt() -> None:
+    with pytest.raises(ValueError):
+        run_job_name("counter", -1)
+
+
+@pytest.mark.parametrize(
+    ("sj_name", "expected"),
+    [
+        ("counter", "counter"),
+        ("my.job", "my.job"),
+        ("a" * 63, "a" * 63),
+        ("a" * 64, "a" * 57 + "-ffe05"),
+    ],
+)
+def test_sj_label_value(sj_name: str, expected: str) -> None:
+    assert sj_label_value(sj_name) == expected
+    assert len(sj_label_value(sj_name)) <= 63

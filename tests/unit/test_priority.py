@@ -1,0 +1,160 @@
+"""Running priority, protection and the PriorityClass band (sj_operator.policy.priority)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from sj_operator.policy.priority import (
+    PRIORITY_BAND,
+    current_period_start,
+    is_protected,
+    launch_class,
+    priority_class_objects,
+    running_level,
+)
+
+START = datetime(2025, 1, 1, 12, 0, tzinfo=timezone.utc)
+DURATION = timedelta(minutes=30)
+
+
+def at(offset: timedelta) -> datetime:
+    """The injected clock: ``offset`` after the period start."""
+    return START + offset
+
+
+@pytest.mark.parametrize(
+    ("offset", "levels", "expected"),
+    [
+        (timedelta(0), 3, 0),
+        (timedelta(minutes=9, seconds=59, microseconds=999_999), 3, 0),
+        (timedelta(minutes=10), 3, 1),
+        (timedelta(minutes=19, seconds=59), 3, 1),
+        (timedelta(minutes=20), 3, 2),
+        (timedelta(minutes=29, seconds=59, microseconds=999_999), 3, 2),
+        (timedelta(minutes=30), 3, 0),
+        (timedelta(minutes=40), 3, 1),
+        (timedelta(hours=5, minutes=25), 3, 2),
+        (timedelta(minutes=-5), 3, 0),
+        (timedelta(minutes=29), 1, 0),
+        (timedelta(minutes=7, seconds=30), 4, 1),
+        (timedelta(minutes=22, seconds=30), 4, 3),
+    ],
+)
+def test_running_level(offset: timedelta, levels: int, expected: int) -> None:
+    assert running_level(at(offset), START, DURATION, levels) == expected
+
+
+@pytest.mark.parametrize(
+    ("offset", "expected_start"),
+    [
+        (timedelta(0), START),
+        (timedelta(minutes=29, seconds=59), START),
+        (timedelta(minutes=30), START + DURATION),
+        (timedelta(minutes=59, seconds=59, microseconds=999_999), START + DURATION),
+        (timedelta(hours=2), START + 4 * DURATION),
+        (timedelta(minutes=-1), START),
+    ],
+)
+def test_current_period_start(offset: timedelta, expected_start: datetime) -> None:
+    assert current_period_start(at(offset), START, DURATION) == expected_start
+
+
+def test_level_restarts_in_the_advanced_period() -> None:
+    now = at(timedelta(minutes=75))
+    period_start = current_period_start(now, START, DURATION)
+    assert period_start == START + 2 * DURATION
+    assert running_level(now, period_start, DURATION, 3) == running_level(now, START, DURATION, 3) == 1
+
+
+def test_uneven_duration_is_exact() -> None:
+    duration = timedelta(seconds=90)
+    assert running_level(START + timedelta(seconds=29, microseconds=999_999), START, duration, 3) == 0
+    assert running_level(START + timedelta(seconds=30), START, duration, 3) == 1
+    assert running_level(START + timedelta(seconds=60), START, duration, 3) == 2
+    assert current_period_start(START + timedelta(seconds=90), START, duration) == START + duration
+
+
+@pytest.mark.parametrize(
+    ("call", "args"),
+    [
+        (running_level, (START, START, timedelta(0), 3)),
+        (running_level, (START, START, DURATION, 0)),
+        (current_period_start, (START, START, timedelta(seconds=-1))),
+    ],
+)
+def test_invalid_arguments(call, args) -> None:
+    with pytest.raises(ValueError):
+        call(*args)
+
+
+@pytest.mark.parametrize(
+    ("level", "protect_from_level", "expected"),
+    [
+        (0, 2, False),
+        (1, 2, False),
+        (2, 2, True),
+        (2, 3, False),  # protect_from_level == levels: never protected with 3 levels
+        (0, 0, True),
+    ],
+)
+def test_is_protected(level: int, protect_from_level: int, expected: bool) -> None:
+    assert is_protected(level, protect_from_level) is expected
+
+
+@pytest.mark.parametrize(
+    ("interrupted_count", "expected"),
+    [
+        (0, "scavenger-band-0"),
+        (2, "scavenger-band-0"),
+        (3, "scavenger-band-1"),
+        (5, "scavenger-band-1"),
+        (6, "scavenger-band-2"),
+        (9, "scavenger-band-2"),
+        (10, "scavenger-band-3"),
+        (1000, "scavenger-band-3"),
+    ],
+)
+def test_launch_class(interrupted_count: int, expected: str) -> None:
+    assert launch_class(interrupted_count) == expected
+
+
+def test_launch_class_custom_steps() -> None:
+    assert launch_class(0, steps=(1, 5)) == "scavenger-band-0"
+    assert launch_class(1, steps=(1, 5)) == "scavenger-band-0"
+    assert launch_class(5, steps=(1, 5)) == "scavenger-band-1"
+    for steps in ((), (0, 0), (3, 1), (0, 1, 2, 3, 4)):
+        with pytest.raises(ValueError):
+            launch_class(1, steps=steps)
+    with pytest.raises(ValueError):
+        launch_class(-1)
+
+
+def test_band_is_below_everything_and_the_autoscaler_cutoff() -> None:
+    assert list(PRIORITY_BAND.items()) == [
+        ("scavenger-band-0", -1000),
+        ("scavenger-band-1", -999),
+        ("scavenger-band-2", -998),
+        ("scavenger-band-3", -997),
+    ]
+    assert max(PRIORITY_BAND.values()) < -10
+
+
+def test_priority_class_objects() -> None:
+    objects = priority_class_objects()
+    assert [o["metadata"]["name"] for o in objects] == list(PRIORITY_BAND)
+    first = objects[0]
+    assert first == {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "scavenger-band-0", "labels": {"app.kubernetes.io/managed-by": "scavenger"}},
+        "value": -1000,
+        "globalDefault": False,
+        "preemptionPolicy": "Never",
+        "description": first["description"],
+    }
+    assert all(o["preemptionPolicy"] == "Never" and o["globalDefault"] is False for o in objects)
+    assert all(o["description"] for o in objects)
+    objects[0]["metadata"]["labels"]["x"] = "y"
+    assert "x" not in priority_class_objects()[0]["metadata"]["labels"]
