@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
+from sj_operator.policy.snapshot import to_milli
 
 LABEL_SJ = "scavenger.dev/job-name"
 LABEL_RUN = "scavenger.dev/run"
@@ -32,12 +32,8 @@ def parse_time(raw: Any) -> datetime | None:
         return None
 
 
-def to_milli(quantity: Any) -> int:
-    """A Kubernetes quantity in integer milli-units (as the scheduler counts)."""
-    return int(parse_quantity(quantity) * 1000)
-
-
 def resources_milli(raw: Mapping[str, Any] | None) -> dict[str, int]:
+    """A resource list in milli-units; an unparsable quantity is skipped (the API server validated it)."""
     out: dict[str, int] = {}
     for name, qty in (raw or {}).items():
         try:
