@@ -273,7 +273,8 @@ def _disruption(run: Run, st: ScavengerJobStatus, now: datetime) -> str | None:
             reason, message = pod.disruption
             return f"pod {pod.name}: {reason}" + (f" ({message})" if message else "")
     for pod in run.pods:
-        if pod.deleting and not pod.terminal and run.job is not None and not run.job.deleting:
+        # A Failed pod counts too: deleted from outside, it may be seen only once it has stopped.
+        if pod.deleting and pod.phase != "Succeeded" and run.job is not None and not run.job.deleting:
             return f"pod {pod.name} was deleted"
     if run.job is not None and run.job.deleting:
         return f"run {run.job.name} was deleted"
@@ -350,7 +351,7 @@ def set_conditions(conditions: Sequence[Condition], phase: Phase, reason: str, m
     for name in ("Queued", "Running", "Complete", "Failed", "Suspended"):
         want = cstatus if name == ctype else "False"
         old = current.get(name)
-        if old is None and want == "False":
+        if old is None and want == "False" and name != ctype:
             continue
         since = old.last_transition_time if old is not None and old.status == want else now
         if name == ctype:

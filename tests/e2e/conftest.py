@@ -68,7 +68,17 @@ def namespace(api: client.ApiClient) -> Iterator[str]:
     from tests.e2e.kube import wait_for
     wait_for(f"default ServiceAccount in {name}", lambda: core.read_namespaced_service_account("default", name))
     yield name
-    core.delete_namespace(name, propagation_policy="Background")
+    core.delete_namespace(name, propagation_policy="Foreground")
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(name)
+            return False
+        except client.ApiException as exc:
+            return exc.status == 404
+
+    # Wait, so what a test ran never holds capacity during the next one.
+    wait_for(f"namespace {name} deleted", gone, timeout=120)
 
 
 @pytest.fixture(scope="session")
@@ -98,11 +108,13 @@ def crd(api: client.ApiClient) -> None:
 
 
 @pytest.fixture(scope="module")
-def operator(api: client.ApiClient, crd: None) -> Iterator[object]:
-    """The operator running in-process (in a thread with its own event loop)."""
+def operator(request: pytest.FixtureRequest, api: client.ApiClient, crd: None) -> Iterator[object]:
+    """The operator running in-process (in a thread with its own event loop).
+
+    A test module may set OPERATOR_CONFIG = {...} to override settings."""
     from tests.e2e.sj import InProcessOperator, test_config
 
-    op = InProcessOperator(test_config())
+    op = InProcessOperator(test_config(**getattr(request.module, "OPERATOR_CONFIG", {})))
     op.start()
     yield op.config
     op.stop()

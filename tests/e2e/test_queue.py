@@ -1,0 +1,131 @@
+"""The cluster-wide queue on the local cluster: threshold, order, backfill, start timeout."""
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from kubernetes import client
+
+from sj_operator.observed import pod_requests
+from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
+from tests.e2e.sj import create_sj, jobs_of, patch_sj, run_pods, sj_spec, status, wait_phase
+
+pytestmark = pytest.mark.kwok_only
+
+OPERATOR_CONFIG = {"start_timeout": timedelta(seconds=6), "retry_backoff": timedelta(seconds=3)}
+
+
+def _cpu_milli(core: client.CoreV1Api) -> tuple[int, int, int]:
+    """(requests of all non-terminated pods, requests of SJ pods, allocatable of schedulable nodes), in mCPU."""
+    pods = core.list_pod_for_all_namespaces().items
+    nodes = core.list_node().items
+    api = client.ApiClient()
+    total = sj = 0
+    for pod in pods:
+        if pod.status.phase in ("Succeeded", "Failed"):
+            continue
+        cpu = pod_requests(api.sanitize_for_serialization(pod.spec)).get("cpu", 0)
+        total += cpu
+        if "scavenger.dev/run" in (pod.metadata.labels or {}):
+            sj += cpu
+    alloc = sum(int(float(n.status.allocatable["cpu"]) * 1000) for n in nodes if not n.spec.unschedulable)
+    return total, sj, alloc
+
+
+def test_requests_never_exceed_the_threshold_while_others_wait(api, namespace, operator):
+    core = client.CoreV1Api(api)
+    names = [f"fill-{i:02d}" for i in range(12)]
+    for name in names:
+        create_sj(api, namespace, name, sj_spec(run_for=None, cpu="3", memory="1Gi"))
+    threshold = operator.threshold
+    deadline = time.monotonic() + 15
+    samples = 0
+    while time.monotonic() < deadline:
+        total, sj, alloc = _cpu_milli(core)
+        assert total <= threshold * alloc, f"requests {total}m over {threshold:.0%} of {alloc}m"
+        samples += 1
+        time.sleep(0.3)
+    phases = [status(api, namespace, n).get("phase") for n in names]
+    running = phases.count("Running")
+    assert running >= 1 and phases.count("Pending") >= 1, phases
+    total, sj, alloc = _cpu_milli(core)
+    # Admission packs up to the threshold: one more 3-CPU SJ would cross it.
+    assert total + 3000 > threshold * alloc, (total, alloc)
+    assert samples > 10
+
+
+def test_interrupted_sj_starts_before_an_older_never_run_sj(api, namespace, operator):
+    core = client.CoreV1Api(api)
+    with dedicated_node(cpu="4") as node:
+        pinned = {"nodeSelector": node["nodeSelector"], "tolerations": node["tolerations"]}
+        # The older SJ is held back (suspended) until the other has been interrupted.
+        create_sj(api, namespace, "older", sj_spec(run_for="5s", cpu="3", suspend=True, **pinned))
+        time.sleep(1.1)  # creationTimestamps have one-second resolution
+        create_sj(api, namespace, "younger", sj_spec(run_for="600s", cpu="3", **pinned))
+        wait_phase(api, namespace, "younger", "Running")
+        core.create_namespaced_pod(namespace, {
+            "metadata": {"name": "owner", "annotations": sim_annotations(run_for="6s")},
+            "spec": {"restartPolicy": "Never", **pinned, "containers": [sim_container(cpu="2", run_for="6s")]},
+        })
+        wait_phase(api, namespace, "younger", "Interrupted", timeout=60)
+        patch_sj(api, namespace, "older", {"suspend": False})
+        wait_phase(api, namespace, "older", "Pending")
+        # When the owner finishes, room for one 3-CPU SJ returns: the interrupted one goes first.
+        st = wait_phase(api, namespace, "younger", "Starting", "Running", timeout=60)
+        assert st["interruptedCount"] == 1
+        assert status(api, namespace, "older")["phase"] == "Pending"
+        older = client.CustomObjectsApi(api)
+        assert jobs_of(api, namespace, "older") == []
+
+
+def test_small_sj_backfills_while_a_large_one_waits(api, namespace, operator):
+    core = client.CoreV1Api(api)
+    with dedicated_node(cpu="4") as node:
+        pinned = {"nodeSelector": node["nodeSelector"], "tolerations": node["tolerations"]}
+        core.create_namespaced_pod(namespace, {
+            "metadata": {"name": "tenant"},
+            "spec": {**pinned, "containers": [sim_container(cpu="2")]},
+        })
+        wait_for("tenant running", lambda: core.read_namespaced_pod("tenant", namespace).status.phase == "Running")
+        create_sj(api, namespace, "large", sj_spec(run_for=None, cpu="3", **pinned))
+        time.sleep(1.1)
+        create_sj(api, namespace, "small", sj_spec(run_for=None, cpu="1", **pinned))
+        wait_phase(api, namespace, "small", "Running")
+        time.sleep(3)  # several passes
+        assert status(api, namespace, "large")["phase"] == "Pending"
+        assert jobs_of(api, namespace, "large") == []
+
+
+def test_sj_larger_than_any_node_is_never_launched(api, namespace, operator):
+    create_sj(api, namespace, "huge", sj_spec(run_for=None, cpu="64"))
+    wait_phase(api, namespace, "huge", "Pending")
+    time.sleep(operator.start_timeout.total_seconds() + 3)
+    assert status(api, namespace, "huge")["phase"] == "Pending"
+    assert jobs_of(api, namespace, "huge") == []
+    assert client.CoreV1Api(api).list_namespaced_pod(namespace).items == []
+
+
+def test_run_that_cannot_start_times_out_and_leaves_nothing_pending(api, namespace, operator):
+    """A run the scheduler cannot place (its claim never binds) is deleted after the start
+    timeout; the SJ waits again with backoff, no interruption counted, no pod left pending."""
+    core = client.CoreV1Api(api)
+    core.create_namespaced_persistent_volume_claim(namespace, {
+        "metadata": {"name": "unbound"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })
+    create_sj(api, namespace, "stuck", sj_spec(run_for="5s", volumes=[
+        {"name": "data", "mountPath": "/data", "persistentVolumeClaim": {"claimName": "unbound"}}]))
+    wait_phase(api, namespace, "stuck", "Starting")
+    st = wait_for("start timeout recorded", lambda: (s := status(api, namespace, "stuck")).get(
+        "startTimeouts", 0) >= 1 and s, timeout=60)
+    assert st["phase"] == "Pending"
+    assert st["interruptedCount"] == 0
+    assert "did not have all pods running within 6s" in st["message"]
+    assert st["notBefore"]
+    wait_for("nothing of the run left", lambda: not run_pods(api, namespace, "stuck-r1"), timeout=30)
+    # It is retried later (backoff), and times out again: the backoff grows.
+    st = wait_for("second timeout", lambda: (s := status(api, namespace, "stuck")).get(
+        "startTimeouts", 0) >= 2 and s, timeout=90)
+    assert st["attempt"] >= 2 and st["interruptedCount"] == 0
