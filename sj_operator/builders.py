@@ -223,15 +223,17 @@ def build_run_job(
     the run labels, later ones winning; annotations are the user's plus ``safe-to-evict: "true"``,
     which always wins so an SJ never blocks a scale-down.
 
-    ``mpi`` is the hook for MPI wiring of ``spec.mpi`` gangs (launcher role of pod 0, ssh keys,
-    hostfile); it is reserved for the MPI integration and does not change the Job yet.
+    ``mpi`` wires a ``spec.mpi`` gang (pod 0 the launcher, ssh keys, hostfile): pass
+    ``gang.mpi.mpi_job_options(sj_name=..., mpi=spec.mpi)`` and the Job is transformed by
+    :func:`gang.mpi.wire_mpi_job`, which raises ``InvalidSpec`` for an SJ it cannot wire. The
+    Secret and ConfigMap it mounts are built by ``gang.mpi`` too and must exist before the Job. A
+    mapping with none of the option keys leaves the Job unchanged.
     """
-    del mpi  # Reserved for the MPI integration; see the docstring.
     job_name = run_job_name(sj_name, attempt)
     labels = _run_labels(sj_name, job_name)
     pod_labels = {**spec.pod_labels, **extra_pod_labels, **labels}
     pod_annotations = {**spec.pod_annotations, ANNOTATION_SAFE_TO_EVICT: "true"}
-    return {
+    job: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -259,6 +261,11 @@ def build_run_job(
             },
         },
     }
+    if mpi is None:
+        return job
+    from gang.mpi import wire_mpi_job  # gang.mpi builds on this module, so it cannot be imported at the top
+
+    return wire_mpi_job(job, spec=spec, options=mpi)
 
 
 def build_gang_service(*, job_name: str, namespace: str, sj_name: str, sj_uid: str) -> dict[str, Any]:

@@ -64,11 +64,26 @@ def dedicated_node(cpu: str = "4", memory: str = "16Gi", extra: dict[str, str] |
             "tolerations": [{"key": TEST_TAINT_KEY, "operator": "Equal", "value": name, "effect": "NoSchedule"}],
         }
     finally:
+        release_node(core, name)
         try:
             core.delete_node(name)
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+def release_node(core: client.CoreV1Api, node: str) -> None:
+    """Deletes the pods bound to a node at once: once the node is gone nothing would end them."""
+    selector = f"spec.nodeName={node}"
+    for pod in core.list_pod_for_all_namespaces(field_selector=selector).items:
+        try:
+            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    wait_for(f"pods on {node} gone",
+             lambda: not [p for p in core.list_pod_for_all_namespaces(field_selector=selector).items
+                          if p.status.phase not in ("Succeeded", "Failed")], timeout=60)
 
 
 def _node_ready(core: client.CoreV1Api, name: str) -> bool:

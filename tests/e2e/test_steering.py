@@ -1,0 +1,114 @@
+"""Victim steering with the real kube-scheduler: the least-progressed unprotected SJ is preempted,
+protected ones keep running, and protection drops at each checkpoint-period boundary."""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+
+import pytest
+from kubernetes import client
+
+from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
+from tests.e2e.sj import create_sj, event_list, run_pods, sj_spec, status, wait_phase
+
+pytestmark = pytest.mark.kwok_only
+
+OPERATOR_CONFIG = {"protect_level": 1}
+
+
+def _protected(api, namespace: str, name: str) -> bool | None:
+    st = status(api, namespace, name)
+    pods = run_pods(api, namespace, st.get("jobName", ""))
+    labels = {p.metadata.labels.get("scavenger.dev/protected") for p in pods if p.metadata.deletion_timestamp is None}
+    return {"true": True, "false": False}.get(labels.pop()) if len(labels) == 1 else None
+
+
+def _started(api, namespace: str, name: str) -> datetime:
+    st = wait_phase(api, namespace, name, "Running")
+    return datetime.fromisoformat(st["runningTimestamps"][-1].replace("Z", "+00:00"))
+
+
+def _owner(core: client.CoreV1Api, namespace: str, pinned: dict, cpu: str = "2") -> None:
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "owner", "annotations": sim_annotations()},
+        "spec": {**pinned, "containers": [sim_container(cpu=cpu)]},
+    })
+
+
+def _interrupted(api, namespace: str, names: list[str]) -> list[str]:
+    return [n for n in names if status(api, namespace, n).get("interruptedCount", 0) > 0
+            or status(api, namespace, n).get("message", "").startswith("interrupting")]
+
+
+def test_least_progressed_unprotected_sj_is_the_victim(api, namespace, operator):
+    core = client.CoreV1Api(api)
+    with dedicated_node(cpu="4") as node:
+        pinned = {"nodeSelector": node["nodeSelector"], "tolerations": node["tolerations"]}
+        spec = dict(run_for=None, cpu="1", duration="60s", priorityLevels=3, **pinned)
+        create_sj(api, namespace, "oldest", sj_spec(**spec))
+        _started(api, namespace, "oldest")
+        # 20 s into its 60 s period the oldest reaches level 1 and is protected.
+        wait_for("oldest protected", lambda: _protected(api, namespace, "oldest") is True, timeout=40)
+        assert status(api, namespace, "oldest")["runningPriority"] == 1
+        for name in ("middle", "newest"):
+            create_sj(api, namespace, name, sj_spec(**spec))
+            _started(api, namespace, name)
+            time.sleep(1.1)
+        assert _protected(api, namespace, "middle") is False and _protected(api, namespace, "newest") is False
+
+        _owner(core, namespace, pinned)  # needs 2 CPU; 1 is free: one SJ must go
+        names = ["oldest", "middle", "newest"]
+        victims = wait_for("a victim", lambda: _interrupted(api, namespace, names), timeout=60)
+        assert victims == ["newest"]
+        time.sleep(3)
+        assert _interrupted(api, namespace, names) == ["newest"]
+        for name in ("oldest", "middle"):
+            assert status(api, namespace, name)["phase"] == "Running"
+        assert any(r == "Protected" for r, _ in event_list(api, namespace, "oldest"))
+
+
+def test_after_a_period_boundary_the_formerly_protected_sj_is_the_victim(api, namespace, operator):
+    core = client.CoreV1Api(api)
+    with dedicated_node(cpu="4") as node:
+        pinned = {"nodeSelector": node["nodeSelector"], "tolerations": node["tolerations"]}
+        spec = dict(run_for=None, cpu="1", duration="30s", priorityLevels=3, **pinned)
+        create_sj(api, namespace, "first", sj_spec(**spec))
+        t0 = _started(api, namespace, "first")
+        wait_for("first protected", lambda: _protected(api, namespace, "first") is True, timeout=30)
+        time.sleep(max(0.0, (t0 + timedelta(seconds=12) - datetime.now(t0.tzinfo)).total_seconds()))
+        for name in ("second", "third"):
+            create_sj(api, namespace, name, sj_spec(**spec))
+            _started(api, namespace, name)
+            time.sleep(2)
+        # 30 s after it started, "first" has checkpointed: level 0, unprotected; the others are at level 1.
+        wait_for("first unprotected after its period", lambda: _protected(api, namespace, "first") is False,
+                 timeout=40)
+        wait_for("second and third protected", lambda: _protected(api, namespace, "second") is True
+                 and _protected(api, namespace, "third") is True, timeout=20)
+        st = status(api, namespace, "first")
+        assert st["runningPriority"] == 0
+        assert st["priorityStartOverTimestamp"] > st["runningTimestamps"][-1]
+        assert any(r == "Unprotected" for r, _ in event_list(api, namespace, "first"))
+
+        _owner(core, namespace, pinned)
+        names = ["first", "second", "third"]
+        victims = wait_for("a victim", lambda: _interrupted(api, namespace, names), timeout=60)
+        # Without protection the scheduler would take the youngest pod ("third").
+        assert victims == ["first"]
+        for name in ("second", "third"):
+            assert status(api, namespace, name)["phase"] == "Running"
+
+
+def test_gang_member_preempted_cancels_the_whole_gang(api, namespace, operator):
+    core = client.CoreV1Api(api)
+    with dedicated_node(cpu="4") as node:
+        pinned = {"nodeSelector": node["nodeSelector"], "tolerations": node["tolerations"]}
+        create_sj(api, namespace, "team", sj_spec(run_for=None, cpu="1500m", parallelism=2, **pinned))
+        wait_phase(api, namespace, "team", "Running")
+        first_run = status(api, namespace, "team")["jobName"]
+        _owner(core, namespace, pinned, cpu="2")
+        st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "team")).get(
+            "interruptedCount") == 1 and s, timeout=60)
+        assert not run_pods(api, namespace, first_run), "every member of the preempted run is gone"
+        reasons = [m for r, m in event_list(api, namespace, "team") if r == "Interrupted"]
+        assert reasons and "PreemptionByScheduler" in reasons[0]

@@ -1,0 +1,849 @@
+"""MPI wiring of ``spec.mpi`` gangs: exact objects, the key pair, and the entrypoint script's behaviour."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    PublicFormat,
+    load_ssh_private_key,
+    load_ssh_public_key,
+)
+
+from gang.mpi import (
+    MPI_ENTRYPOINT_SCRIPT,
+    SSH_CLIENT_CONFIG,
+    _entrypoint_script,
+    build_hostfile_configmap,
+    build_mpi_secret,
+    discover_hosts_script,
+    escape_kubernetes_expansion,
+    generate_ssh_keypair,
+    hostfile_configmap_name,
+    hostnames,
+    mpi_entrypoint,
+    mpi_env,
+    mpi_job_options,
+    mpi_secret_name,
+    parse_mpi_job_options,
+    wire_mpi_job,
+    worker_hostnames,
+)
+from sj_operator.api.model import InvalidSpec, MPIImplementation, ScavengerJobSpec, parse_spec
+from sj_operator.builders import build_run_job, gang_hosts
+
+UID = "0b6c2d1e-5f7a-4c3b-9d8e-112233445566"
+OWNER = {
+    "apiVersion": "scavenger.dev/v1alpha1",
+    "kind": "ScavengerJob",
+    "name": "heat",
+    "uid": UID,
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
+SJ_LABELS = {"scavenger.dev/job-name": "heat"}
+
+FAKE_PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nZmFrZQ==\n-----END OPENSSH PRIVATE KEY-----\n"
+FAKE_PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGZha2U= scavenger"
+SCRIPT_ARG = MPI_ENTRYPOINT_SCRIPT.replace("$", "$$")
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def run(argv: list[str], *, env: Mapping[str, str] | None = None, timeout: float = 30) -> CompletedProcess[str]:
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+# ----------------------------------------------------------------------------- the Secret
+
+
+def test_secret() -> None:
+    secret = build_mpi_secret(
+        sj_name="heat", namespace="research", sj_uid=UID, private_key=FAKE_PRIVATE_KEY, public_key=FAKE_PUBLIC_KEY
+    )
+    config = (
+        "Host *\n"
+        "    Port 2222\n"
+        "    IdentityFile /etc/mpi/ssh/ssh-privatekey\n"
+        "    IdentitiesOnly yes\n"
+        "    StrictHostKeyChecking no\n"
+        "    UserKnownHostsFile /dev/null\n"
+        "    LogLevel ERROR\n"
+        "    BatchMode yes\n"
+        "    ConnectTimeout 10\n"
+    )
+    assert secret == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "heat-mpi-ssh",
+            "namespace": "research",
+            "labels": SJ_LABELS,
+            "ownerReferences": [OWNER],
+        },
+        "type": "kubernetes.io/ssh-auth",
+        "immutable": True,
+        "data": {
+            "ssh-privatekey": b64(FAKE_PRIVATE_KEY),
+            "ssh-publickey": b64(FAKE_PUBLIC_KEY + "\n"),
+            "authorized_keys": b64(FAKE_PUBLIC_KEY + "\n"),
+            "config": b64(config),
+        },
+    }
+    assert SSH_CLIENT_CONFIG == config
+
+
+def test_secret_key_files_end_with_one_newline() -> None:
+    secret = build_mpi_secret(
+        sj_name="heat", namespace="research", sj_uid=UID,
+        private_key=FAKE_PRIVATE_KEY.rstrip("\n"), public_key=f"  {FAKE_PUBLIC_KEY}\n\n",
+    )  # fmt: skip
+    data = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+    assert data["ssh-privatekey"] == FAKE_PRIVATE_KEY
+    assert data["ssh-publickey"] == data["authorized_keys"] == FAKE_PUBLIC_KEY + "\n"
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
+def test_ssh_client_config_is_understood_by_ssh(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text(SSH_CLIENT_CONFIG)
+    out = subprocess.run(
+        ["ssh", "-G", "-F", str(config), "heat-r1-1.heat-r1"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    for line in (
+        "port 2222",
+        "identityfile /etc/mpi/ssh/ssh-privatekey",
+        "identitiesonly yes",
+        "stricthostkeychecking false",
+        "userknownhostsfile /dev/null",
+        "loglevel ERROR",
+        "batchmode yes",
+        "connecttimeout 10",
+    ):
+        assert line in out
+
+
+# ----------------------------------------------------------------------------- the key pair
+
+
+def test_generated_keypair_round_trips() -> None:
+    private, public = generate_ssh_keypair()
+    assert private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    assert private.endswith("-----END OPENSSH PRIVATE KEY-----\n")
+    kind, blob, comment = public.split(" ")
+    assert (kind, comment) == ("ssh-ed25519", "scavenger")
+    assert blob.startswith("AAAA")
+    private_key = load_ssh_private_key(private.encode(), password=None)
+    public_key = load_ssh_public_key(public.encode())
+    assert isinstance(private_key, Ed25519PrivateKey)
+    assert isinstance(public_key, Ed25519PublicKey)
+    assert private_key.public_key().public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH) == public_key.public_bytes(
+        Encoding.OpenSSH, PublicFormat.OpenSSH
+    )
+
+
+def test_generated_keypairs_differ() -> None:
+    assert generate_ssh_keypair() != generate_ssh_keypair()
+
+
+# ----------------------------------------------------------------------------- hosts and the ConfigMap
+
+
+def test_hostnames_are_the_gang_hosts() -> None:
+    assert hostnames("heat-r2", 3) == gang_hosts("heat-r2", 3) == [
+        "heat-r2-0.heat-r2", "heat-r2-1.heat-r2", "heat-r2-2.heat-r2",
+    ]  # fmt: skip
+    assert worker_hostnames("heat-r2", 3) == ["heat-r2-1.heat-r2", "heat-r2-2.heat-r2"]
+    with pytest.raises(ValueError):
+        worker_hostnames("heat-r2", 1)
+
+
+EXPECTED_DISCOVER_HOSTS = (
+    "#!/bin/sh\n"
+    "# The MPI workers of run heat-r2, one per line as host:slots.\n"
+    "printf '%s\\n' heat-r2-1.heat-r2:2 heat-r2-2.heat-r2:2 heat-r2-3.heat-r2:2\n"
+)
+
+
+def expected_configmap(hostfile: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "heat-mpi-hostfile",
+            "namespace": "research",
+            "labels": SJ_LABELS,
+            "ownerReferences": [OWNER],
+        },
+        "data": {"hostfile": hostfile, "discover_hosts.sh": EXPECTED_DISCOVER_HOSTS},
+    }
+
+
+def test_hostfile_configmap_openmpi() -> None:
+    configmap = build_hostfile_configmap(
+        sj_name="heat", namespace="research", sj_uid=UID, job_name="heat-r2", parallelism=4,
+        slots_per_worker=2, implementation=MPIImplementation.OPENMPI,
+    )  # fmt: skip
+    assert configmap == expected_configmap(
+        "heat-r2-1.heat-r2 slots=2\nheat-r2-2.heat-r2 slots=2\nheat-r2-3.heat-r2 slots=2\n"
+    )
+
+
+def test_hostfile_configmap_mpich() -> None:
+    configmap = build_hostfile_configmap(
+        sj_name="heat", namespace="research", sj_uid=UID, job_name="heat-r2", parallelism=4,
+        slots_per_worker=2, implementation="MPICH",
+    )  # fmt: skip
+    assert configmap == expected_configmap("heat-r2-1.heat-r2:2\nheat-r2-2.heat-r2:2\nheat-r2-3.heat-r2:2\n")
+
+
+def test_hostfile_configmap_follows_the_run() -> None:
+    kwargs: dict[str, Any] = {
+        "sj_name": "heat",
+        "namespace": "research",
+        "sj_uid": UID,
+        "parallelism": 2,
+        "slots_per_worker": 1,
+        "implementation": "OpenMPI",
+    }
+    first = build_hostfile_configmap(job_name="heat-r1", **kwargs)
+    second = build_hostfile_configmap(job_name="heat-r2", **kwargs)
+    assert first["metadata"] == second["metadata"]
+    assert first["data"]["hostfile"] == "heat-r1-1.heat-r1 slots=1\n"
+    assert second["data"]["hostfile"] == "heat-r2-1.heat-r2 slots=1\n"
+
+
+def test_discover_hosts_script_prints_the_workers(tmp_path: Path) -> None:
+    script = tmp_path / "discover_hosts.sh"
+    script.write_text(discover_hosts_script(job_name="heat-r2", parallelism=4, slots_per_worker=2))
+    assert script.read_text() == EXPECTED_DISCOVER_HOSTS
+    out = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=True).stdout
+    assert out == "heat-r2-1.heat-r2:2\nheat-r2-2.heat-r2:2\nheat-r2-3.heat-r2:2\n"
+
+
+@pytest.mark.parametrize("slots", [0, -1])
+def test_hostfile_needs_a_slot(slots: int) -> None:
+    with pytest.raises(ValueError):
+        build_hostfile_configmap(
+            sj_name="heat", namespace="research", sj_uid=UID, job_name="heat-r2", parallelism=4,
+            slots_per_worker=slots, implementation="OpenMPI",
+        )  # fmt: skip
+
+
+def test_object_names() -> None:
+    assert (mpi_secret_name("heat"), hostfile_configmap_name("heat")) == ("heat-mpi-ssh", "heat-mpi-hostfile")
+    long_names = ["a" * 240, "a" * 241, "a" * 253, "a" * 252 + "b"]
+    names = {hostfile_configmap_name(name) for name in long_names}
+    assert hostfile_configmap_name("a" * 240) == "a" * 240 + "-mpi-hostfile"  # exactly 253
+    assert len(names) == len(long_names)
+    for name in names | {mpi_secret_name(name) for name in long_names}:
+        assert len(name) <= 253
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)
+
+
+# ----------------------------------------------------------------------------- the Job
+
+MPI_SPEC: dict[str, Any] = {
+    "image": "registry.example/mpi-heat:1",
+    "parallelism": 4,
+    "command": ["mpirun", "--bind-to", "none"],
+    "args": ["python3", "/app/heat.py", "--dir", "$(SJ_CHECKPOINT_DIR)"],
+    "env": [{"name": "OMPI_MCA_btl", "value": "self,tcp"}],
+    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+    "volumes": [{"name": "ckpt", "mountPath": "/checkpoints", "persistentVolumeClaim": {"claimName": "heat-ckpt"}}],
+    "checkpointVolume": "ckpt",
+    "duration": "10m",
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "mpi": {"slotsPerWorker": 2, "implementation": "OpenMPI"},
+}
+
+EXPECTED_MPI_JOB: dict[str, Any] = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {
+        "name": "heat-r2",
+        "namespace": "research",
+        "labels": {"scavenger.dev/job-name": "heat", "scavenger.dev/run": "heat-r2"},
+        "ownerReferences": [OWNER],
+    },
+    "spec": {
+        "completionMode": "Indexed",
+        "completions": 4,
+        "parallelism": 4,
+        "backoffLimit": 0,
+        "podReplacementPolicy": "Failed",
+        "successPolicy": {"rules": [{"succeededIndexes": "0"}]},
+        "template": {
+            "metadata": {
+                "labels": {
+                    "scavenger.dev/protected": "false",
+                    "scavenger.dev/job-name": "heat",
+                    "scavenger.dev/run": "heat-r2",
+                },
+                "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"},
+            },
+            "spec": {
+                "restartPolicy": "Never",
+                "enableServiceLinks": False,
+                "priorityClassName": "scavenger-0",
+                "terminationGracePeriodSeconds": 30,
+                "subdomain": "heat-r2",
+                "securityContext": {
+                    "runAsUser": 1000,
+                    "runAsGroup": 1000,
+                    "fsGroup": 1000,
+                    "fsGroupChangePolicy": "OnRootMismatch",
+                },
+                "volumes": [
+                    {"name": "ckpt", "persistentVolumeClaim": {"claimName": "heat-ckpt"}},
+                    {"name": "sj-mpi-ssh", "secret": {"secretName": "heat-mpi-ssh", "defaultMode": 0o600}},
+                    {
+                        "name": "sj-mpi-hostfile",
+                        "configMap": {
+                            "name": "heat-mpi-hostfile",
+                            "items": [
+                                {"key": "hostfile", "path": "hostfile", "mode": 0o644},
+                                {"key": "discover_hosts.sh", "path": "discover_hosts.sh", "mode": 0o755},
+                            ],
+                        },
+                    },
+                    {"name": "sj-mpi-run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+                ],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example/mpi-heat:1",
+                        "command": [
+                            "/bin/sh",
+                            "-c",
+                            SCRIPT_ARG,
+                            "sj-mpi-entrypoint",
+                            "mpirun",
+                            "--bind-to",
+                            "none",
+                            "python3",
+                            "/app/heat.py",
+                            "--dir",
+                            "$(SJ_CHECKPOINT_DIR)",
+                        ],
+                        "env": [
+                            {"name": "SJ_NAME", "value": "heat"},
+                            {"name": "SJ_NAMESPACE", "value": "research"},
+                            {"name": "SJ_RESTART_COUNT", "value": "1"},
+                            {"name": "SJ_CHECKPOINT_DIR", "value": "/checkpoints"},
+                            {"name": "SJ_CHECKPOINT_INTERVAL", "value": "200"},
+                            {
+                                "name": "SJ_RANK",
+                                "valueFrom": {
+                                    "fieldRef": {
+                                        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+                                    }
+                                },
+                            },
+                            {"name": "SJ_WORLD_SIZE", "value": "4"},
+                            {
+                                "name": "SJ_HOSTS",
+                                "value": "heat-r2-0.heat-r2,heat-r2-1.heat-r2,heat-r2-2.heat-r2,heat-r2-3.heat-r2",
+                            },
+                            {"name": "OMPI_MCA_orte_default_hostfile", "value": "/etc/mpi/hostfile"},
+                            {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
+                            {"name": "OMPI_MCA_plm_rsh_args", "value": "-F /etc/mpi/ssh/config"},
+                            {"name": "PRTE_MCA_prte_default_hostfile", "value": "/etc/mpi/hostfile"},
+                            {"name": "PRTE_MCA_prte_keep_fqdn_hostnames", "value": "true"},
+                            {"name": "PRTE_MCA_plm_ssh_args", "value": "-F /etc/mpi/ssh/config"},
+                            {"name": "OMPI_MCA_btl", "value": "self,tcp"},
+                        ],
+                        "resources": {
+                            "requests": {"cpu": "1", "memory": "1Gi"},
+                            "limits": {"cpu": "1", "memory": "1Gi"},
+                        },
+                        "volumeMounts": [
+                            {"name": "ckpt", "mountPath": "/checkpoints"},
+                            {"name": "sj-mpi-hostfile", "mountPath": "/etc/mpi", "readOnly": True},
+                            {"name": "sj-mpi-ssh", "mountPath": "/etc/mpi/ssh", "readOnly": True},
+                            {"name": "sj-mpi-run", "mountPath": "/run/sj-mpi"},
+                        ],
+                    }
+                ],
+            },
+        },
+    },
+}
+
+
+def mpi_job(raw_spec: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
+    spec = parse_spec(raw_spec)
+    assert spec.mpi is not None
+    kwargs: dict[str, Any] = {
+        "sj_name": "heat",
+        "namespace": "research",
+        "sj_uid": UID,
+        "spec": spec,
+        "status_interrupted_count": 1,
+        "attempt": 2,
+        "priority_class_name": "scavenger-0",
+        "extra_pod_labels": {"scavenger.dev/protected": "false"},
+        "mpi": mpi_job_options(sj_name="heat", mpi=spec.mpi),
+    }
+    return build_run_job(**{**kwargs, **overrides})
+
+
+def test_four_pod_openmpi_job() -> None:
+    assert mpi_job(MPI_SPEC) == EXPECTED_MPI_JOB
+
+
+def test_job_options() -> None:
+    spec = parse_spec(MPI_SPEC)
+    assert spec.mpi is not None
+    options = mpi_job_options(sj_name="heat", mpi=spec.mpi)
+    assert options == {
+        "sshSecretName": "heat-mpi-ssh",
+        "hostfileConfigMapName": "heat-mpi-hostfile",
+        "implementation": "OpenMPI",
+    }
+    parsed = parse_mpi_job_options(options)
+    assert parsed is not None and parsed.to_mapping() == options
+
+
+def test_mpich_job_env() -> None:
+    job = mpi_job({**MPI_SPEC, "mpi": {"implementation": "MPICH"}})
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env[8:] == [
+        {"name": "HYDRA_HOST_FILE", "value": "/etc/mpi/hostfile"},
+        {"name": "HYDRA_LAUNCHER", "value": "ssh"},
+        {"name": "HYDRA_LAUNCHER_EXTRA_ARGS", "value": "-F /etc/mpi/ssh/config"},
+        {"name": "OMPI_MCA_btl", "value": "self,tcp"},
+    ]
+    assert env[8:11] == mpi_env("MPICH")
+    rest = EXPECTED_MPI_JOB["spec"]["template"]["spec"]["containers"][0]
+    assert {k: v for k, v in job["spec"]["template"]["spec"]["containers"][0].items() if k != "env"} == {
+        k: v for k, v in rest.items() if k != "env"
+    }
+
+
+def test_root_pods_get_no_fs_group() -> None:
+    raw = {k: v for k, v in MPI_SPEC.items() if k not in ("runAsUser", "runAsGroup")}
+    assert "securityContext" not in mpi_job(raw)["spec"]["template"]["spec"]
+    explicit_root = mpi_job({**raw, "runAsUser": 0})["spec"]["template"]["spec"]
+    assert explicit_root["securityContext"] == {"runAsUser": 0}
+
+
+def test_fs_group_defaults_to_the_user() -> None:
+    raw = {k: v for k, v in MPI_SPEC.items() if k != "runAsGroup"}
+    assert mpi_job(raw)["spec"]["template"]["spec"]["securityContext"] == {
+        "runAsUser": 1000, "fsGroup": 1000, "fsGroupChangePolicy": "OnRootMismatch",
+    }  # fmt: skip
+
+
+def test_command_without_args() -> None:
+    raw = {k: v for k, v in MPI_SPEC.items() if k != "args"}
+    container = mpi_job(raw)["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["/bin/sh", "-c", SCRIPT_ARG, "sj-mpi-entrypoint", "mpirun", "--bind-to", "none"]
+    assert "args" not in container
+
+
+def test_a_mapping_without_option_keys_changes_nothing() -> None:
+    spec = parse_spec(MPI_SPEC)
+    plain = mpi_job(MPI_SPEC, mpi=None)
+    assert mpi_job(MPI_SPEC, mpi={"something": "else"}) == plain
+    assert wire_mpi_job(plain, spec=spec, options={}) == plain
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"sshSecretName": "heat-mpi-ssh"},
+        {"sshSecretName": "heat-mpi-ssh", "hostfileConfigMapName": "", "implementation": "OpenMPI"},
+        {"sshSecretName": "heat-mpi-ssh", "hostfileConfigMapName": "heat-mpi-hostfile", "implementation": "LAM"},
+        {"sshSecretName": 1, "hostfileConfigMapName": "heat-mpi-hostfile", "implementation": "OpenMPI"},
+    ],
+)
+def test_malformed_options_are_rejected(options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        mpi_job(MPI_SPEC, mpi=options)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"command": None}, "spec.command"),
+        ({"mpi": None}, "spec.mpi"),
+        ({"mpi": None, "parallelism": 1}, "spec.mpi"),
+        (
+            {"volumes": [{"name": "sj-mpi-run", "mountPath": "/scratch", "emptyDir": {}}], "checkpointVolume": None},
+            "spec.volumes[0].name",
+        ),
+        (
+            {"volumes": [{"name": "hosts", "mountPath": "/etc/mpi/", "emptyDir": {}}], "checkpointVolume": None},
+            "spec.volumes[0].mountPath",
+        ),
+        (
+            {"volumes": [{"name": "keys", "mountPath": "/etc/mpi/ssh/x", "emptyDir": {}}], "checkpointVolume": None},
+            "spec.volumes[0].mountPath",
+        ),
+        (
+            {"volumes": [{"name": "run", "mountPath": "/run/sj-mpi", "emptyDir": {}}], "checkpointVolume": None},
+            "spec.volumes[0].mountPath",
+        ),
+    ],
+)
+def test_specs_that_cannot_be_wired(change: dict[str, Any], field: str) -> None:
+    raw = {k: v for k, v in {**MPI_SPEC, **change}.items() if v is not None}
+    spec = parse_spec(raw)
+    options = {"sshSecretName": "heat-mpi-ssh", "hostfileConfigMapName": "heat-mpi-hostfile", "implementation": "MPICH"}
+    with pytest.raises(InvalidSpec) as caught:
+        build_run_job(
+            sj_name="heat", namespace="research", sj_uid=UID, spec=spec, status_interrupted_count=0, attempt=1,
+            priority_class_name="p", extra_pod_labels={}, mpi=options,
+        )  # fmt: skip
+    assert caught.value.field == field
+
+
+def test_user_mounts_near_but_outside_the_reserved_paths_are_fine() -> None:
+    raw = {**MPI_SPEC, "volumes": [
+        *MPI_SPEC["volumes"],
+        {"name": "etc", "mountPath": "/etc/mpich", "emptyDir": {}},
+        {"name": "run", "mountPath": "/run", "emptyDir": {}},
+    ]}  # fmt: skip
+    mounts = mpi_job(raw)["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    assert [mount["mountPath"] for mount in mounts] == [
+        "/checkpoints", "/etc/mpich", "/run", "/etc/mpi", "/etc/mpi/ssh", "/run/sj-mpi",
+    ]  # fmt: skip
+
+
+def test_wiring_does_not_share_state() -> None:
+    spec: ScavengerJobSpec = parse_spec(MPI_SPEC)
+    plain = mpi_job(MPI_SPEC, mpi=None)
+    assert spec.mpi is not None
+    wired = wire_mpi_job(plain, spec=spec, options=mpi_job_options(sj_name="heat", mpi=spec.mpi))
+    assert plain == mpi_job(MPI_SPEC, mpi=None)
+    wired["spec"]["template"]["spec"]["volumes"].clear()
+    assert mpi_job(MPI_SPEC) == EXPECTED_MPI_JOB
+
+
+# ----------------------------------------------------------------------------- the entrypoint
+
+
+def kubernetes_expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' expansion of ``$(VAR)`` in command and args: ``$$`` is ``$``, unknown names stay."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            follower = text[i + 1]
+            if follower == "$":
+                out.append("$")
+                i += 2
+                continue
+            if follower == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2 : end]
+                    out.append(env[name] if name in env else text[i : end + 1])
+                    i = end + 1
+                    continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def test_mpi_entrypoint_shape() -> None:
+    command = mpi_entrypoint(["mpirun", "-n", "$(SJ_WORLD_SIZE)"])
+    assert command == ["/bin/sh", "-c", SCRIPT_ARG, "sj-mpi-entrypoint", "mpirun", "-n", "$(SJ_WORLD_SIZE)"]
+    assert escape_kubernetes_expansion("a$(B)$$c") == "a$$(B)$$$$c"
+    with pytest.raises(ValueError):
+        mpi_entrypoint([])
+
+
+def test_kubernetes_expansion_leaves_the_script_intact() -> None:
+    env = {"SJ_WORLD_SIZE": "4", "id -u": "oops", "(seen + 1": "oops", "date +%s": "oops"}
+    command = [kubernetes_expand(part, env) for part in mpi_entrypoint(["mpirun", "-n", "$(SJ_WORLD_SIZE)"])]
+    assert command == ["/bin/sh", "-c", MPI_ENTRYPOINT_SCRIPT, "sj-mpi-entrypoint", "mpirun", "-n", "4"]
+
+
+SHELLS = [shell for shell in ("sh", "dash", "bash", "busybox") if shutil.which(shell)]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_entrypoint_is_a_posix_sh_script(shell: str) -> None:
+    argv = {"bash": ["bash", "--posix", "-n"], "busybox": ["busybox", "sh", "-n"]}.get(shell, [shell, "-n"])
+    result = run([*argv, "-c", MPI_ENTRYPOINT_SCRIPT])
+    assert result.returncode == 0, result.stderr
+
+
+def test_entrypoint_uses_no_bashisms() -> None:
+    for construct in ("[[", "function ", "local ", "$'", "<<<", "source ", "pipefail", "${!", "declare "):
+        assert construct not in MPI_ENTRYPOINT_SCRIPT, construct
+
+
+# The behaviour of the script, with its paths moved into a temporary directory.
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Pod:
+    """One pod's view of the MPI mounts, in a temporary directory."""
+
+    def __init__(self, root: Path, *, port: int, sshd: str = "/usr/sbin/sshd") -> None:
+        self.mpi_dir = root / "mpi"
+        self.ssh_dir = self.mpi_dir / "ssh"
+        self.run_dir = root / "run"
+        self.ssh_dir.mkdir(parents=True)
+        self.port = port
+        self.script = _entrypoint_script(
+            port=port, mpi_dir=str(self.mpi_dir), ssh_dir=str(self.ssh_dir), run_dir=str(self.run_dir), sshd=sshd
+        )
+
+    def mount_secret(self, private_key: str, public_key: str) -> None:
+        secret = build_mpi_secret(
+            sj_name="heat", namespace="research", sj_uid=UID, private_key=private_key, public_key=public_key
+        )
+        for key, value in secret["data"].items():
+            text = base64.b64decode(value).decode()
+            if key == "config":
+                text = text.replace("Port 2222", f"Port {self.port}").replace("/etc/mpi/ssh", str(self.ssh_dir))
+            path = self.ssh_dir / key
+            path.write_text(text)
+            path.chmod(0o600)
+
+    def mount_hostfile(self, text: str) -> None:
+        (self.mpi_dir / "hostfile").write_text(text)
+
+    def env(self, index: int | None, **extra: str) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SJ_", "OMPI_", "PRTE_", "HYDRA_", "JOB_")) and k != "LD_LIBRARY_PATH"
+        }
+        if index is not None:
+            env["JOB_COMPLETION_INDEX"] = str(index)
+        return {**env, **extra}
+
+    def argv(self, *command: str) -> list[str]:
+        return ["sh", "-c", self.script, "sj-mpi-entrypoint", *command]
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP port that accepts connections (the kernel completes handshakes on a listening socket)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield sock.getsockname()[1]
+
+
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="the launcher probes workers with bash")
+
+
+@needs_bash
+def test_launcher_waits_for_the_workers_then_runs_the_command(tmp_path: Path, listener: int) -> None:
+    pod = Pod(tmp_path, port=listener)
+    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_hostfile("127.0.0.1 slots=2\n")
+    result = run(
+        pod.argv("sh", "-c", 'printf "%s|" "$SJ_MPI_ROLE" "$@"', "user", "a b", "$c"),
+        env=pod.env(0, SJ_HOSTS="heat-r2-0.heat-r2,127.0.0.1", SJ_MPI_WAIT_SECONDS="10"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "launcher|a b|$c|"
+    assert "workers ready: 127.0.0.1" in result.stderr
+
+
+@needs_bash
+def test_launcher_reads_mpich_hostfiles(tmp_path: Path, listener: int) -> None:
+    pod = Pod(tmp_path, port=listener)
+    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_hostfile("127.0.0.1:4\n127.0.0.1:4")  # no newline at the end
+    result = run(pod.argv("true"), env=pod.env(0, SJ_HOSTS="me,127.0.0.1,127.0.0.1", SJ_MPI_WAIT_SECONDS="10"))
+    assert result.returncode == 0, result.stderr
+
+
+@needs_bash
+def test_launcher_gives_up_on_unreachable_workers(tmp_path: Path) -> None:
+    port = free_port()
+    pod = Pod(tmp_path, port=port)
+    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_hostfile("127.0.0.1 slots=1\n")
+    started = time.monotonic()
+    result = run(pod.argv("echo", "never"), env=pod.env(0, SJ_HOSTS="me,127.0.0.1", SJ_MPI_WAIT_SECONDS="1"))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert f"MPI workers not ready after 1s: not accepting connections on port {port}: 127.0.0.1" in result.stderr
+    assert time.monotonic() - started < 15
+
+
+@needs_bash
+def test_launcher_waits_out_a_stale_hostfile(tmp_path: Path, listener: int) -> None:
+    pod = Pod(tmp_path, port=listener)
+    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_hostfile("heat-r1-1.heat-r1 slots=1\n")
+    env = pod.env(0, SJ_HOSTS="heat-r2-0.heat-r2,heat-r2-1.heat-r2", SJ_MPI_WAIT_SECONDS="0")
+    result = run(pod.argv("echo", "never"), env=env)
+    assert result.returncode == 1
+    assert "lists 'heat-r1-1.heat-r1' instead of this run's workers 'heat-r2-1.heat-r2'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "JOB_COMPLETION_INDEX is '': the MPI entrypoint needs an Indexed Job"),
+        ({"JOB_COMPLETION_INDEX": "x"}, "JOB_COMPLETION_INDEX is 'x'"),
+        ({"JOB_COMPLETION_INDEX": "0", "SJ_HOSTS": "a,b", "SJ_MPI_WAIT_SECONDS": "soon"},
+         "SJ_MPI_WAIT_SECONDS must be a whole number of seconds, not 'soon'"),
+        ({"JOB_COMPLETION_INDEX": "0", "SJ_MPI_WAIT_SECONDS": "1"}, "SJ_HOSTS is not set"),
+        ({"JOB_COMPLETION_INDEX": "0", "SJ_HOSTS": "only-me"}, "SJ_HOSTS names no worker: 'only-me'"),
+    ],
+)  # fmt: skip
+def test_entrypoint_reports_misconfiguration(tmp_path: Path, env: dict[str, str], message: str) -> None:
+    pod = Pod(tmp_path, port=free_port())
+    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    result = run(pod.argv("true"), env=pod.env(None, **env))
+    assert result.returncode == 1
+    assert f"sj-mpi-entrypoint: {message}" in result.stderr
+
+
+def test_launcher_needs_a_command_and_the_key(tmp_path: Path) -> None:
+    pod = Pod(tmp_path, port=free_port())
+    env = pod.env(0, SJ_HOSTS="a,b")
+    result = run(pod.argv("true"), env=env)
+    assert result.returncode == 1
+    assert f"cannot read {pod.ssh_dir}/ssh-privatekey" in result.stderr
+    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    result = run(pod.argv(), env=env)
+    assert result.returncode == 1
+    assert "no command to run on the launcher" in result.stderr
+
+
+needs_keygen = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="workers create host keys with ssh-keygen")
+
+
+def fake_sshd(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "fake-sshd"
+    path.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >"{tmp_path}/sshd-args"\n{body}\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def wait_for_line(proc: subprocess.Popen[str], needle: str) -> None:
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if needle in line:
+            return
+    raise AssertionError(f"{needle!r} never printed")
+
+
+@needs_keygen
+def test_worker_keeps_sshd_up_until_the_ranks_have_exited(tmp_path: Path) -> None:
+    # The fake sshd starts a "rank" that takes 2 s to stop, as if it were writing a checkpoint.
+    rank_started = tmp_path / "rank-started"
+    sshd = fake_sshd(tmp_path, f"sh -c 'touch {rank_started}; sleep 2' &\nexec sleep 300")
+    pod = Pod(tmp_path, port=free_port(), sshd=sshd)
+    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    env = pod.env(1, SJ_NAME="heat", SJ_CHECKPOINT_DIR="/checkpoints", PATH=f"/opt/mpi/bin:{os.environ['PATH']}",
+                  OMPI_MCA_plm_rsh_args="-F /etc/mpi/ssh/config", SJ_CHECKPOINT_INTERVAL='say "when"')  # fmt: skip
+    worker = subprocess.Popen(pod.argv("ignored"), env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_line(worker, f"sshd started on port {pod.port}")
+        deadline = time.monotonic() + 10
+        while not rank_started.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        worker.terminate()
+        started = time.monotonic()
+        assert worker.wait(timeout=30) == 143
+        assert time.monotonic() - started > 1
+    finally:
+        worker.kill()
+        worker.wait()
+    assert (tmp_path / "sshd-args").read_text().split("\n")[:-1] == [
+        "-D", "-e", "-p", str(pod.port), "-f", f"{pod.run_dir}/sshd_config",
+    ]  # fmt: skip
+    assert (pod.run_dir / "ssh_host_ed25519_key").is_file()
+    assert (pod.run_dir / "ssh_host_ed25519_key").stat().st_mode & 0o077 == 0
+    config = (pod.run_dir / "sshd_config").read_text().splitlines()
+    assert config[:4] == [
+        f"HostKey {pod.run_dir}/ssh_host_ed25519_key",
+        f"PidFile {pod.run_dir}/sshd.pid",
+        f"AuthorizedKeysFile {pod.ssh_dir}/authorized_keys",
+        "PubkeyAuthentication yes",
+    ]
+    assert "PasswordAuthentication no" in config and "StrictModes no" in config
+    assert config[-1] == (
+        f'SetEnv "PATH={env["PATH"]}" "SJ_NAME=heat" "SJ_CHECKPOINT_DIR=/checkpoints"'
+        ' "OMPI_MCA_plm_rsh_args=-F /etc/mpi/ssh/config"'
+    )
+
+
+@needs_keygen
+def test_worker_fails_when_sshd_exits(tmp_path: Path) -> None:
+    pod = Pod(tmp_path, port=free_port(), sshd=fake_sshd(tmp_path, "exit 3"))
+    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    result = run(pod.argv(), env=pod.env(2))
+    assert result.returncode == 3
+    assert "sshd exited with status 3" in result.stderr
+
+
+def test_worker_needs_sshd_and_the_authorized_keys(tmp_path: Path) -> None:
+    pod = Pod(tmp_path, port=free_port(), sshd=str(tmp_path / "missing-sshd"))
+    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    result = run(pod.argv(), env=pod.env(1))
+    assert result.returncode == 1
+    assert f"{tmp_path}/missing-sshd not found" in result.stderr
+    pod = Pod(tmp_path / "other", port=free_port(), sshd=fake_sshd(tmp_path, "exit 0"))
+    result = run(pod.argv(), env=pod.env(1))
+    assert result.returncode == 1
+    assert f"cannot read {pod.ssh_dir}/authorized_keys" in result.stderr
+
+
+@pytest.mark.skipif(
+    not (os.access("/usr/sbin/sshd", os.X_OK) and shutil.which("ssh") and shutil.which("ssh-keygen")),
+    reason="needs the OpenSSH server and client",
+)
+def test_launcher_reaches_a_real_worker_over_ssh(tmp_path: Path) -> None:
+    port = free_port()
+    worker_pod = Pod(tmp_path / "worker", port=port)
+    launcher_pod = Pod(tmp_path / "launcher", port=port)
+    private_key, public_key = generate_ssh_keypair()
+    for pod in (worker_pod, launcher_pod):
+        pod.mount_secret(private_key, public_key)
+    launcher_pod.mount_hostfile("127.0.0.2 slots=1\n")
+    hosts = "heat-r1-0.heat-r1,127.0.0.2"
+    worker = subprocess.Popen(
+        worker_pod.argv(), env=worker_pod.env(1, SJ_HOSTS=hosts, SJ_CHECKPOINT_DIR="/checkpoints"),
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        remote = 'echo "$SJ_CHECKPOINT_DIR on $SSH_CONNECTION"'
+        result = run(
+            launcher_pod.argv("ssh", "-F", f"{launcher_pod.ssh_dir}/config", "127.0.0.2", remote),
+            env=launcher_pod.env(0, SJ_HOSTS=hosts, SJ_MPI_WAIT_SECONDS="20"),
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("/checkpoints on ")
+        assert result.stdout.rstrip().endswith(f"127.0.0.2 {port}")
+        worker.terminate()
+        assert worker.wait(timeout=30) == 143
+    finally:
+        worker.kill()
+        worker.wait()
