@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from gang import mpi
 from sj_operator.api.model import (
     API_VERSION,
     KIND,
@@ -286,10 +287,20 @@ class Controller:
                 await self._event(sj, "Warning", "MissingReference", message)
             return
         priority_class = launch_class(status.interrupted_count)
-        job = build_run_job(sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, spec=spec,
-                            status_interrupted_count=status.interrupted_count, attempt=attempt,
-                            priority_class_name=priority_class, extra_pod_labels={LABEL_PROTECTED: "false"})
         try:
+            job = build_run_job(sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, spec=spec,
+                                status_interrupted_count=status.interrupted_count, attempt=attempt,
+                                priority_class_name=priority_class, extra_pod_labels={LABEL_PROTECTED: "false"},
+                                mpi=mpi.mpi_job_options(sj_name=sj.name, mpi=spec.mpi) if spec.mpi else None)
+        except InvalidSpec as exc:
+            message = f"invalid spec: {exc}"
+            failed = status.model_copy(update={"phase": Phase.FAILED, "message": message, "finished_timestamp": now})
+            if await self._write_status(sj, rv, raw, failed):
+                await self._event(sj, "Warning", "InvalidSpec", message)
+            return
+        try:
+            if spec.mpi is not None:
+                await self._ensure_mpi_objects(sj, spec, job_name)
             if spec.is_gang:
                 await self.kube.create_or_keep(lambda: self.kube.create_service(
                     build_gang_service(job_name=job_name, namespace=sj.namespace, sj_name=sj.name, sj_uid=sj.uid)))
@@ -315,6 +326,20 @@ class Controller:
         if await self._write_status(sj, rv, raw, starting):
             log.info("%s: Launched: %s", sj.key, message)
             await self._event(sj, "Normal", "Launched", message)
+
+    async def _ensure_mpi_objects(self, sj: SJObject, spec: ScavengerJobSpec, job_name: str) -> None:
+        """The SJ's ssh Secret (generated once, reused by every run) and the hostfile of this run."""
+        assert spec.mpi is not None
+        name = mpi.mpi_secret_name(sj.name)
+        if not await self.kube.exists("secret", sj.namespace, name):
+            private_key, public_key = mpi.generate_ssh_keypair()
+            await self.kube.create_secret_unless_exists(mpi.build_mpi_secret(
+                sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, private_key=private_key,
+                public_key=public_key))
+        await self.kube.apply_config_map(mpi.build_hostfile_configmap(
+            sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, job_name=job_name,
+            parallelism=spec.parallelism, slots_per_worker=spec.mpi.slots_per_worker,
+            implementation=spec.mpi.implementation))
 
     async def _missing_references(self, namespace: str, spec: ScavengerJobSpec) -> str | None:
         for i, volume in enumerate(spec.volumes):

@@ -150,6 +150,19 @@ class Kube:
         except Conflict:
             return False
 
+    async def create_secret_unless_exists(self, secret: Mapping[str, Any]) -> bool:
+        """Creates a Secret; an existing one is kept as it is (e.g. ssh keys reused across runs)."""
+        return await self.create_or_keep(lambda: self._call(
+            self.core.create_namespaced_secret, secret["metadata"]["namespace"], secret))
+
+    async def apply_config_map(self, cm: Mapping[str, Any]) -> None:
+        """Creates a ConfigMap, or replaces the data of the existing one."""
+        ns, name = cm["metadata"]["namespace"], cm["metadata"]["name"]
+        try:
+            await self._call(self.core.create_namespaced_config_map, ns, cm)
+        except Conflict:
+            await self._call(self.core.patch_namespaced_config_map, name, ns, {"data": cm.get("data", {})})
+
     async def exists(self, kind: str, namespace: str, name: str) -> bool:
         read = {
             "persistentVolumeClaim": self.core.read_namespaced_persistent_volume_claim,

@@ -201,10 +201,12 @@ def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig)
 
     # 1. Success: the Job says so, or every member exited 0.
     succeeded = [p for p in pods if p.phase == "Succeeded"]
-    if (job is not None and job.complete) or (len(succeeded) >= expected and not job_deleted(job)):
+    # MPI: the run succeeds when the launcher (index 0) does; the workers are then stopped.
+    launcher_done = spec.mpi is not None and any(p.index == 0 for p in succeeded)
+    if (job is not None and job.complete) or launcher_done or (len(succeeded) >= expected and not job_deleted(job)):
         b.transition(Phase.SUCCEEDED, "Succeeded", f"run {st.job_name} succeeded",
                      finished_timestamp=b.now, running_priority=None, protected=False)
-        if job is not None and run.holds_resources and not job.deleting:
+        if job is not None and run.holds_resources and not job.deleting and not job.complete:
             b.actions.append(DeleteRun(job.name, "succeeded; the rest of the gang is cleaned up"))
         return b.done()
 

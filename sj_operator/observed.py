@@ -160,7 +160,9 @@ def job_view(body: Mapping[str, Any]) -> JobView:
     for cond in status.get("conditions") or []:
         if cond.get("status") != "True":
             continue
-        if cond.get("type") == "Complete":
+        # With a successPolicy (MPI: the launcher's success) SuccessCriteriaMet comes first, then
+        # the Job controller stops the other pods, then Complete.
+        if cond.get("type") in ("Complete", "SuccessCriteriaMet"):
             complete = True
         elif cond.get("type") == "Failed":
             failed = True

@@ -488,8 +488,8 @@ def test_retry_delay_doubles_and_caps(timeouts: int, cfg: LifecycleConfig, delay
         (running(NOW - M), 1, run_of(job(), pod(0, "Succeeded")), ()),
         (running(NOW - M), 1, run_of(job(complete=True)), ()),
         (running(NOW - M), 3, run_of(job(), pod(0, "Succeeded"), pod(1, "Succeeded"), pod(2, "Succeeded")), ()),
-        (running(NOW - M), 3, run_of(job(complete=True), pod(0, "Succeeded"), pod(1), pod(2)),
-         (DeleteRun(RUN1, "succeeded; the rest of the gang is cleaned up"),)),
+        # A Complete Job stops its remaining pods itself (successPolicy): nothing to delete.
+        (running(NOW - M), 3, run_of(job(complete=True), pod(0, "Succeeded"), pod(1), pod(2)), ()),
         (running(NOW - M), 2, run_of(job(complete=True, deleting=True), pod(0, "Succeeded"), pod(1, deleting=True)),
          ()),
         (running(NOW - M), 2, run_of(job(complete=True), pod(0, "Succeeded"), pod(1, "Failed", exit_code=143)), ()),
@@ -1165,3 +1165,28 @@ def test_steady_states_change_nothing(before: ScavengerJobStatus, run: Run, now:
 def test_same_inputs_same_decision() -> None:
     args = (spec(parallelism=2), running(NOW - M), run_of(job(), pod(0, disruption=PREEMPTION), pod(1)))
     assert decide(*args) == decide(*args)
+
+
+# ----------------------------------------------------------------------------- MPI success
+
+
+@pytest.mark.parametrize(
+    ("run", "phase", "actions"),
+    [
+        # The launcher succeeded; the Job has not said so yet and the workers still run sshd.
+        (run_of(job(), pod(0, "Succeeded"), pod(1), pod(2)), Phase.SUCCEEDED,
+         (DeleteRun(RUN1, "succeeded; the rest of the gang is cleaned up"),)),
+        # The Job controller already stops the workers after SuccessCriteriaMet: not an interruption.
+        (run_of(job(), pod(0, "Succeeded"), pod(1, deleting=True), pod(2, deleting=True)), Phase.SUCCEEDED,
+         (DeleteRun(RUN1, "succeeded; the rest of the gang is cleaned up"),)),
+        (run_of(job(complete=True), pod(0, "Succeeded"), pod(1, deleting=True), pod(2)), Phase.SUCCEEDED, ()),
+        # A worker finishing first means nothing: the launcher decides.
+        (run_of(job(), pod(0), pod(1, "Succeeded"), pod(2)), Phase.RUNNING, ()),
+    ],
+    ids=["launcher-succeeded", "workers-being-stopped", "job-says-complete", "worker-done-first"],
+)
+def test_mpi_run_succeeds_when_its_launcher_does(run: Run, phase: Phase, actions: tuple[DeleteRun, ...]) -> None:
+    mpi_spec = spec(parallelism=3, command=["mpirun"], mpi={"slotsPerWorker": 1})
+    result = decide(mpi_spec, running(NOW - M), run)
+    assert result.status.phase == phase
+    assert result.actions == actions
