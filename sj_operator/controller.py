@@ -81,6 +81,7 @@ class _Waiting:
 
 @dataclass
 class _Launched:
+    sj_key: str
     pods: int
     request: Mapping[str, int]
     node_selector: Mapping[str, str]
@@ -170,8 +171,7 @@ class Controller:
                 expected = spec.parallelism
                 seen = sum(1 for p in run.pods if p.node)
                 if seen < expected:
-                    in_flight[(sj.namespace, result.status.job_name)] = _in_flight(
-                        sj, result.status.job_name, spec, seen)
+                    in_flight[(sj.namespace, result.status.job_name)] = _in_flight(sj, spec, seen)
             if result.waiting and result.status == status:
                 waiting.append(_Waiting(sj, spec, status, raw_status, rv))
 
@@ -185,7 +185,7 @@ class Controller:
             if key not in in_flight:
                 seen = sum(1 for p in view.run_pods.get(key, ()) if p.node)
                 if seen < entry.pods:
-                    in_flight[key] = InFlightRun(key=f"{key[0]}/{key[1]}", pods=entry.pods, request=entry.request,
+                    in_flight[key] = InFlightRun(key=entry.sj_key, pods=entry.pods, request=entry.request,
                                                  scheduled_pods=seen, node_selector=entry.node_selector,
                                                  tolerations=entry.tolerations)
         if waiting:
@@ -316,7 +316,7 @@ class Controller:
             log.error("could not launch %s: %s (will retry)", sj.key, exc)
             return
         self.launched[(sj.namespace, job_name)] = _Launched(
-            spec.parallelism, _milli(spec), dict(spec.node_selector), _tolerations(spec), time.monotonic())
+            sj.key, spec.parallelism, _milli(spec), dict(spec.node_selector), _tolerations(spec), time.monotonic())
         message = f"run {job_name} launched ({spec.parallelism} pod(s), priority class {priority_class})"
         starting = status.model_copy(update={
             "phase": Phase.STARTING, "attempt": attempt, "job_name": job_name, "launched_timestamp": now,
@@ -389,8 +389,8 @@ def _queued(sj: SJObject, spec: ScavengerJobSpec, status: ScavengerJobStatus) ->
                     not_before=status.not_before)
 
 
-def _in_flight(sj: SJObject, job_name: str, spec: ScavengerJobSpec, seen: int) -> InFlightRun:
-    return InFlightRun(key=f"{sj.namespace}/{job_name}", pods=spec.parallelism, request=_milli(spec),
+def _in_flight(sj: SJObject, spec: ScavengerJobSpec, seen: int) -> InFlightRun:
+    return InFlightRun(key=sj.key, pods=spec.parallelism, request=_milli(spec),
                        scheduled_pods=seen, node_selector=dict(spec.node_selector), tolerations=_tolerations(spec))
 
 

@@ -33,8 +33,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
     settings.networking.error_backoffs = [1, 2, 5, 10]
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="scavenger.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="scavenger.dev")
     memo.wake = asyncio.Event()
     memo.ready = asyncio.Event()
     memo.shared = {}  # handlers get shallow copies of the memo: share through a mutable object

@@ -1,0 +1,118 @@
+"""Work lost per interruption, with victim steering on and off, on a real cluster.
+
+Scripted scenario (same seed for both modes): one dedicated 4-CPU kwok node holds four
+endless 1-CPU ScavengerJobs (duration 20s, 4 priority levels, so every app checkpoints
+every 20 s after its start). Rounds: once all four run, wait a seeded random 2-14 s, then a
+default-priority pod needing 1 CPU arrives for 6 s; the real kube-scheduler preempts one
+SJ pod. The work that victim lost is the time since its last checkpoint boundary:
+(preemption time - run start) mod duration. The interrupted SJ queues again and restarts
+once the room is back.
+
+Steering on: runs at or above level 1 are protected by their PodDisruptionBudget
+(--protect-level 1). Steering off: nothing is ever protected (--protect-level 4), so the
+scheduler alone picks the victim (the youngest pod).
+
+Usage (KUBECONFIG pointing at the local cluster; takes a few minutes):
+    python benchmarks/bench_steering.py [--rounds 10] [--seed 7]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kubernetes import client, config  # noqa: E402
+
+from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, unique, wait_for  # noqa: E402
+from tests.e2e.sj import InProcessOperator, create_sj, run_pods, sj_spec, status, test_config  # noqa: E402
+
+DURATION = 20.0
+SJS = ("a", "b", "c", "d")
+
+
+def _parse(ts: str) -> datetime:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+def _victim(core: client.CoreV1Api, api: client.ApiClient, ns: str) -> tuple[str, float] | None:
+    """(SJ name, seconds since its last checkpoint boundary) of a freshly preempted SJ pod."""
+    for name in SJS:
+        st = status(api, ns, name)
+        for pod in run_pods(api, ns, st.get("jobName", "")):
+            cond = next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget"), None)
+            if cond is None or cond.status != "True" or pod.status.start_time is None:
+                continue
+            age = (cond.last_transition_time - pod.status.start_time).total_seconds()
+            return name, age % DURATION
+    return None
+
+
+def run_mode(api: client.ApiClient, protect_level: int, rounds: int, seed: int) -> list[float]:
+    core = client.CoreV1Api(api)
+    rng = random.Random(seed)
+    ns = unique("bench-steer")
+    core.create_namespace({"metadata": {"name": ns}})
+    wait_for("default ServiceAccount", lambda: core.read_namespaced_service_account("default", ns))
+    op = InProcessOperator(test_config(protect_level=protect_level, tick=timedelta(seconds=1)))
+    op.start()
+    lost: list[float] = []
+    try:
+        with dedicated_node(cpu="4") as node:
+            pinned = {"nodeSelector": node["nodeSelector"], "tolerations": node["tolerations"]}
+            for name in SJS:
+                create_sj(api, ns, name, sj_spec(run_for=None, cpu="1", duration=f"{int(DURATION)}s",
+                                                  priorityLevels=4, **pinned))
+                time.sleep(rng.uniform(1, 5))
+            for i in range(rounds):
+                wait_for("all SJs running", lambda: all(status(api, ns, n).get("phase") == "Running" for n in SJS),
+                         timeout=120)
+                time.sleep(rng.uniform(2, 14))
+                owner = f"owner-{i}"
+                core.create_namespaced_pod(ns, {
+                    "metadata": {"name": owner, "annotations": sim_annotations(run_for="6s")},
+                    "spec": {"restartPolicy": "Never", **pinned,
+                             "containers": [sim_container(cpu="1", run_for="6s")]},
+                })
+                name, seconds = wait_for("a victim", lambda: _victim(core, api, ns), timeout=60)
+                lost.append(seconds)
+                print(f"  protect-level {protect_level} round {i + 1}: victim {name}, lost {seconds:5.1f} s",
+                      flush=True)
+                wait_for("owner done", lambda: core.read_namespaced_pod(owner, ns).status.phase == "Succeeded",
+                         timeout=60)
+                wait_for("victim's pods gone", lambda: _victim(core, api, ns) is None, timeout=60)
+    finally:
+        op.stop()
+        core.delete_namespace(ns)
+    return lost
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    config.load_kube_config(os.environ.get("KUBECONFIG"))
+    api = client.ApiClient()
+    from tests.e2e.conftest import REPO  # noqa: F401  (the CRD must be applied: kubectl apply -f crds/)
+    results = {}
+    for label, level in (("steering on (protect level 1)", 1), ("steering off (never protected)", 4)):
+        print(f"{label}:", flush=True)
+        results[label] = run_mode(api, level, args.rounds, args.seed)
+    print(f"\nwork lost per interruption (seconds since the victim's last checkpoint; duration {DURATION:.0f}s, "
+          f"{args.rounds} interruptions each, seed {args.seed}):")
+    print(f"| mode | mean | median | max | total |\n| --- | --- | --- | --- | --- |")
+    for label, values in results.items():
+        print(f"| {label} | {statistics.mean(values):.1f} | {statistics.median(values):.1f} | "
+              f"{max(values):.1f} | {sum(values):.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
