@@ -54,6 +54,18 @@ def _victim(core: client.CoreV1Api, api: client.ApiClient, ns: str) -> tuple[str
     return None
 
 
+def _full(core: client.CoreV1Api, api: client.ApiClient, ns: str) -> bool:
+    """All four SJs run (none is being interrupted), so the next arrival must preempt one."""
+    for name in SJS:
+        st = status(api, ns, name)
+        if st.get("phase") != "Running" or st.get("message", "").startswith("interrupting"):
+            return False
+        pods = run_pods(api, ns, st.get("jobName", ""))
+        if len(pods) != 1 or pods[0].metadata.deletion_timestamp or pods[0].status.phase != "Running":
+            return False
+    return True
+
+
 def run_mode(api: client.ApiClient, protect_level: int, rounds: int, seed: int) -> list[float]:
     core = client.CoreV1Api(api)
     rng = random.Random(seed)
@@ -71,8 +83,7 @@ def run_mode(api: client.ApiClient, protect_level: int, rounds: int, seed: int) 
                                                   priorityLevels=4, **pinned))
                 time.sleep(rng.uniform(1, 5))
             for i in range(rounds):
-                wait_for("all SJs running", lambda: all(status(api, ns, n).get("phase") == "Running" for n in SJS),
-                         timeout=120)
+                wait_for("the node full of running SJ pods", lambda: _full(core, api, ns), timeout=120)
                 time.sleep(rng.uniform(2, 14))
                 owner = f"owner-{i}"
                 core.create_namespaced_pod(ns, {

@@ -28,7 +28,9 @@ def test_single_pod_sj_succeeds(api, namespace, operator):
     pod = run_pods(api, namespace, "ok-r1")[0]
     assert pod.metadata.labels["scavenger.dev/job-name"] == "ok"
     assert pod.metadata.labels["scavenger.dev/run"] == "ok-r1"
+    assert pod.spec.priority_class_name == "scavenger-band-0"
     assert pod.spec.priority < -10 and pod.spec.preemption_policy == "Never"
+    assert pod.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true"
     env = {e.name: e.value for e in pod.spec.containers[0].env}
     assert env["SJ_NAME"] == "ok" and env["SJ_NAMESPACE"] == namespace and env["SJ_RESTART_COUNT"] == "0"
     assert env["SJ_CHECKPOINT_DIR"] == "/ckpt"

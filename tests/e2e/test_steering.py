@@ -112,3 +112,23 @@ def test_gang_member_preempted_cancels_the_whole_gang(api, namespace, operator):
         assert not run_pods(api, namespace, first_run), "every member of the preempted run is gone"
         reasons = [m for r, m in event_list(api, namespace, "team") if r == "Interrupted"]
         assert reasons and "PreemptionByScheduler" in reasons[0]
+
+
+def test_priority_band_is_ensured_without_clobbering_existing_classes(api, crd):
+    from tests.e2e.sj import InProcessOperator, test_config
+
+    sched = client.SchedulingV1Api(api)
+    op = InProcessOperator(test_config())
+    op.start()
+    op.stop()
+    band = {pc.metadata.name: pc for pc in sched.list_priority_class().items
+            if pc.metadata.name.startswith("scavenger-band-")}
+    assert sorted(band) == [f"scavenger-band-{i}" for i in range(4)]
+    assert [band[f"scavenger-band-{i}"].value for i in range(4)] == [-1000, -999, -998, -997]
+    assert all(pc.preemption_policy == "Never" and not pc.global_default for pc in band.values())
+    # Somebody changed one of them: the operator never writes over it.
+    sched.patch_priority_class("scavenger-band-1", {"description": "tuned by the cluster admin"})
+    op = InProcessOperator(test_config())
+    op.start()
+    op.stop()
+    assert sched.read_priority_class("scavenger-band-1").description == "tuned by the cluster admin"
