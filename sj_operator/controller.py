@@ -276,15 +276,13 @@ class Controller:
 
     async def launch(self, w: _Waiting, now: datetime) -> None:
         """Creates the next run of an admitted SJ (idempotent), then records it in the status."""
-        sj, spec, status, raw, rv = w.sj, w.spec, w.status, w.raw, w.rv
+        sj, spec, status = w.sj, w.spec, w.status
         attempt = status.attempt + 1
         job_name = run_job_name(sj.name, attempt)
         missing = await self._missing_references(sj.namespace, spec)
         if missing:
-            message = f"{missing} not found; no run was created"
-            failed = status.model_copy(update={"phase": Phase.FAILED, "message": message, "finished_timestamp": now})
-            if await self._write_status(sj, rv, raw, failed):
-                await self._event(sj, "Warning", "MissingReference", message)
+            await self._record(w, now, Phase.FAILED, "MissingReference", f"{missing} not found; no run was created",
+                               finished_timestamp=now)
             return
         priority_class = launch_class(status.interrupted_count)
         try:
@@ -293,10 +291,7 @@ class Controller:
                                 priority_class_name=priority_class, extra_pod_labels={LABEL_PROTECTED: "false"},
                                 mpi=mpi.mpi_job_options(sj_name=sj.name, mpi=spec.mpi) if spec.mpi else None)
         except InvalidSpec as exc:
-            message = f"invalid spec: {exc}"
-            failed = status.model_copy(update={"phase": Phase.FAILED, "message": message, "finished_timestamp": now})
-            if await self._write_status(sj, rv, raw, failed):
-                await self._event(sj, "Warning", "InvalidSpec", message)
+            await self._record(w, now, Phase.FAILED, "InvalidSpec", f"invalid spec: {exc}", finished_timestamp=now)
             return
         try:
             if spec.mpi is not None:
@@ -307,25 +302,28 @@ class Controller:
             await self.kube.apply_pdb(protection_budget(sj.namespace, sj.name, sj.uid))
             await self.kube.create_or_keep(lambda: self.kube.create_job(job))
         except Invalid as exc:
-            message = f"the API server rejected run {job_name}: {exc.message}"
-            failed = status.model_copy(update={"phase": Phase.FAILED, "message": message, "finished_timestamp": now})
-            if await self._write_status(sj, rv, raw, failed):
-                await self._event(sj, "Warning", "InvalidRun", message)
+            await self._record(w, now, Phase.FAILED, "InvalidRun",
+                               f"the API server rejected run {job_name}: {exc.message}", finished_timestamp=now)
             return
         except KubeError as exc:
-            log.error("could not launch %s: %s (will retry)", sj.key, exc)
+            log.warning("could not launch %s: %s (retried on a later pass)", sj.key, exc)
             return
         self.launched[(sj.namespace, job_name)] = _Launched(
             sj.key, spec.parallelism, _milli(spec), dict(spec.node_selector), _tolerations(spec), time.monotonic())
-        message = f"run {job_name} launched ({spec.parallelism} pod(s), priority class {priority_class})"
-        starting = status.model_copy(update={
-            "phase": Phase.STARTING, "attempt": attempt, "job_name": job_name, "launched_timestamp": now,
-            "priority_class_name": priority_class, "message": message, "not_before": None,
-            "conditions": set_conditions(status.conditions, Phase.STARTING, "Launched", message, now),
-        })
-        if await self._write_status(sj, rv, raw, starting):
-            log.info("%s: Launched: %s", sj.key, message)
-            await self._event(sj, "Normal", "Launched", message)
+        await self._record(w, now, Phase.STARTING, "Launched",
+                           f"run {job_name} launched ({spec.parallelism} pod(s), priority class {priority_class})",
+                           event_type="Normal", attempt=attempt, job_name=job_name, launched_timestamp=now,
+                           priority_class_name=priority_class, not_before=None)
+
+    async def _record(self, w: _Waiting, now: datetime, phase: Phase, reason: str, message: str, *,
+                      event_type: str = "Warning", **changes: Any) -> None:
+        """Writes a transition decided at launch time (status, conditions), then its Event."""
+        status = w.status.model_copy(update={
+            "phase": phase, "message": message,
+            "conditions": set_conditions(w.status.conditions, phase, reason, message, now), **changes})
+        if await self._write_status(w.sj, w.rv, w.raw, status):
+            log.info("%s: %s: %s", w.sj.key, reason, message)
+            await self._event(w.sj, event_type, reason, message)
 
     async def _ensure_mpi_objects(self, sj: SJObject, spec: ScavengerJobSpec, job_name: str) -> None:
         """The SJ's ssh Secret (generated once, reused by every run) and the hostfile of this run."""
