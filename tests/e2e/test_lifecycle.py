@@ -9,7 +9,6 @@ from kubernetes import client
 from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
 from tests.e2e.sj import create_sj, event_list, events_for, jobs_of, patch_sj, run_pods, sj_spec, status, wait_phase
 
-pytestmark = pytest.mark.kwok_only
 
 
 def test_single_pod_sj_succeeds(api, namespace, operator):
@@ -52,6 +51,7 @@ def test_nonzero_exit_fails_with_the_code_and_is_not_retried(api, namespace, ope
     assert "Failed" in events_for(api, namespace, "crash")
 
 
+@pytest.mark.kwok_only  # a dedicated simulated node
 def test_preempted_sj_is_interrupted_then_runs_again_and_succeeds(api, namespace, operator):
     core = client.CoreV1Api(api)
     with dedicated_node(cpu="4") as node:
