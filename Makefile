@@ -38,6 +38,9 @@ e2e: setup ## e2e tests against a local cluster this target starts and stops
 	trap 'hack/cluster down' EXIT; \
 	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) -m pytest tests/e2e -q $(PYTEST_ARGS)
 
+e2e-kind: ## with Docker and kind: both demos on a kind cluster, one interruption (hack/e2e-kind)
+	hack/e2e-kind
+
 test: setup ## the README's test command: unit tests, then e2e tests on the local cluster
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory e2e

@@ -35,7 +35,7 @@ Signals under mpirun
     Open MPI's mpirun, when it gets SIGTERM, waits ``odls_base_sigkill_timeout`` seconds (default 1),
     SIGTERMs the ranks, waits as long again and SIGKILLs them: raise it (e.g.
     ``OMPI_MCA_odls_base_sigkill_timeout=10``) to give the ranks time to checkpoint. Signalling the
-    ranks directly (as the workers' entrypoint of the demo image does) takes effect at the next step.
+    ranks directly takes effect at the next step.
 
 Output
     Rank 0 prints one JSON line at the end (``"event": "done"``) with the SHA-256 of the gathered
