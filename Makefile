@@ -9,8 +9,9 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
-.PHONY: setup venv binaries mpi test unit e2e cluster-up cluster-down demo demo-down run crd bench e2e-kind clean
+.PHONY: setup venv binaries mpi test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-e2e e2e-kind clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
 
@@ -65,6 +66,11 @@ crd: venv ## regenerate crds/ from the model
 
 bench: venv
 	$(PY) benchmarks/bench_policy.py
+
+bench-e2e: venv ## SJ creation -> Job latency, operator in-process, against the cluster in $$KUBECONFIG
+	@test -n "$${KUBECONFIG:-}" || { echo "bench-e2e: set KUBECONFIG to a running cluster (hack/cluster up prints it)" >&2; exit 1; }
+	$(PY) benchmarks/bench_e2e.py $(BENCH_ARGS)
+	$(PY) benchmarks/bench_e2e.py --burst $(BENCH_ARGS)
 
 clean: cluster-down
 	rm -rf .bin $(VENV)

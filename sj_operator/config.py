@@ -101,6 +101,12 @@ def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] |
     args = parser.parse_args(argv)
 
     values: dict[str, object] = {"verbose": bool(args.verbose)}
+    # The defaults that come from the pod's environment (Downward API) are read from `environ` too.
+    if environ.get("POD_NAMESPACE"):
+        values["lease_namespace"] = environ["POD_NAMESPACE"]
+    if environ.get("POD_NAME"):
+        values["identity"] = environ["POD_NAME"]
+    given: dict[str, str] = {}  # as typed, for messages
     for flag, env, field, _ in _SETTINGS:
         raw = getattr(args, field)
         source = flag
@@ -108,6 +114,7 @@ def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] |
             raw, source = environ[env], env
         if raw is None:
             continue
+        given[field] = raw
         try:
             values[field] = _convert(field, raw)
         except ValueError as exc:
@@ -118,4 +125,4 @@ def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] |
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
         flag, env = next(((f, e) for f, e, name, _ in _SETTINGS if name == field), (field, field))
-        raise ConfigError(f"{flag} / {env}: {err['msg']} (got {err.get('input')!r})") from None
+        raise ConfigError(f"{flag} / {env}: {err['msg']} (got {given.get(field, err.get('input'))!r})") from None

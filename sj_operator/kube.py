@@ -103,6 +103,10 @@ class Kube:
                     return await asyncio.to_thread(fn, *args, **kwargs)
         except ApiException as exc:
             raise _typed(exc) from None
+        except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as exc:
+            # Retried until retry_for ran out: a failure for good, typed like the others (status 0 as
+            # the client uses for "no HTTP response").
+            raise KubeError(0, type(exc).__name__, str(exc)) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     # --- ScavengerJobs -------------------------------------------------------

@@ -43,20 +43,37 @@ def resources_milli(raw: Mapping[str, Any] | None) -> dict[str, int]:
     return out
 
 
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    res = container.get("resources") or {}
+    # The API server defaults each request a container lacks to its limit for that resource.
+    return resources_milli({**(res.get("limits") or {}), **(res.get("requests") or {})})
+
+
+def _add(total: dict[str, int], res: Mapping[str, int]) -> None:
+    for name, value in res.items():
+        total[name] = total.get(name, 0) + value
+
+
 def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
-    """Effective requests as the scheduler sees them: max(sum of containers, any init container) + overhead."""
+    """Effective requests as the scheduler sees them, plus overhead: the larger of the containers (with
+    the sidecars, i.e. init containers with restartPolicy Always, that keep running beside them) and
+    what runs during any init container (itself and the sidecars started before it)."""
     total: dict[str, int] = {}
     for c in spec.get("containers") or []:
-        res = c.get("resources") or {}
-        # A container with limits but no requests is defaulted to requests = limits by the API server.
-        for name, value in resources_milli(res.get("requests") or res.get("limits")).items():
-            total[name] = total.get(name, 0) + value
+        _add(total, _container_requests(c))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
     for c in spec.get("initContainers") or []:
-        res = c.get("resources") or {}
-        for name, value in resources_milli(res.get("requests") or res.get("limits")).items():
-            total[name] = max(total.get(name, 0), value)
-    for name, value in resources_milli(spec.get("overhead")).items():
-        total[name] = total.get(name, 0) + value
+        running = dict(sidecars)
+        _add(running, _container_requests(c))
+        if c.get("restartPolicy") == "Always":
+            sidecars = dict(running)
+        for name, value in running.items():
+            init_peak[name] = max(init_peak.get(name, 0), value)
+    _add(total, sidecars)
+    for name, value in init_peak.items():
+        total[name] = max(total.get(name, 0), value)
+    _add(total, resources_milli(spec.get("overhead")))
     total.setdefault("pods", 1000)
     return total
 

@@ -73,7 +73,9 @@ def dedicated_node(cpu: str = "4", memory: str = "16Gi", extra: dict[str, str] |
 
 
 def release_node(core: client.CoreV1Api, node: str) -> None:
-    """Deletes the pods bound to a node at once: once the node is gone nothing would end them."""
+    """Cordons a node, then deletes the pods bound to it at once (once the node is gone nothing
+    would end them); cordoned, it gets no new ones, from the scheduler or the operator."""
+    core.patch_node(node, {"spec": {"unschedulable": True}})
     selector = f"spec.nodeName={node}"
     for pod in core.list_pod_for_all_namespaces(field_selector=selector).items:
         try:

@@ -59,23 +59,26 @@ def test_interrupted_sj_starts_before_an_older_never_run_sj(api, namespace, oper
     core = client.CoreV1Api(api)
     with dedicated_node(cpu="4") as node:
         pinned = {"nodeSelector": node["nodeSelector"], "tolerations": node["tolerations"]}
-        # The older SJ is held back (suspended) until the other has been interrupted.
+        # The older SJ is held back (suspended) until the other is being interrupted.
         create_sj(api, namespace, "older", sj_spec(run_for="5s", cpu="3", suspend=True, **pinned))
         time.sleep(1.1)  # creationTimestamps have one-second resolution
         create_sj(api, namespace, "younger", sj_spec(run_for="600s", cpu="3", **pinned))
         wait_phase(api, namespace, "younger", "Running")
         core.create_namespaced_pod(namespace, {
-            "metadata": {"name": "owner", "annotations": sim_annotations(run_for="6s")},
-            "spec": {"restartPolicy": "Never", **pinned, "containers": [sim_container(cpu="2", run_for="6s")]},
+            "metadata": {"name": "owner", "annotations": sim_annotations(run_for="15s")},
+            "spec": {"restartPolicy": "Never", **pinned, "containers": [sim_container(cpu="2", run_for="15s")]},
         })
-        wait_phase(api, namespace, "younger", "Interrupted", timeout=60)
+        wait_for("younger being interrupted", lambda: status(api, namespace, "younger").get(
+            "message", "").startswith("interrupting"), timeout=60)
         patch_sj(api, namespace, "older", {"suspend": False})
         wait_phase(api, namespace, "older", "Pending")
+        wait_for("interruption recorded", lambda: status(api, namespace, "younger").get("interruptedCount") == 1,
+                 timeout=60)
+        assert core.read_namespaced_pod("owner", namespace).status.phase == "Running", "room is still taken"
         # When the owner finishes, room for one 3-CPU SJ returns: the interrupted one goes first.
         st = wait_phase(api, namespace, "younger", "Starting", "Running", timeout=60)
-        assert st["interruptedCount"] == 1
+        assert st["interruptedCount"] == 1 and st["jobName"] == "younger-r2"
         assert status(api, namespace, "older")["phase"] == "Pending"
-        older = client.CustomObjectsApi(api)
         assert jobs_of(api, namespace, "older") == []
 
 

@@ -1,0 +1,200 @@
+"""Operator settings (sj_operator.config.parse_config): defaults, flags over environment, rejection.
+
+Every case passes its own ``environ``, so nothing depends on the environment the tests run in.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from sj_operator.config import ConfigError, OperatorConfig, parse_config
+
+REPO = Path(__file__).resolve().parents[2]
+S = timedelta(seconds=1)
+M = timedelta(minutes=1)
+
+DEFAULTS: dict[str, Any] = {
+    "threshold": 0.70,
+    "start_timeout": 60 * S,
+    "retry_backoff": 10 * S,
+    "max_retry_backoff": 10 * M,
+    "tick": 5 * S,
+    "namespaces": (),
+    "protect_level": 1,
+    "starvation_after": 10 * M,
+    "peering": "scavenger",
+    "lease_namespace": "default",
+    "verbose": False,
+    "liveness_port": None,
+}
+
+
+def settings(config: OperatorConfig) -> dict[str, Any]:
+    """Every setting but the process identity (host name and pid by default)."""
+    return config.model_dump(exclude={"identity"})
+
+
+def test_defaults() -> None:
+    config = parse_config([], {})
+    assert settings(config) == DEFAULTS
+    assert config.identity.endswith(f"-{os.getpid()}")
+
+
+def test_empty_environment_values_are_ignored() -> None:
+    environ = {"SJ_THRESHOLD": "", "SJ_TICK": "", "SJ_NAMESPACES": "", "SJ_LIVENESS_PORT": ""}
+    assert settings(parse_config([], environ)) == DEFAULTS
+
+
+# (argv, environ, expected settings that differ from the defaults)
+VALID: list[tuple[str, list[str], dict[str, str], dict[str, Any]]] = [
+    ("every flag", [
+        "--threshold", "0.9", "--start-timeout", "2m", "--retry-backoff", "5s", "--max-retry-backoff", "1h",
+        "--tick", "500ms", "--namespaces", "team-a,team-b", "--protect-level", "2", "--starvation-after", "30m",
+        "--peering", "sj-lease", "--lease-namespace", "ops", "--liveness-port", "8080", "--verbose",
+    ], {}, {
+        "threshold": 0.9, "start_timeout": 2 * M, "retry_backoff": 5 * S, "max_retry_backoff": 60 * M,
+        "tick": timedelta(milliseconds=500), "namespaces": ("team-a", "team-b"), "protect_level": 2,
+        "starvation_after": 30 * M, "peering": "sj-lease", "lease_namespace": "ops", "liveness_port": 8080,
+        "verbose": True,
+    }),
+    ("every environment variable", [], {
+        "SJ_THRESHOLD": "0.5", "SJ_START_TIMEOUT": "90s", "SJ_RETRY_BACKOFF": "1m", "SJ_MAX_RETRY_BACKOFF": "20m",
+        "SJ_TICK": "2s", "SJ_NAMESPACES": "x", "SJ_PROTECT_LEVEL": "0", "SJ_STARVATION_AFTER": "1h",
+        "SJ_PEERING": "other", "SJ_LEASE_NAMESPACE": "kube-system", "SJ_LIVENESS_PORT": "9000",
+    }, {
+        "threshold": 0.5, "start_timeout": 90 * S, "retry_backoff": 1 * M, "max_retry_backoff": 20 * M,
+        "tick": 2 * S, "namespaces": ("x",), "protect_level": 0, "starvation_after": 60 * M, "peering": "other",
+        "lease_namespace": "kube-system", "liveness_port": 9000,
+    }),
+    ("flags beat the environment", ["--threshold", "0.8", "--tick", "3s", "--namespaces", "flag-ns"],
+     {"SJ_THRESHOLD": "0.4", "SJ_TICK": "9s", "SJ_NAMESPACES": "env-ns"},
+     {"threshold": 0.8, "tick": 3 * S, "namespaces": ("flag-ns",)}),
+    ("environment used where no flag is given", ["--threshold", "0.8"],
+     {"SJ_THRESHOLD": "0.4", "SJ_TICK": "9s", "SJ_PROTECT_LEVEL": "3"},
+     {"threshold": 0.8, "tick": 9 * S, "protect_level": 3}),
+    ("flag=value form", ["--threshold=1", "--start-timeout=1h30m"], {},
+     {"threshold": 1.0, "start_timeout": 90 * M}),
+    ("threshold 1 is allowed", ["--threshold", "1.0"], {}, {"threshold": 1.0}),
+    ("protect level 0 is allowed", ["--protect-level", "0"], {}, {"protect_level": 0}),
+    ("namespaces: spaces and empty items dropped", ["--namespaces", "a, b,,c"], {}, {"namespaces": ("a", "b", "c")}),
+    ("namespaces from the environment", [], {"SJ_NAMESPACES": " a , b ,, c, "}, {"namespaces": ("a", "b", "c")}),
+    ("namespaces: only separators means all", ["--namespaces", " , ,"], {}, {"namespaces": ()}),
+    ("lease namespace from POD_NAMESPACE", [], {"POD_NAMESPACE": "scavenger-system"},
+     {"lease_namespace": "scavenger-system"}),
+    ("--lease-namespace beats POD_NAMESPACE", ["--lease-namespace", "ops"], {"POD_NAMESPACE": "scavenger-system"},
+     {"lease_namespace": "ops"}),
+    ("-v is --verbose", ["-v"], {}, {"verbose": True}),
+]
+
+
+@pytest.mark.parametrize(("argv", "environ", "expected"), [case[1:] for case in VALID],
+                         ids=[case[0] for case in VALID])
+def test_valid(argv: list[str], environ: dict[str, str], expected: dict[str, Any]) -> None:
+    assert settings(parse_config(argv, environ)) == {**DEFAULTS, **expected}
+
+
+def test_identity_from_pod_name() -> None:
+    assert parse_config([], {"POD_NAME": "scavenger-7d9f-abcde"}).identity == "scavenger-7d9f-abcde"
+
+
+def test_parsed_config_is_immutable() -> None:
+    config = parse_config([], {})
+    with pytest.raises(ValidationError):
+        config.threshold = 0.1  # type: ignore[misc]
+
+
+# (setting's flag, its environment variable, invalid value, words the message must contain)
+INVALID: list[tuple[str, str, str, str]] = [
+    ("--threshold", "SJ_THRESHOLD", "0", "greater than 0"),
+    ("--threshold", "SJ_THRESHOLD", "-0.5", "greater than 0"),
+    ("--threshold", "SJ_THRESHOLD", "1.5", "less than or equal to 1"),
+    ("--threshold", "SJ_THRESHOLD", "abc", "valid number"),
+    ("--threshold", "SJ_THRESHOLD", "nan", "nan"),
+    ("--start-timeout", "SJ_START_TIMEOUT", "0s", "positive duration"),
+    ("--start-timeout", "SJ_START_TIMEOUT", "0", "positive duration"),
+    ("--start-timeout", "SJ_START_TIMEOUT", "-5s", "positive duration"),
+    ("--start-timeout", "SJ_START_TIMEOUT", "soon", "invalid duration 'soon'"),
+    ("--start-timeout", "SJ_START_TIMEOUT", "60", "invalid duration '60'"),
+    ("--tick", "SJ_TICK", "0s", "positive duration"),
+    ("--retry-backoff", "SJ_RETRY_BACKOFF", "0s", "positive duration"),
+    ("--max-retry-backoff", "SJ_MAX_RETRY_BACKOFF", "-1m", "positive duration"),
+    ("--starvation-after", "SJ_STARVATION_AFTER", "later", "invalid duration 'later'"),
+    ("--protect-level", "SJ_PROTECT_LEVEL", "-1", "greater than or equal to 0"),
+    ("--protect-level", "SJ_PROTECT_LEVEL", "1.5", "valid integer"),
+    ("--liveness-port", "SJ_LIVENESS_PORT", "http", "valid integer"),
+]
+INVALID_IDS = [f"{flag} {value}" for flag, _, value, _ in INVALID]
+
+
+@pytest.mark.parametrize(("flag", "env", "value", "words"), INVALID, ids=INVALID_IDS)
+def test_invalid_flag(flag: str, env: str, value: str, words: str) -> None:
+    # --flag=value: argparse would take a separate "-5s" for an option of its own.
+    with pytest.raises(ConfigError) as err:
+        parse_config([f"{flag}={value}"], {})
+    message = str(err.value)
+    assert flag in message and env in message and words in message
+    assert repr(value) in message, "the message shows the value as given"
+
+
+@pytest.mark.parametrize(("flag", "env", "value", "words"), INVALID, ids=INVALID_IDS)
+def test_invalid_environment_variable(flag: str, env: str, value: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config([], {env: value})
+    message = str(err.value)
+    assert flag in message and env in message and words in message
+    assert repr(value) in message
+
+
+def test_a_valid_flag_does_not_hide_an_invalid_environment_variable() -> None:
+    with pytest.raises(ConfigError, match="--tick / SJ_TICK"):
+        parse_config(["--threshold", "0.5"], {"SJ_TICK": "never"})
+
+
+def test_a_valid_flag_overrides_an_invalid_environment_variable() -> None:
+    assert parse_config(["--tick", "2s"], {"SJ_TICK": "never"}).tick == 2 * S
+
+
+def test_config_error_is_a_value_error() -> None:
+    assert issubclass(ConfigError, ValueError)
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def run_operator(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m sj_operator` pointed at no cluster: it must stop on its settings before any API call."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SJ_", "KUBERNETES_"))}
+    environ.update({"KUBECONFIG": str(REPO / "does-not-exist" / "kubeconfig"), "PYTHONPATH": str(REPO)})
+    environ.update(env or {})
+    return subprocess.run([sys.executable, "-m", "sj_operator", *args], cwd=REPO, env=environ,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_command_rejects_an_invalid_flag() -> None:
+    proc = run_operator("--threshold", "2")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.strip() == ("sj_operator: invalid configuration: --threshold / SJ_THRESHOLD: "
+                                   "Input should be less than or equal to 1 (got '2')")
+
+
+def test_command_rejects_an_invalid_environment_variable() -> None:
+    proc = run_operator(env={"SJ_START_TIMEOUT": "soon"})
+    assert proc.returncode == 2
+    assert "--start-timeout / SJ_START_TIMEOUT" in proc.stderr
+    assert "invalid duration 'soon'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_command_rejects_an_unknown_flag() -> None:
+    proc = run_operator("--treshold", "0.5")
+    assert proc.returncode == 2
+    assert "unrecognized arguments: --treshold" in proc.stderr

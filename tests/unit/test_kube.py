@@ -1,0 +1,222 @@
+"""Retries and typed errors of the API adapter (sj_operator.kube.Kube._call), without a cluster.
+
+`_call` is given plain callables that fail a set number of times with what the kubernetes client
+raises (ApiException with a status and a JSON Status body, or a connection error) before succeeding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import urllib3
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from sj_operator.kube import Conflict, Invalid, Kube, KubeError, NotFound
+
+RETRY_FOR = 2.0
+REASONS = {0: "", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 409: "Conflict",
+           422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error",
+           502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+
+
+def api_error(status: int, message: str = "", body: str | None = None) -> ApiException:
+    """What the client raises for an HTTP error: the API server's Status object as the body."""
+    exc = ApiException(status=status, reason=REASONS[status])
+    exc.body = body if body is not None else json.dumps({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": REASONS[status].replace(" ", ""), "code": status,
+    })
+    return exc
+
+
+class Flaky:
+    """A blocking API call that raises the given errors, one per call, then returns `result`."""
+
+    def __init__(self, *errors: BaseException, result: Any = "ok") -> None:
+        self.errors = list(errors)
+        self.result = result
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        self.threads: set[int] = set()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append((args, kwargs))
+        self.threads.add(threading.get_ident())
+        if self.errors:
+            raise self.errors.pop(0)
+        return self.result
+
+
+class Always:
+    """A blocking API call that always raises what `make` builds."""
+
+    def __init__(self, make: Callable[[], BaseException]) -> None:
+        self.make = make
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        raise self.make()
+
+
+def kube(retry_for: float = RETRY_FOR) -> Kube:
+    return Kube(api=client.ApiClient(), retry_for=retry_for)
+
+
+def call(fn: Callable[..., Any], *args: Any, retry_for: float = RETRY_FOR, **kwargs: Any) -> Any:
+    return asyncio.run(kube(retry_for)._call(fn, *args, **kwargs))
+
+
+# ----------------------------------------------------------------------------- retried, then success
+
+TRANSIENT: list[tuple[str, list[BaseException]]] = [
+    ("503", [api_error(503), api_error(503)]),
+    ("500", [api_error(500, "etcdserver: request timed out")]),
+    ("502 then 504", [api_error(502), api_error(504)]),
+    ("429", [api_error(429, "too many requests, please try again later"), api_error(429)]),
+    ("status 0 (no HTTP response)", [api_error(0, body="")]),
+    ("urllib3 protocol error", [urllib3.exceptions.ProtocolError("Connection aborted.",
+                                                                 ConnectionResetError(104, "reset by peer"))]),
+    ("urllib3 read timeout", [urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out.")]),  # type: ignore[arg-type]
+    ("connection refused", [ConnectionRefusedError(111, "Connection refused")]),
+    ("connection reset", [ConnectionResetError(104, "Connection reset by peer")]),
+    ("socket timeout", [TimeoutError("timed out")]),
+    ("mixed", [ConnectionRefusedError(111, "Connection refused"), api_error(503)]),
+]
+
+
+@pytest.mark.parametrize("errors", [case[1] for case in TRANSIENT], ids=[case[0] for case in TRANSIENT])
+def test_transient_errors_are_retried_until_success(errors: list[BaseException]) -> None:
+    fn = Flaky(*errors, result={"metadata": {"name": "x"}})
+    started = time.monotonic()
+    assert call(fn, "ns", "x", propagation_policy="Background") == {"metadata": {"name": "x"}}
+    assert len(fn.calls) == len(errors) + 1
+    assert all(c == (("ns", "x"), {"propagation_policy": "Background"}) for c in fn.calls)
+    assert time.monotonic() - started < RETRY_FOR
+
+
+def test_success_at_once_is_one_call() -> None:
+    fn = Flaky(result=42)
+    assert call(fn) == 42
+    assert len(fn.calls) == 1
+
+
+def test_the_blocking_call_runs_outside_the_event_loop_thread() -> None:
+    fn = Flaky(api_error(503))
+    call(fn)
+    assert threading.get_ident() not in fn.threads
+
+
+def test_retries_back_off() -> None:
+    """Two failures cost the first two waits: about 0.2s and 0.4s, plus up to 0.2s jitter each."""
+    fn = Flaky(api_error(503), api_error(503))
+    started = time.monotonic()
+    call(fn)
+    assert 0.6 <= time.monotonic() - started < 1.5
+
+
+# ----------------------------------------------------------------------------- typed at once
+
+TYPED: list[tuple[int, type[KubeError], str]] = [
+    (404, NotFound, 'jobs.batch "demo-r1" not found'),
+    (409, Conflict, ('Operation cannot be fulfilled on scavengerjobs.scavenger.dev "demo": the object has been '
+                     "modified; please apply your changes to the latest version and try again")),
+    (409, Conflict, 'jobs.batch "demo-r1" already exists'),
+    (422, Invalid, 'Job.batch "demo-r1" is invalid: spec.template.spec.containers[0].image: Required value'),
+]
+
+
+@pytest.mark.parametrize(("status", "cls", "message"), TYPED, ids=[f"{s} {c.__name__}" for s, c, _ in TYPED])
+def test_client_errors_are_typed_at_once(status: int, cls: type[KubeError], message: str) -> None:
+    fn = Flaky(api_error(status, message))
+    with pytest.raises(cls) as err:
+        call(fn)
+    assert len(fn.calls) == 1
+    assert type(err.value) is cls
+    assert (err.value.status, err.value.reason, err.value.message) == (status, REASONS[status], message)
+    assert str(err.value) == f"{status} {REASONS[status]}: {message}"
+
+
+@pytest.mark.parametrize("status", [400, 403])
+def test_other_client_errors_are_plain_kube_errors_at_once(status: int) -> None:
+    fn = Flaky(api_error(status, "denied"))
+    with pytest.raises(KubeError) as err:
+        call(fn)
+    assert len(fn.calls) == 1
+    assert type(err.value) is KubeError
+    assert (err.value.status, err.value.message) == (status, "denied")
+
+
+BODIES: list[tuple[str, str | None, str]] = [
+    ("JSON Status", json.dumps({"kind": "Status", "message": "gone"}), "gone"),
+    ("JSON without message", json.dumps({"kind": "Status"}), ""),
+    ("not JSON", "404 page not found", "404 page not found"),
+    ("JSON but not an object", json.dumps(["a"]), '["a"]'),
+    ("empty", "", ""),
+    ("no body", None, ""),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), [case[1:] for case in BODIES], ids=[case[0] for case in BODIES])
+def test_message_from_the_body(body: str | None, message: str) -> None:
+    exc = ApiException(status=404, reason="Not Found")
+    exc.body = body
+    with pytest.raises(NotFound) as err:
+        call(Flaky(exc))
+    assert err.value.message == message
+    assert str(err.value) == (f"404 Not Found: {message}" if message else "404 Not Found")
+
+
+def test_a_client_error_after_transient_ones_is_typed() -> None:
+    fn = Flaky(api_error(503), api_error(409, "already exists"))
+    with pytest.raises(Conflict, match="already exists"):
+        call(fn)
+    assert len(fn.calls) == 2
+
+
+def test_other_exceptions_pass_through_at_once() -> None:
+    fn = Flaky(ValueError("Missing the required parameter `name`"))
+    with pytest.raises(ValueError, match="required parameter"):
+        call(fn)
+    assert len(fn.calls) == 1
+
+
+# ----------------------------------------------------------------------------- giving up
+
+
+def test_persistent_503_gives_up_after_retry_for() -> None:
+    fn = Always(lambda: api_error(503, "the server is currently unable to handle the request"))
+    started = time.monotonic()
+    with pytest.raises(KubeError) as err:
+        call(fn)
+    elapsed = time.monotonic() - started
+    assert type(err.value) is KubeError
+    assert (err.value.status, err.value.message) == (503, "the server is currently unable to handle the request")
+    # Stops at the first failure past retry_for: at most one more (capped) wait than that.
+    assert RETRY_FOR <= elapsed < RETRY_FOR + 2.5
+    assert fn.calls >= 4
+
+
+def test_persistent_connection_error_gives_up_as_a_kube_error() -> None:
+    fn = Always(lambda: urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionRefusedError(111, "refused")))
+    started = time.monotonic()
+    with pytest.raises(KubeError) as err:
+        call(fn)
+    assert type(err.value) is KubeError
+    assert err.value.status == 0
+    assert "Connection aborted" in str(err.value)
+    assert time.monotonic() - started >= RETRY_FOR
+    assert fn.calls >= 4
+
+
+def test_retry_for_zero_tries_once() -> None:
+    fn = Always(lambda: api_error(503))
+    with pytest.raises(KubeError):
+        call(fn, retry_for=0.0)
+    assert fn.calls == 1
