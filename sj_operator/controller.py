@@ -40,7 +40,14 @@ from sj_operator.kube import Conflict, Invalid, Kube, KubeError, NotFound
 from sj_operator.lifecycle import DeleteRun, LifecycleConfig, Run, SetProtection, Step, set_conditions, step
 from sj_operator.observed import LABEL_PROTECTED, LABEL_SJ, JobView, NodeInfo, PodView, SJObject, resources_milli
 from sj_operator.policy.admission import PolicyConfig, decide
-from sj_operator.policy.priority import launch_class
+from sj_operator.policy.priority import (
+    RunProgress,
+    current_period_start,
+    is_protected,
+    launch_class,
+    running_level,
+    steering_exemptions,
+)
 from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Taint, Toleration
 
 log = logging.getLogger("sj_operator.controller")
@@ -143,6 +150,8 @@ class Controller:
         in_flight: dict[tuple[str, str], InFlightRun] = {}
         known_runs: set[tuple[str, str]] = set()
 
+        observed: list[tuple[SJObject, str, dict[str, Any], ScavengerJobStatus,
+                             ScavengerJobSpec | InvalidSpec, Run]] = []
         for sj in view.sjs:
             if sj.deleting or not self.handles(sj.namespace):
                 continue
@@ -158,8 +167,14 @@ class Controller:
                 known_runs.add((sj.namespace, status.job_name))
             run = Run(job=view.jobs.get((sj.namespace, current or "")),
                       pods=view.run_pods.get((sj.namespace, current or ""), ()))
+            observed.append((sj, rv, raw_status, status, spec, run))
+        exempt = steering_exemptions(_progress(sj, status, spec, run, now, cfg.protect_level)
+                                     for sj, _, _, status, spec, run in observed
+                                     if status.phase == Phase.RUNNING and not isinstance(spec, InvalidSpec))
+
+        for sj, rv, raw_status, status, spec, run in observed:
             try:
-                result = step(spec, status, run, now, cfg, sj_name=sj.name)
+                result = step(spec, status, run, now, cfg, sj_name=sj.name, exempt=sj.key in exempt)
             except Exception:  # a bug in one SJ's decision must not stop the others
                 log.exception("reconciling %s failed", sj.key)
                 continue
@@ -367,6 +382,15 @@ def protection_budget(namespace: str, sj_name: str, sj_uid: str) -> dict[str, An
             "selector": {"matchLabels": {LABEL_SJ: sj_label_value(sj_name), LABEL_PROTECTED: "true"}},
         },
     }
+
+
+def _progress(sj: SJObject, status: ScavengerJobStatus, spec: ScavengerJobSpec, run: Run, now: datetime,
+              protect_level: int) -> RunProgress:
+    start = status.priority_start_over_timestamp or now
+    level = running_level(now, start, spec.duration, spec.priority_levels)
+    return RunProgress(key=sj.key, nodes=frozenset(p.node for p in run.pods if p.node and not p.terminal),
+                       unsaved=now - current_period_start(now, start, spec.duration),
+                       protected_by_level=is_protected(level, protect_level))
 
 
 def _milli(spec: ScavengerJobSpec) -> dict[str, int]:

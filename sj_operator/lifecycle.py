@@ -137,8 +137,12 @@ def step(
     cfg: LifecycleConfig,
     *,
     sj_name: str,
+    exempt: bool = False,
 ) -> Step:
-    """One reconciliation of one SJ. Pure: same inputs, same result."""
+    """One reconciliation of one SJ. Pure: same inputs, same result.
+
+    ``exempt``: victim steering leaves this run unprotected whatever its level
+    (`policy.priority.steering_exemptions`)."""
     b = _Builder(status, now)
     phase = status.phase
 
@@ -176,7 +180,7 @@ def step(
     if phase in WAITING:
         return _waiting(b, spec, run, sj_name)
 
-    return _active(b, spec, run, cfg)
+    return _active(b, spec, run, cfg, exempt)
 
 
 def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str) -> Step:
@@ -193,7 +197,7 @@ def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str) -> Ste
     return b.done(waiting=eligible)
 
 
-def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig) -> Step:
+def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig, exempt: bool) -> Step:
     st = b.status
     job = run.job
     expected = spec.parallelism
@@ -262,7 +266,7 @@ def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig)
         return b.done()
 
     # Running: progress inside the current checkpoint period.
-    return _running_priority(b, spec, cfg)
+    return _running_priority(b, spec, cfg, exempt)
 
 
 def job_deleted(job: JobView | None) -> bool:
@@ -307,12 +311,12 @@ def _record_interruption(b: _Builder, spec: ScavengerJobSpec, cause: str) -> Ste
     return b.done(waiting=True)
 
 
-def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig) -> Step:
+def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig, exempt: bool) -> Step:
     st = b.status
     start = st.priority_start_over_timestamp or b.now
     period_start = current_period_start(b.now, start, spec.duration)
     level = running_level(b.now, start, spec.duration, spec.priority_levels)
-    protect = is_protected(level, cfg.protect_level)
+    protect = is_protected(level, cfg.protect_level) and not exempt
     if period_start != st.priority_start_over_timestamp or level != st.running_priority:
         b.update(priority_start_over_timestamp=period_start, running_priority=level)
     if protect != st.protected:
@@ -321,6 +325,9 @@ def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig)
         if protect:
             b.event("Normal", "Protected", f"running priority {level} of {spec.priority_levels}: run "
                     f"{st.job_name} is protected by a PodDisruptionBudget")
+        elif exempt and is_protected(level, cfg.protect_level):
+            b.event("Normal", "Unprotected", f"run {st.job_name} has the least unsaved work on its node(s): "
+                    f"left unprotected so that a preemption there loses the least")
         else:
             b.event("Normal", "Unprotected", f"checkpoint period of {format_duration(spec.duration)} "
                     f"ended: run {st.job_name} is no longer protected")

@@ -11,7 +11,8 @@ so boundaries are exact.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
 from types import MappingProxyType
@@ -76,6 +77,45 @@ def is_protected(level: int, protect_from_level: int) -> bool:
     if level < 0:
         raise ValueError(f"level must not be negative, got {level}")
     return level >= protect_from_level
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """A running SJ as victim steering sees it."""
+
+    key: str
+    nodes: frozenset[str]
+    """Nodes its pods run on."""
+    unsaved: timedelta
+    """Work since its last checkpoint boundary: now - start of its current period."""
+    protected_by_level: bool
+
+
+def steering_exemptions(runs: Iterable[RunProgress]) -> frozenset[str]:
+    """Runs left unprotected although their level asks for protection.
+
+    The scheduler first picks the node whose preemption violates the fewest budgets, so
+    while some run anywhere is unprotected, protection already steers it there: nothing
+    is exempted. When every SJ run is protected, budgets no longer tell nodes or pods
+    apart and the scheduler falls back to evicting the youngest pod of the node it picks,
+    whatever that loses. Then, on each node, the run with the least unsaved work (ties:
+    the key, for stability) stays unprotected, so a preemption on any node costs the
+    least work there. A gang exempted on one node is unprotected on all of its nodes.
+    """
+    runs = list(runs)
+    if any(not run.protected_by_level for run in runs):
+        return frozenset()
+    by_node: dict[str, list[RunProgress]] = {}
+    for run in runs:
+        for node in run.nodes:
+            by_node.setdefault(node, []).append(run)
+    exempt: set[str] = set()
+    for node in sorted(by_node):
+        on_node = by_node[node]
+        if any(r.key in exempt for r in on_node):
+            continue
+        exempt.add(min(on_node, key=lambda r: (r.unsaved, r.key)).key)
+    return frozenset(exempt)
 
 
 def launch_class(interrupted_count: int, steps: Sequence[int] = DEFAULT_LAUNCH_STEPS) -> str:

@@ -47,13 +47,16 @@ def test_least_progressed_unprotected_sj_is_the_victim(api, namespace, operator)
         spec = dict(run_for=None, cpu="1", duration="60s", priorityLevels=3, **pinned)
         create_sj(api, namespace, "oldest", sj_spec(**spec))
         _started(api, namespace, "oldest")
-        # 20 s into its 60 s period the oldest reaches level 1 and is protected.
-        wait_for("oldest protected", lambda: _protected(api, namespace, "oldest") is True, timeout=40)
-        assert status(api, namespace, "oldest")["runningPriority"] == 1
+        # 20 s into its 60 s period the oldest reaches level 1. While it is the only SJ run it stays
+        # unprotected (steering never protects every run); once level-0 runs exist, it is protected.
+        wait_for("oldest at level 1", lambda: status(api, namespace, "oldest").get("runningPriority") == 1,
+                 timeout=40)
+        assert _protected(api, namespace, "oldest") is False
         for name in ("middle", "newest"):
             create_sj(api, namespace, name, sj_spec(**spec))
             _started(api, namespace, name)
             time.sleep(1.1)
+        wait_for("oldest protected", lambda: _protected(api, namespace, "oldest") is True, timeout=20)
         assert _protected(api, namespace, "middle") is False and _protected(api, namespace, "newest") is False
 
         _owner(core, namespace, pinned)  # needs 2 CPU; 1 is free: one SJ must go
@@ -74,12 +77,13 @@ def test_after_a_period_boundary_the_formerly_protected_sj_is_the_victim(api, na
         spec = dict(run_for=None, cpu="1", duration="30s", priorityLevels=3, **pinned)
         create_sj(api, namespace, "first", sj_spec(**spec))
         t0 = _started(api, namespace, "first")
-        wait_for("first protected", lambda: _protected(api, namespace, "first") is True, timeout=30)
         time.sleep(max(0.0, (t0 + timedelta(seconds=12) - datetime.now(t0.tzinfo)).total_seconds()))
         for name in ("second", "third"):
             create_sj(api, namespace, name, sj_spec(**spec))
             _started(api, namespace, name)
             time.sleep(2)
+        wait_for("first protected beside level-0 runs", lambda: _protected(api, namespace, "first") is True,
+                 timeout=20)
         # 30 s after it started, "first" has checkpointed: level 0, unprotected; the others are at level 1.
         wait_for("first unprotected after its period", lambda: _protected(api, namespace, "first") is False,
                  timeout=40)
@@ -132,3 +136,36 @@ def test_priority_band_is_ensured_without_clobbering_existing_classes(api, crd):
     op.start()
     op.stop()
     assert sched.read_priority_class("scavenger-band-1").description == "tuned by the cluster admin"
+
+
+def test_when_every_run_would_be_protected_the_least_unsaved_one_is_left_unprotected(api, namespace, operator):
+    """All three SJs past level 1: protection alone would leave the scheduler evicting the youngest
+    pod; steering leaves the run with the least unsaved work unprotected instead, and it is taken."""
+    core = client.CoreV1Api(api)
+    with dedicated_node(cpu="4") as node:
+        pinned = {"nodeSelector": node["nodeSelector"], "tolerations": node["tolerations"]}
+        spec = dict(run_for=None, cpu="1", duration="24s", priorityLevels=3, **pinned)
+        for name in ("p", "q", "r"):
+            create_sj(api, namespace, name, sj_spec(**spec))
+            _started(api, namespace, name)
+            time.sleep(3)
+        # p started first: at about 25 s it crosses its period boundary (saved), while q and r are
+        # past 8 s into theirs (level >= 1). Then p is the only unprotected run.
+        first = _started(api, namespace, "p")
+        time.sleep(max(0.0, (first + timedelta(seconds=25) - datetime.now(first.tzinfo)).total_seconds()))
+        wait_for("p unprotected, q and r protected", lambda: _protected(api, namespace, "p") is False
+                 and _protected(api, namespace, "q") is True and _protected(api, namespace, "r") is True, timeout=15)
+        # Now wait until p is itself past level 1 again: every run's level asks for protection.
+        wait_for("all at level >= 1", lambda: all(status(api, namespace, n).get("runningPriority", 0) >= 1
+                                                  for n in ("p", "q", "r")), timeout=30)
+        unsaved = {}
+        for name in ("p", "q", "r"):
+            st = status(api, namespace, name)
+            unsaved[name] = datetime.now(first.tzinfo) - datetime.fromisoformat(
+                st["priorityStartOverTimestamp"].replace("Z", "+00:00"))
+        least = min(unsaved, key=unsaved.get)
+        wait_for(f"{least} exempted", lambda: [n for n in ("p", "q", "r") if _protected(api, namespace, n) is False]
+                 == [least], timeout=10)
+        _owner(core, namespace, pinned)
+        victims = wait_for("a victim", lambda: _interrupted(api, namespace, ["p", "q", "r"]), timeout=60)
+        assert victims == [least]

@@ -158,3 +158,38 @@ def test_priority_class_objects() -> None:
     assert all(o["description"] for o in objects)
     objects[0]["metadata"]["labels"]["x"] = "y"
     assert "x" not in priority_class_objects()[0]["metadata"]["labels"]
+
+
+# ----------------------------------------------------------------------------- steering exemptions
+
+from sj_operator.policy.priority import RunProgress, steering_exemptions  # noqa: E402
+
+
+def _run(key: str, nodes: str, unsaved_s: int, protected: bool) -> RunProgress:
+    return RunProgress(key=key, nodes=frozenset(nodes.split(",")), unsaved=timedelta(seconds=unsaved_s),
+                       protected_by_level=protected)
+
+
+@pytest.mark.parametrize(
+    ("runs", "exempt"),
+    [
+        ([], set()),
+        # Some run is unprotected already: budgets steer the scheduler to it.
+        ([_run("a", "n1", 50, True), _run("b", "n1", 5, False)], set()),
+        # ... even on another node: the scheduler prefers the node with no budget violated.
+        ([_run("a", "n1", 50, True), _run("b", "n1", 20, True), _run("c", "n2", 40, False)], set()),
+        # Every run on the node is protected: the one with the least unsaved work is left out.
+        ([_run("a", "n1", 50, True), _run("b", "n1", 12, True), _run("c", "n1", 30, True)], {"b"}),
+        # Ties go to the key, so the choice is stable from pass to pass.
+        ([_run("b", "n1", 10, True), _run("a", "n1", 10, True)], {"a"}),
+        # Per node.
+        ([_run("a", "n1", 50, True), _run("b", "n1", 20, True), _run("c", "n2", 40, True)], {"b", "c"}),
+        # A gang exempted on one node counts as unprotected on its other nodes too.
+        ([_run("g", "n1,n2", 5, True), _run("x", "n1", 30, True), _run("y", "n2", 40, True)], {"g"}),
+        # A lone protected run is exempted: it is its node's only candidate.
+        ([_run("a", "n1", 50, True)], {"a"}),
+    ],
+    ids=["none", "already-unprotected", "unprotected-elsewhere", "least-unsaved", "tie-by-key", "per-node", "gang-spans-nodes", "alone"],
+)
+def test_steering_exemptions(runs: list[RunProgress], exempt: set[str]) -> None:
+    assert steering_exemptions(runs) == exempt
