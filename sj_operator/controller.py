@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from gang import mpi
 from sj_operator.api.model import (
@@ -52,6 +52,8 @@ from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, 
 
 log = logging.getLogger("sj_operator.controller")
 Clock = Callable[[], datetime]
+T = TypeVar("T")
+API_CONCURRENCY = 8  # the blocking client runs in worker threads; more would only queue there
 
 
 def utcnow() -> datetime:
@@ -172,13 +174,18 @@ class Controller:
                                      for sj, _, _, status, spec, run in observed
                                      if status.phase == Phase.RUNNING and not isinstance(spec, InvalidSpec))
 
+        decided = []
         for sj, rv, raw_status, status, spec, run in observed:
             try:
                 result = step(spec, status, run, now, cfg, sj_name=sj.name, exempt=sj.key in exempt)
             except Exception:  # a bug in one SJ's decision must not stop the others
                 log.exception("reconciling %s failed", sj.key)
                 continue
-            ok = await self._apply(sj, rv, raw_status, status, result, run)
+            decided.append((sj, rv, raw_status, status, spec, run, result))
+        # SJs are independent of each other: their writes go out concurrently.
+        applied = await self._concurrently(self._apply(sj, rv, raw, status, result, run)
+                                           for sj, rv, raw, status, _, run, result in decided)
+        for (sj, rv, raw_status, status, spec, run, result), ok in zip(decided, applied):
             if not ok or isinstance(spec, InvalidSpec):
                 continue
             phase = result.status.phase
@@ -187,8 +194,13 @@ class Controller:
                 seen = sum(1 for p in run.pods if p.node)
                 if seen < expected:
                     in_flight[(sj.namespace, result.status.job_name)] = _in_flight(sj, spec, seen)
-            if result.waiting and result.status == status:
+            if not result.waiting:
+                continue
+            if result.status == status:
                 waiting.append(_Waiting(sj, spec, status, raw_status, rv))
+            elif (mine := self.written.get(sj.uid)) is not None:
+                # Queued in this very pass: admissible now, on top of the status just written.
+                waiting.append(_Waiting(sj, spec, result.status, mine.status, mine.resource_version))
 
         await self._delete_strays(view, known_runs)
 
@@ -250,6 +262,16 @@ class Controller:
         await self.kube.event(namespace=sj.namespace, name=sj.name, uid=sj.uid, kind=KIND, api_version=API_VERSION,
                               type_=type_, reason=reason, message=message)
 
+    async def _concurrently(self, coros: Iterable[Awaitable[T]]) -> list[T]:
+        """Runs API-bound steps concurrently, at most `API_CONCURRENCY` at a time, in order."""
+        gate = asyncio.Semaphore(API_CONCURRENCY)
+
+        async def gated(coro: Awaitable[T]) -> T:
+            async with gate:
+                return await coro
+
+        return list(await asyncio.gather(*(gated(c) for c in coros)))
+
     # --- runs ------------------------------------------------------------------------
     async def delete_run(self, namespace: str, job_name: str, reason: str) -> None:
         log.info("deleting run %s/%s: %s", namespace, job_name, reason)
@@ -286,8 +308,7 @@ class Controller:
         admissions = decide(snapshot, now, self.policy_config)
         log.debug("admission pass over %d waiting SJ(s), %d node(s): %d admitted in %.1f ms", len(queue),
                   len(snapshot.nodes), len(admissions), (time.perf_counter() - started) * 1000)
-        for admission in admissions:
-            await self.launch(by_key[admission.key], now)
+        await self._concurrently(self.launch(by_key[a.key], now) for a in admissions)
 
     async def launch(self, w: _Waiting, now: datetime) -> None:
         """Creates the next run of an admitted SJ (idempotent), then records it in the status."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -30,6 +30,8 @@ from sj_operator.api.model import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# Waits between retries: 0.2-0.4 s, 0.4-0.6 s, 0.8-1.0 s, ... capped at 5 s.
+RETRY_WAIT = wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.2)
 
 
 class KubeError(Exception):
@@ -71,7 +73,10 @@ def _typed(exc: ApiException) -> KubeError:
 class Kube:
     """Async facade over the official client, with retries and typed errors."""
 
-    def __init__(self, api: client.ApiClient | None = None, *, retry_for: float = 30.0) -> None:
+    def __init__(self, api: client.ApiClient | None = None, *, retry_for: float = 30.0,
+                 stop: Any = None, sleep: Callable[[float], Awaitable[None]] | None = None) -> None:
+        """`retry_for`: how long transient errors are retried; `stop` and `sleep` replace tenacity's
+        stop condition and sleep (tests use them to retry without waiting)."""
         self.api = api or client.ApiClient()
         self.core = client.CoreV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
@@ -80,6 +85,8 @@ class Kube:
         self.scheduling = client.SchedulingV1Api(self.api)
         self.coordination = client.CoordinationV1Api(self.api)
         self.retry_for = retry_for
+        self.stop = stop if stop is not None else stop_after_delay(retry_for)
+        self.sleep = sleep if sleep is not None else asyncio.sleep
 
     @classmethod
     def from_environment(cls) -> "Kube":
@@ -92,8 +99,9 @@ class Kube:
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         retrying = AsyncRetrying(
             retry=retry_if_exception(_transient),
-            wait=wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.2),
-            stop=stop_after_delay(self.retry_for),
+            wait=RETRY_WAIT,
+            stop=self.stop,
+            sleep=self.sleep,
             before_sleep=before_sleep_log(log, logging.WARNING),
             reraise=True,
         )

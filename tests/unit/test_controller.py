@@ -95,15 +95,13 @@ def controller(kube: FakeKube) -> Controller:
     return Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
 
 
-def test_new_sj_is_queued_then_launched_job_before_status(controller, kube):
+def test_new_sj_is_queued_and_launched_in_one_pass_job_before_status(controller, kube):
     run(controller, view(sj()))
-    assert kube.calls[0] == ("status", kube.calls[0][1]) and kube.calls[0][1]["phase"] == "Pending"
-    assert ("event", "Queued") in kube.calls
-    kube.calls.clear()
-    run(controller, view(sj({"phase": "Pending", "interruptedCount": 0}, rv="8")))
-    assert kube.kinds() == ["pdb", "job", "status", "event"]
-    assert kube.calls[1] == ("job", "work-r1")
-    assert kube.calls[2][1]["phase"] == "Starting" and kube.calls[2][1]["jobName"] == "work-r1"
+    assert kube.kinds() == ["status", "event", "pdb", "job", "status", "event"]
+    assert kube.calls[0][1]["phase"] == "Pending" and kube.calls[1] == ("event", "Queued")
+    assert kube.calls[3] == ("job", "work-r1")
+    assert kube.calls[4][1]["phase"] == "Starting" and kube.calls[4][1]["jobName"] == "work-r1"
+    assert kube.calls[5] == ("event", "Launched")
 
 
 def test_failed_launch_leaves_the_sj_waiting_and_a_later_pass_launches_it(controller, kube):

@@ -9,18 +9,17 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import urllib3
+from tenacity import stop_after_attempt
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from sj_operator.kube import Conflict, Invalid, Kube, KubeError, NotFound
 
-RETRY_FOR = 2.0
 REASONS = {0: "", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 409: "Conflict",
            422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error",
            502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
@@ -65,12 +64,17 @@ class Always:
         raise self.make()
 
 
-def kube(retry_for: float = RETRY_FOR) -> Kube:
-    return Kube(api=client.ApiClient(), retry_for=retry_for)
+class Sleeps(list[float]):
+    """Stands in for asyncio.sleep: records each wait instead of waiting."""
+
+    async def __call__(self, seconds: float) -> None:
+        self.append(seconds)
 
 
-def call(fn: Callable[..., Any], *args: Any, retry_for: float = RETRY_FOR, **kwargs: Any) -> Any:
-    return asyncio.run(kube(retry_for)._call(fn, *args, **kwargs))
+def call(fn: Callable[..., Any], *args: Any, attempts: int = 8, sleeps: Sleeps | None = None, **kwargs: Any) -> Any:
+    """Kube._call with the production wait policy, stopping after `attempts` calls, never sleeping."""
+    kube = Kube(api=client.ApiClient(), stop=stop_after_attempt(attempts), sleep=sleeps if sleeps is not None else Sleeps())
+    return asyncio.run(kube._call(fn, *args, **kwargs))
 
 
 # ----------------------------------------------------------------------------- retried, then success
@@ -94,11 +98,11 @@ TRANSIENT: list[tuple[str, list[BaseException]]] = [
 @pytest.mark.parametrize("errors", [case[1] for case in TRANSIENT], ids=[case[0] for case in TRANSIENT])
 def test_transient_errors_are_retried_until_success(errors: list[BaseException]) -> None:
     fn = Flaky(*errors, result={"metadata": {"name": "x"}})
-    started = time.monotonic()
-    assert call(fn, "ns", "x", propagation_policy="Background") == {"metadata": {"name": "x"}}
+    sleeps = Sleeps()
+    assert call(fn, "ns", "x", propagation_policy="Background", sleeps=sleeps) == {"metadata": {"name": "x"}}
     assert len(fn.calls) == len(errors) + 1
     assert all(c == (("ns", "x"), {"propagation_policy": "Background"}) for c in fn.calls)
-    assert time.monotonic() - started < RETRY_FOR
+    assert len(sleeps) == len(errors)
 
 
 def test_success_at_once_is_one_call() -> None:
@@ -113,12 +117,15 @@ def test_the_blocking_call_runs_outside_the_event_loop_thread() -> None:
     assert threading.get_ident() not in fn.threads
 
 
-def test_retries_back_off() -> None:
-    """Two failures cost the first two waits: about 0.2s and 0.4s, plus up to 0.2s jitter each."""
-    fn = Flaky(api_error(503), api_error(503))
-    started = time.monotonic()
-    call(fn)
-    assert 0.6 <= time.monotonic() - started < 1.5
+def test_retries_back_off_exponentially_with_jitter_up_to_a_cap() -> None:
+    fn = Always(lambda: api_error(503))
+    sleeps = Sleeps()
+    with pytest.raises(KubeError):
+        call(fn, attempts=9, sleeps=sleeps)
+    bases = [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
+    assert len(sleeps) == len(bases)
+    for waited, base in zip(sleeps, bases):
+        assert base <= waited <= min(base + 0.2, 5.0)
 
 
 # ----------------------------------------------------------------------------- typed at once
@@ -190,33 +197,31 @@ def test_other_exceptions_pass_through_at_once() -> None:
 # ----------------------------------------------------------------------------- giving up
 
 
-def test_persistent_503_gives_up_after_retry_for() -> None:
+def test_persistent_503_gives_up_as_a_kube_error() -> None:
     fn = Always(lambda: api_error(503, "the server is currently unable to handle the request"))
-    started = time.monotonic()
     with pytest.raises(KubeError) as err:
-        call(fn)
-    elapsed = time.monotonic() - started
+        call(fn, attempts=4)
     assert type(err.value) is KubeError
     assert (err.value.status, err.value.message) == (503, "the server is currently unable to handle the request")
-    # Stops at the first failure past retry_for: at most one more (capped) wait than that.
-    assert RETRY_FOR <= elapsed < RETRY_FOR + 2.5
-    assert fn.calls >= 4
+    assert fn.calls == 4
 
 
 def test_persistent_connection_error_gives_up_as_a_kube_error() -> None:
     fn = Always(lambda: urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionRefusedError(111, "refused")))
-    started = time.monotonic()
     with pytest.raises(KubeError) as err:
-        call(fn)
+        call(fn, attempts=4)
     assert type(err.value) is KubeError
     assert err.value.status == 0
     assert "Connection aborted" in str(err.value)
-    assert time.monotonic() - started >= RETRY_FOR
-    assert fn.calls >= 4
+    assert fn.calls == 4
+
+
+def test_default_stop_is_retry_for() -> None:
+    assert Kube(api=client.ApiClient(), retry_for=12.5).stop.max_delay == 12.5
 
 
 def test_retry_for_zero_tries_once() -> None:
     fn = Always(lambda: api_error(503))
     with pytest.raises(KubeError):
-        call(fn, retry_for=0.0)
+        asyncio.run(Kube(api=client.ApiClient(), retry_for=0.0, sleep=Sleeps())._call(fn))
     assert fn.calls == 1

@@ -685,12 +685,10 @@ def test_launcher_gives_up_on_unreachable_workers(tmp_path: Path) -> None:
     pod = Pod(tmp_path, port=port)
     pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
     pod.mount_hostfile("127.0.0.1 slots=1\n")
-    started = time.monotonic()
     result = run(pod.argv("echo", "never"), env=pod.env(0, SJ_HOSTS="me,127.0.0.1", SJ_MPI_WAIT_SECONDS="1"))
     assert result.returncode == 1
     assert result.stdout == ""
     assert f"MPI workers not ready after 1s: not accepting connections on port {port}: 127.0.0.1" in result.stderr
-    assert time.monotonic() - started < 15
 
 
 @needs_bash
