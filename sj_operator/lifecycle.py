@@ -208,8 +208,15 @@ def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig,
     # MPI: the run succeeds when the launcher (index 0) does; the workers are then stopped.
     launcher_done = spec.mpi is not None and any(p.index == 0 for p in succeeded)
     if (job is not None and job.complete) or launcher_done or (len(succeeded) >= expected and not job_deleted(job)):
+        running_timestamps = st.running_timestamps
+        started = [p.started for p in pods if p.started is not None]
+        if st.phase == Phase.STARTING and started:
+            # It ran and finished between two looks (e.g. while no operator was active): the pods
+            # say when it ran.
+            running_timestamps = (*running_timestamps, max(started))
         b.transition(Phase.SUCCEEDED, "Succeeded", f"run {st.job_name} succeeded",
-                     finished_timestamp=b.now, running_priority=None, protected=False)
+                     finished_timestamp=b.now, running_priority=None, protected=False,
+                     running_timestamps=running_timestamps)
         if job is not None and run.holds_resources and not job.deleting and not job.complete:
             b.actions.append(DeleteRun(job.name, "succeeded; the rest of the gang is cleaned up"))
         return b.done()

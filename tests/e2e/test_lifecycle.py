@@ -153,3 +153,23 @@ def test_deleting_the_sj_removes_everything(api, namespace, operator):
                 and not policy.list_namespaced_pod_disruption_budget(namespace, label_selector=sel).items)
 
     wait_for("no runs, pods, services or budgets left", nothing_left, timeout=60)
+
+
+@pytest.mark.kwok_only  # a dedicated simulated node
+def test_lost_node_interrupts_the_run(api, namespace, operator):
+    """A node going away (here: a NoExecute taint the pods do not tolerate, which is how the
+    taint-eviction controller empties an unreachable node) interrupts the run."""
+    core = client.CoreV1Api(api)
+    with dedicated_node(cpu="4") as node:
+        create_sj(api, namespace, "stranded", sj_spec(run_for="600s", nodeSelector=node["nodeSelector"],
+                                                      tolerations=node["tolerations"]))
+        wait_phase(api, namespace, "stranded", "Running")
+        assert run_pods(api, namespace, "stranded-r1")[0].spec.node_name == node["name"]
+        core.patch_node(node["name"], {"spec": {"taints": [
+            *[{"key": t["key"], "value": t["value"], "effect": t["effect"]} for t in node["tolerations"]],
+            {"key": "scavenger.dev/e2e-lost", "value": "true", "effect": "NoExecute"}]}})
+        wait_for("interruption recorded", lambda: status(api, namespace, "stranded").get("interruptedCount") == 1,
+                 timeout=60)
+        interrupted = [m for r, m in event_list(api, namespace, "stranded") if r == "Interrupted"]
+        assert interrupted and "DeletionByTaintManager" in interrupted[0]
+        assert status(api, namespace, "stranded")["phase"] in ("Interrupted", "Starting")

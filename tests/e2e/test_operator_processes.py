@@ -16,7 +16,8 @@ def test_kill_and_restart_mid_run_leaves_one_job_and_correct_status(api, namespa
     log = tmp_path / "operator.log"
     first = OperatorProcess(*FAST, "--peering", lease, log=log).start()
     try:
-        create_sj(api, namespace, "durable", sj_spec(run_for="12s"))
+        # Long enough to be seen running after a take-over (a killed leader's Lease lasts 15 s).
+        create_sj(api, namespace, "durable", sj_spec(run_for="45s"))
         # Killed the moment its run exists (launch done, status maybe not yet written).
         wait_for("first run created", lambda: jobs_of(api, namespace, "durable"), timeout=60)
     finally:

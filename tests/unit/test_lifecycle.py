@@ -1190,3 +1190,18 @@ def test_mpi_run_succeeds_when_its_launcher_does(run: Run, phase: Phase, actions
     result = decide(mpi_spec, running(NOW - M), run)
     assert result.status.phase == phase
     assert result.actions == actions
+
+
+def test_run_that_finished_between_two_looks_records_when_its_pods_ran() -> None:
+    """Starting -> Succeeded directly (it ran while no operator was active): the pods' start time
+    is recorded as the run's running timestamp; a run seen Running records nothing more."""
+    from dataclasses import replace
+
+    ran = replace(pod(0, "Succeeded"), started=NOW - 30 * S)
+    result = decide(spec(), starting(), run_of(job(complete=True), ran))
+    assert result.status.phase == Phase.SUCCEEDED
+    assert result.status.running_timestamps == (NOW - 30 * S,)
+
+    seen = running(NOW - M)
+    result = decide(spec(), seen, run_of(job(complete=True), ran))
+    assert result.status.running_timestamps == seen.running_timestamps
