@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from sj_operator.api.model import parse_duration
 
@@ -39,19 +39,28 @@ class OperatorConfig(BaseModel):
     """Runs at or above this running-priority level are protected by a PodDisruptionBudget."""
     starvation_after: timedelta = timedelta(minutes=10)
     """A head-of-queue SJ that waited this long stops backfill behind it."""
-    peering: str = "scavenger"
+    peering: str = Field("scavenger", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
     """Name of the Lease that elects the one active replica."""
-    lease_namespace: str = Field(default_factory=lambda: os.environ.get("POD_NAMESPACE") or "default")
+    lease_namespace: str = Field(default_factory=lambda: os.environ.get("POD_NAMESPACE") or "default",
+                                 pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     """Namespace of that Lease (the operator's own namespace when in a cluster)."""
     verbose: bool = False
     identity: str = Field(default_factory=lambda: os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}")
-    liveness_port: int | None = None
+    liveness_port: int | None = Field(None, ge=1, le=65535)
 
     @field_validator("start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):
             raise ValueError("must be a positive duration")
+        return value
+
+    @field_validator("max_retry_backoff")
+    @classmethod
+    def _not_below_first_backoff(cls, value: timedelta, info: ValidationInfo) -> timedelta:
+        first = info.data.get("retry_backoff")
+        if first is not None and value < first:
+            raise ValueError(f"must not be below the retry backoff ({first.total_seconds():g}s)")
         return value
 
 

@@ -198,3 +198,22 @@ def test_command_rejects_an_unknown_flag() -> None:
     proc = run_operator("--treshold", "0.5")
     assert proc.returncode == 2
     assert "unrecognized arguments: --treshold" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "env"),
+    [
+        (["--peering", ""], "--peering", "SJ_PEERING"),
+        (["--peering", "Not_A_Name"], "--peering", "SJ_PEERING"),
+        (["--lease-namespace", "UPPER"], "--lease-namespace", "SJ_LEASE_NAMESPACE"),
+        (["--liveness-port=-3"], "--liveness-port", "SJ_LIVENESS_PORT"),
+        (["--liveness-port", "70000"], "--liveness-port", "SJ_LIVENESS_PORT"),
+        (["--retry-backoff", "5m", "--max-retry-backoff", "1m"], "--max-retry-backoff", "SJ_MAX_RETRY_BACKOFF"),
+    ],
+    ids=["empty-peering", "bad-peering", "bad-lease-namespace", "negative-port", "port-too-high",
+         "backoff-cap-below-first"],
+)
+def test_more_nonsense_is_rejected_naming_flag_and_env(argv: list[str], flag: str, env: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(argv, {})
+    assert flag in str(err.value) and env in str(err.value)
