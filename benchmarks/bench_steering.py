@@ -2,18 +2,18 @@
 
 Scripted scenario (same seed for both modes): one dedicated 4-CPU kwok node holds four
 endless 1-CPU ScavengerJobs (duration 20s, 4 priority levels, so every app checkpoints
-every 20 s after its start). Rounds: once all four run, wait a seeded random 2-14 s, then a
-default-priority pod needing 1 CPU arrives for 6 s; the real kube-scheduler preempts one
-SJ pod. The work that victim lost is the time since its last checkpoint boundary:
-(preemption time - run start) mod duration. The interrupted SJ queues again and restarts
-once the room is back.
+every 20 s after its start). Rounds: once all four run, wait a seeded random time from 2 s
+to --max-delay (default 14 s), then a default-priority pod needing 1 CPU arrives for 6 s;
+the real kube-scheduler preempts one SJ pod. The work that victim lost is the time since
+its last checkpoint boundary: (preemption time - run start) mod duration. The interrupted
+SJ queues again and restarts once the room is back.
 
 Steering on: runs at or above level 1 are protected by their PodDisruptionBudget
 (--protect-level 1). Steering off: nothing is ever protected (--protect-level 4), so the
 scheduler alone picks the victim (the youngest pod).
 
 Usage (KUBECONFIG pointing at the local cluster; takes a few minutes):
-    python benchmarks/bench_steering.py [--rounds 10] [--seed 7]
+    python benchmarks/bench_steering.py [--rounds 10] [--seed 7] [--max-delay 14] [--verbose]
 """
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ def _full(core: client.CoreV1Api, api: client.ApiClient, ns: str) -> bool:
     return True
 
 
-def run_mode(api: client.ApiClient, protect_level: int, rounds: int, seed: int) -> list[float]:
+def run_mode(api: client.ApiClient, protect_level: int, rounds: int, seed: int,
+             verbose: bool = False, max_delay: float = 14.0) -> list[float]:
     core = client.CoreV1Api(api)
     rng = random.Random(seed)
     ns = unique("bench-steer")
@@ -84,7 +85,16 @@ def run_mode(api: client.ApiClient, protect_level: int, rounds: int, seed: int) 
                 time.sleep(rng.uniform(1, 5))
             for i in range(rounds):
                 wait_for("the node full of running SJ pods", lambda: _full(core, api, ns), timeout=120)
-                time.sleep(rng.uniform(2, 14))
+                time.sleep(rng.uniform(2, max_delay))
+                if verbose:
+                    now = datetime.now(timezone.utc)
+                    for n in SJS:
+                        st = status(api, ns, n)
+                        start = _parse(st["priorityStartOverTimestamp"])
+                        labels = [p.metadata.labels.get("scavenger.dev/protected") for p in
+                                  run_pods(api, ns, st["jobName"])]
+                        print(f"    {n}: unsaved {(now - start).total_seconds():5.1f}s level {st['runningPriority']} "
+                              f"protected {st['protected']} pod label {labels}", flush=True)
                 owner = f"owner-{i}"
                 core.create_namespaced_pod(ns, {
                     "metadata": {"name": owner, "annotations": sim_annotations(run_for="6s")},
@@ -108,16 +118,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--max-delay", type=float, default=14.0,
+                        help="arrivals come 2..this many seconds after the node is full again")
+    parser.add_argument("--only-steering", action="store_true", help="skip the run with steering off")
+    parser.add_argument("--verbose", action="store_true", help="print every SJ's state at each arrival")
     args = parser.parse_args()
     config.load_kube_config(os.environ.get("KUBECONFIG"))
     api = client.ApiClient()
     from tests.e2e.conftest import REPO  # noqa: F401  (the CRD must be applied: kubectl apply -f crds/)
     results = {}
-    for label, level in (("steering on (protect level 1)", 1), ("steering off (never protected)", 4)):
+    modes = [("steering on (protect level 1)", 1), ("steering off (never protected)", 4)]
+    for label, level in modes[:1] if args.only_steering else modes:
         print(f"{label}:", flush=True)
-        results[label] = run_mode(api, level, args.rounds, args.seed)
+        results[label] = run_mode(api, level, args.rounds, args.seed, args.verbose, args.max_delay)
     print(f"\nwork lost per interruption (seconds since the victim's last checkpoint; duration {DURATION:.0f}s, "
-          f"{args.rounds} interruptions each, seed {args.seed}):")
+          f"{args.rounds} interruptions each, arrivals 2-{args.max_delay:g}s after the node is full, "
+          f"seed {args.seed}):")
     print(f"| mode | mean | median | max | total |\n| --- | --- | --- | --- | --- |")
     for label, values in results.items():
         print(f"| {label} | {statistics.mean(values):.1f} | {statistics.median(values):.1f} | "
