@@ -285,6 +285,15 @@ Quantity = Annotated[
 """A Kubernetes resource quantity (``500m``, ``2``, ``1Gi``), kept as the string the user wrote."""
 
 
+def _check_qualified_keys(value: dict[str, str], what: str) -> dict[str, str]:
+    """Every key must be a qualified name (``[prefix/]name``); the error names the offending key."""
+    for key in value:
+        problem = qualified_name_error(key)
+        if problem:
+            raise _invalid(f"{what}: {problem}", f"[{key}]")
+    return value
+
+
 def _check_label_map(value: Mapping[str, str], *, reserved_prefix: str | None = None) -> None:
     for key, label_value in value.items():
         problem = qualified_name_error(key)
@@ -359,11 +368,7 @@ class ResourceRequirements(_SpecModel):
     @field_validator("requests", "limits")
     @classmethod
     def _resource_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            problem = qualified_name_error(name)
-            if problem:
-                raise _invalid(f"invalid resource name: {problem}", f"[{name}]")
-        return value
+        return _check_qualified_keys(value, "invalid resource name")
 
     def parsed_requests(self) -> dict[str, Decimal]:
         """Requests as numbers (CPU in cores, memory in bytes)."""
@@ -591,11 +596,7 @@ class ScavengerJobSpec(_SpecModel):
     @field_validator("pod_annotations")
     @classmethod
     def _pod_annotation_keys(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            problem = qualified_name_error(key)
-            if problem:
-                raise _invalid(f"invalid key: {problem}", f"[{key}]")
-        return value
+        return _check_qualified_keys(value, "invalid key")
 
     @model_validator(mode="after")
     def _cross_field(self) -> ScavengerJobSpec:
