@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
@@ -37,7 +37,7 @@ from sj_operator.api.model import (
 from sj_operator.builders import build_gang_service, build_run_job, run_job_name, sj_label_value
 from sj_operator.config import OperatorConfig
 from sj_operator.kube import Conflict, Invalid, Kube, KubeError, NotFound
-from sj_operator.lifecycle import DeleteRun, LifecycleConfig, Run, SetProtection, Step, set_conditions, step
+from sj_operator.lifecycle import WAITING, DeleteRun, LifecycleConfig, Run, SetProtection, Step, set_conditions, step
 from sj_operator.observed import LABEL_PROTECTED, LABEL_SJ, JobView, NodeInfo, PodView, SJObject, resources_milli
 from sj_operator.policy.admission import PolicyConfig, decide
 from sj_operator.policy.priority import (
@@ -90,11 +90,8 @@ class _Waiting:
 
 @dataclass
 class _Launched:
-    sj_key: str
-    pods: int
-    request: Mapping[str, int]
-    node_selector: Mapping[str, str]
-    tolerations: tuple[Toleration, ...]
+    run: InFlightRun
+    """As launched: no pod scheduled yet."""
     at: float
 
 
@@ -161,7 +158,7 @@ class Controller:
             status = parse_status(raw_status)
             spec = self.spec_of(sj)
             current = status.job_name
-            if status.phase in (None, Phase.PENDING, Phase.INTERRUPTED):
+            if status.phase is None or status.phase in WAITING:
                 current = run_job_name(sj.name, status.attempt + 1)
             if current:
                 known_runs.add((sj.namespace, current))
@@ -211,10 +208,8 @@ class Controller:
                 continue
             if key not in in_flight:
                 seen = sum(1 for p in view.run_pods.get(key, ()) if p.node)
-                if seen < entry.pods:
-                    in_flight[key] = InFlightRun(key=entry.sj_key, pods=entry.pods, request=entry.request,
-                                                 scheduled_pods=seen, node_selector=entry.node_selector,
-                                                 tolerations=entry.tolerations)
+                if seen < entry.run.pods:
+                    in_flight[key] = replace(entry.run, scheduled_pods=seen)
         if waiting:
             await self._admit(view, waiting, tuple(in_flight.values()), now)
 
@@ -344,8 +339,7 @@ class Controller:
         except KubeError as exc:
             log.warning("could not launch %s: %s (retried on a later pass)", sj.key, exc)
             return
-        self.launched[(sj.namespace, job_name)] = _Launched(
-            sj.key, spec.parallelism, _milli(spec), dict(spec.node_selector), _tolerations(spec), time.monotonic())
+        self.launched[(sj.namespace, job_name)] = _Launched(_in_flight(sj, spec, 0), time.monotonic())
         await self._record(w, now, Phase.STARTING, "Launched",
                            f"run {job_name} launched ({spec.parallelism} pod(s), priority class {priority_class})",
                            event_type="Normal", attempt=attempt, job_name=job_name, launched_timestamp=now,

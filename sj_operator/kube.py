@@ -127,15 +127,9 @@ class Kube:
         return await self._call(self.custom.patch_namespaced_custom_object_status,
                                 GROUP, VERSION, namespace, PLURAL, name, body)
 
-    async def get_sj(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self._call(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
-
     # --- runs ------------------------------------------------------------------
     async def create_job(self, job: Mapping[str, Any]) -> None:
         await self._call(self.batch.create_namespaced_job, job["metadata"]["namespace"], job)
-
-    async def read_job(self, namespace: str, name: str) -> Any:
-        return await self._call(self.batch.read_namespaced_job, name, namespace)
 
     async def delete_job(self, namespace: str, name: str) -> None:
         """Deletes a run; its pods are deleted by the garbage collector, each with its grace period."""

@@ -37,7 +37,6 @@ from sj_operator.observed import JobView, PodView
 from sj_operator.policy.priority import current_period_start, is_protected, launch_class, running_level
 
 WAITING = (Phase.PENDING, Phase.INTERRUPTED)
-ACTIVE = (Phase.STARTING, Phase.RUNNING)
 TERMINAL = (Phase.SUCCEEDED, Phase.FAILED)
 
 # How long a run recorded in status may be missing from the watch cache before it
