@@ -83,7 +83,8 @@ def place_identical(pods: int, names: Sequence[str], capacities: Sequence[int]) 
         return None
     remaining = pods
     placement: list[str] = []
-    while True:
+    # Each round either places the rest or fills (and so retires) one node: at most one round a node.
+    for _ in range(len(left)):
         first_holding = next(filter((remaining - 1).__lt__, left), 0)
         if first_holding:
             placement.extend(repeat(names[left.index(first_holding)], remaining))
@@ -93,6 +94,7 @@ def place_identical(pods: int, names: Sequence[str], capacities: Sequence[int]) 
         placement.extend(repeat(names[index], largest))
         remaining -= largest
         left[index] = 0
+    raise AssertionError(f"placing {pods} pods on capacities {list(capacities)} did not end")  # pragma: no cover
 
 
 def fit_gang(

@@ -20,7 +20,16 @@ from sj_operator.config import OperatorConfig
 from sj_operator.controller import ClusterView, Controller, utcnow
 from sj_operator.kube import Kube
 from sj_operator.leader import LeaseElector
-from sj_operator.observed import LABEL_RUN, LABEL_SJ, job_view, node_info, pod_view, sj_object
+from sj_operator.observed import (
+    LABEL_RUN,
+    LABEL_SJ,
+    job_view,
+    node_info,
+    pod_view,
+    remember_disrupted,
+    sj_object,
+    with_disrupted,
+)
 from sj_operator.policy.priority import priority_class_objects
 
 log = logging.getLogger("sj_operator")
@@ -35,7 +44,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.networking.error_backoffs = [1, 2, 5, 10]
     memo.wake = asyncio.Event()
     memo.ready = asyncio.Event()
-    memo.shared = {}  # handlers get shallow copies of the memo: share through a mutable object
+    memo.shared = {"disrupted": {}}  # handlers get shallow copies of the memo: share through a mutable object
     memo.kube = memo.get("kube") or Kube.from_environment()
     memo.controller = Controller(memo.kube, config)
     for pc in priority_class_objects():
@@ -86,6 +95,7 @@ async def pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[Any, Any]:
         keys["active"] = pod
     if pod.run is not None:
         keys[("run", pod.namespace, pod.run)] = pod
+        remember_disrupted(memo.shared["disrupted"], pod)
         memo.wake.set()
     elif pod.terminal or pod.deleting:
         memo.wake.set()  # room may have been freed
@@ -108,8 +118,8 @@ async def indexes_ready(sjs: kopf.Index, runs: kopf.Index, pods: kopf.Index, nod
         log.info("watch caches are complete; the decision loop starts")
 
 
-def _view(indexes: tuple[kopf.Index, kopf.Index, kopf.Index, kopf.Index]) -> ClusterView:
-    sj_idx, job_idx, pod_idx, node_idx = indexes
+def _view(shared: dict[str, Any]) -> ClusterView:
+    sj_idx, job_idx, pod_idx, node_idx = shared["indexes"]
     run_pods: dict[tuple[str, str], tuple[Any, ...]] = {}
     active: tuple[Any, ...] = ()
     for key in list(pod_idx):
@@ -118,6 +128,7 @@ def _view(indexes: tuple[kopf.Index, kopf.Index, kopf.Index, kopf.Index]) -> Clu
         elif isinstance(key, tuple) and key[0] == "run":
             run_pods[(key[1], key[2])] = tuple(pod_idx[key])
     jobs = {key: next(iter(store)) for key, store in list(job_idx.items()) if len(store)}
+    run_pods, shared["disrupted"] = with_disrupted(run_pods, shared["disrupted"], jobs)
     return ClusterView(
         sjs=tuple(sj_idx.get("sj", ())),
         jobs=jobs,
@@ -139,7 +150,7 @@ async def _decision_loop(memo: kopf.Memo) -> None:
         if not memo.elector.leading:
             continue
         try:
-            await controller.reconcile(_view(memo.shared["indexes"]))
+            await controller.reconcile(_view(memo.shared))
         except asyncio.CancelledError:
             raise
         except Exception:

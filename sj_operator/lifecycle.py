@@ -7,12 +7,16 @@ carries the result out. Admission (whether a waiting SJ may start) is decided
 cluster-wide by `policy.admission`; here an SJ only says it is waiting.
 
 Outcomes are read from what Kubernetes reports, never guessed:
-  * every pod of the run succeeded (or the Job is Complete)   -> Succeeded
-  * a container exited non-zero in a pod nobody disrupted     -> Failed
   * a pod has DisruptionTarget (preemption, eviction, node
     lost), or was deleted from outside, or the Job was         -> the whole run is cancelled;
-    deleted                                                       once none of its pods holds
-                                                                  resources: Interrupted (+1)
+    deleted, whatever the exit codes: an app that                 once none of its pods holds
+    checkpoints on SIGTERM and exits 0 is interrupted,            resources: Interrupted (+1)
+    not finished
+  * every pod of the run succeeded (or the Job is Complete)
+    and none was disrupted; MPI: the launcher exited 0
+    before any member was disrupted                           -> Succeeded
+  * a container exited non-zero in a pod nobody disrupted,
+    before any member of the run was disrupted                -> Failed
   * not all pods running within the start timeout             -> the run is deleted, the SJ
                                                                   waits again with backoff,
                                                                   no interruption counted
@@ -202,11 +206,8 @@ def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig,
     expected = spec.parallelism
     pods = run.pods
 
-    # 1. Success: the Job says so, or every member exited 0.
-    succeeded = [p for p in pods if p.phase == "Succeeded"]
-    # MPI: the run succeeds when the launcher (index 0) does; the workers are then stopped.
-    launcher_done = spec.mpi is not None and any(p.index == 0 for p in succeeded)
-    if (job is not None and job.complete) or launcher_done or (len(succeeded) >= expected and not job_deleted(job)):
+    # 1. Success: the Job says so, or every member exited 0, and nobody told the run to stop.
+    if _succeeded(spec, run):
         running_timestamps = st.running_timestamps
         started = [p.started for p in pods if p.started is not None]
         if st.phase == Phase.STARTING and started:
@@ -220,12 +221,13 @@ def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig,
             b.actions.append(DeleteRun(job.name, "succeeded; the rest of the gang is cleaned up"))
         return b.done()
 
-    # 2. Failure: a container exited non-zero in a pod that nobody disrupted.
+    # 2. Failure: a container exited non-zero in a pod that nobody disrupted, before any member of the
+    #    run was disrupted (a gang member that fails because another was preempted is collateral).
     for pod in pods:
         if pod.disruption or pod.deleting:
             continue
         bad = next((t for t in pod.terminations if t.exit_code != 0), None)
-        if pod.phase == "Failed" and bad is not None:
+        if pod.phase == "Failed" and bad is not None and not _disrupted_by(pods, pod.finished):
             message = (f"run {st.job_name} failed: pod {pod.name} container {bad.container} "
                        f"exited with code {bad.exit_code}" + (f" ({bad.reason})" if bad.reason else ""))
             if run.holds_resources:  # the rest of a gang stops; the failed run stays for inspection
@@ -273,6 +275,38 @@ def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig,
 
     # Running: progress inside the current checkpoint period.
     return _running_priority(b, spec, cfg, exempt)
+
+
+def _succeeded(spec: ScavengerJobSpec, run: Run) -> bool:
+    """A run succeeds only if its pods ended without a disruption. An app that checkpoints on SIGTERM
+    and exits 0 after a preemption has not finished: its run is an interruption (step 3).
+
+    MPI: the launcher (index 0) carries the outcome. Its exit 0 counts when it finished before any
+    member of the gang was disrupted (itself included): mpirun that exits 0 after the gang was told
+    to stop has saved its work, not finished it. Workers stopped after the launcher succeeded (the
+    Job's successPolicy, or a preemption during that clean-up) do not change the outcome."""
+    pods = run.pods
+    if spec.mpi is not None:
+        launcher = next((p for p in pods if p.index == 0 and p.phase == "Succeeded"), None)
+        if launcher is not None:
+            return not _disrupted_by(pods, launcher.finished)
+    if any(p.disruption is not None for p in pods):
+        return False
+    if run.job is not None and run.job.complete:
+        return True
+    succeeded = sum(1 for p in pods if p.phase == "Succeeded")
+    return succeeded >= spec.parallelism and not job_deleted(run.job)
+
+
+def _disrupted_by(pods: Sequence[PodView], moment: datetime | None) -> bool:
+    """Some pod was disrupted at or before ``moment``; an unknown time on either side counts as before
+    (a lost success is re-run from its checkpoint; a lost interruption would lose the work)."""
+    for pod in pods:
+        if pod.disruption is None:
+            continue
+        if moment is None or pod.disrupted_at is None or pod.disrupted_at <= moment:
+            return True
+    return False
 
 
 def job_deleted(job: JobView | None) -> bool:

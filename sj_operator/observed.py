@@ -7,7 +7,7 @@ becomes "unknown", never an exception in the middle of a watch stream.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -83,6 +83,7 @@ class Termination:
     container: str
     exit_code: int
     reason: str
+    finished: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,8 @@ class PodView:
     requests: Resources
     disruption: tuple[str, str] | None = None
     """(reason, message) of a DisruptionTarget=True condition: preemption, eviction, node loss..."""
+    disrupted_at: datetime | None = None
+    """When that condition became True (None: not disrupted, or the time is unknown)."""
     terminations: tuple[Termination, ...] = ()
     all_running: bool = False
     index: int | None = None
@@ -107,6 +110,14 @@ class PodView:
     @property
     def terminal(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def finished(self) -> datetime | None:
+        """When the last of its stopped containers stopped; None when none stopped or a time is missing."""
+        times = [t.finished for t in self.terminations]
+        if not times or any(t is None for t in times):
+            return None
+        return max(t for t in times if t is not None)
 
     @property
     def holds_resources(self) -> bool:
@@ -121,16 +132,18 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     disruption = None
+    disrupted_at = None
     for cond in status.get("conditions") or []:
         if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
             disruption = (cond.get("reason") or "DisruptionTarget", cond.get("message") or "")
+            disrupted_at = parse_time(cond.get("lastTransitionTime"))
     terminations = []
     statuses = status.get("containerStatuses") or []
     for cs in statuses:
         term = (cs.get("state") or {}).get("terminated")
         if term:
             terminations.append(Termination(cs.get("name", "?"), int(term.get("exitCode", 0) or 0),
-                                            term.get("reason") or ""))
+                                            term.get("reason") or "", parse_time(term.get("finishedAt"))))
     all_running = (
         status.get("phase") == "Running"
         and bool(statuses)
@@ -148,12 +161,47 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         deleting=bool(meta.get("deletionTimestamp")),
         requests=pod_requests(spec),
         disruption=disruption,
+        disrupted_at=disrupted_at,
         terminations=tuple(terminations),
         all_running=all_running,
         index=int(index) if index is not None and str(index).isdigit() else None,
         protected=labels.get(LABEL_PROTECTED) == "true",
         started=parse_time(status.get("startTime")),
     )
+
+
+RunKey = tuple[str, str]
+"""(namespace, Job name) of one run."""
+DisruptedKey = tuple[str, str, str]
+"""(namespace, run, pod uid) of a disrupted run member."""
+
+
+def remember_disrupted(seen: dict[DisruptedKey, PodView], pod: PodView) -> None:
+    """Keeps the last view of a run member that was told to stop. A preempted pod that exits 0 is
+    removed moments later; a pass that sees only the Complete Job must still know it was disrupted."""
+    if pod.run is not None and pod.disruption is not None:
+        seen[(pod.namespace, pod.run, pod.uid)] = pod
+
+
+def with_disrupted(run_pods: Mapping[RunKey, tuple[PodView, ...]], seen: Mapping[DisruptedKey, PodView],
+                   jobs: Mapping[RunKey, object]) -> tuple[dict[RunKey, tuple[PodView, ...]],
+                                                           dict[DisruptedKey, PodView]]:
+    """Adds the remembered disrupted members that the pod watch no longer shows to their runs, as
+    stopped (they hold nothing). Returns the runs' pods and what is still worth remembering: members of
+    runs whose Job still exists."""
+    merged = dict(run_pods)
+    kept: dict[DisruptedKey, PodView] = {}
+    for key, pod in seen.items():
+        namespace, run, uid = key
+        if (namespace, run) not in jobs:
+            continue
+        kept[key] = pod
+        members = merged.get((namespace, run), ())
+        if any(p.uid == uid for p in members):
+            continue
+        gone = pod if pod.terminal else replace(pod, phase="Failed")
+        merged[(namespace, run)] = (*members, replace(gone, deleting=True))
+    return merged, kept
 
 
 @dataclass(frozen=True)

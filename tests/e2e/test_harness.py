@@ -139,6 +139,27 @@ def test_terminated_pod_ends_failed_137_keeping_its_disruption_condition(api, na
     core.patch_namespaced_pod("evictee", namespace, {"metadata": {"finalizers": None}})
 
 
+@pytest.mark.kwok_only  # the exit-code-on-delete annotation is the kwok stages'
+@pytest.mark.parametrize(("code", "phase"), [("0", "Succeeded"), ("143", "Failed")])
+def test_terminated_pod_with_exit_code_on_delete_ends_with_that_code(api, namespace, code, phase):
+    """An app that checkpoints on SIGTERM and exits: the pod ends with its code, DisruptionTarget kept."""
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "clean", "annotations": {"sim.scavenger.dev/exit-code-on-delete": code}},
+        "spec": {"terminationGracePeriodSeconds": 2, "containers": [sim_container()]},
+    })
+    wait_for("pod Running", lambda: core.read_namespaced_pod("clean", namespace).status.phase == "Running")
+    core.patch_namespaced_pod("clean", namespace, {"metadata": {"finalizers": ["scavenger.dev/e2e-hold"]}})
+    core.create_namespaced_pod_eviction("clean", namespace, {"metadata": {"name": "clean", "namespace": namespace}})
+
+    pod = wait_for(f"evicted pod {phase}", lambda: (p := core.read_namespaced_pod("clean", namespace)).status.phase
+                   == phase and p, timeout=30)
+    assert pod.status.container_statuses[0].state.terminated.exit_code == int(code)
+    cond = pod_condition(pod, "DisruptionTarget")
+    assert cond is not None and cond.status == "True" and cond.reason == "EvictionByEvictionAPI"
+    core.patch_namespaced_pod("clean", namespace, {"metadata": {"finalizers": None}})
+
+
 def test_disruption_controller_maintains_pdb_status(api, namespace):
     core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
     for i in range(2):

@@ -81,6 +81,33 @@ def test_preempted_sj_is_interrupted_then_runs_again_and_succeeds(api, namespace
         assert pod_env is not None and pod_env["SJ_RESTART_COUNT"] == "1"
 
 
+@pytest.mark.kwok_only  # a dedicated simulated node
+def test_preempted_sj_that_exits_zero_after_checkpointing_is_interrupted_not_succeeded(api, namespace, operator):
+    """The app checkpoints on SIGTERM and exits 0; the Job controller counts a completion. The run was
+    told to stop, so the SJ is Interrupted and runs again."""
+    core = client.CoreV1Api(api)
+    with dedicated_node(cpu="4") as node:
+        create_sj(api, namespace, "clean", sj_spec(
+            run_for=None, cpu="3", nodeSelector=node["nodeSelector"], tolerations=node["tolerations"],
+            podAnnotations={"sim.scavenger.dev/exit-code-on-delete": "0"}))
+        wait_phase(api, namespace, "clean", "Running")
+        core.create_namespaced_pod(namespace, {
+            "metadata": {"name": "owner"},
+            "spec": {"restartPolicy": "Never", "nodeSelector": node["nodeSelector"],
+                     "tolerations": node["tolerations"], "containers": [sim_container(cpu="2")]},
+        })
+        st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "clean")).get(
+            "interruptedCount") == 1 and s, timeout=60)
+        assert st["phase"] != "Succeeded" and not st.get("finishedTimestamp")
+        assert any(reason == "Interrupted" and "PreemptionByScheduler" in message
+                   for reason, message in event_list(api, namespace, "clean"))
+        # It is queued again; it starts once the owner's room is free.
+        core.delete_namespaced_pod("owner", namespace, grace_period_seconds=0)
+        st = wait_phase(api, namespace, "clean", "Running", timeout=60)
+        assert st["jobName"] == "clean-r2" and st["interruptedCount"] == 1
+        assert "Succeeded" not in events_for(api, namespace, "clean")
+
+
 def test_gang_member_deleted_cancels_whole_gang_and_requeues(api, namespace, operator):
     core = client.CoreV1Api(api)
     create_sj(api, namespace, "gang", sj_spec(run_for="600s", parallelism=3))

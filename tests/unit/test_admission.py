@@ -246,6 +246,47 @@ CASES = [
         [("ns/now", ("a",))],
         id="not-before-backoff",
     ),
+    # --- gangs against the threshold: the whole gang counts, not one pod ------------------------
+    # Six nodes of 10 CPU: the threshold is 42 CPU; each node holds two 5-CPU pods (12 in all).
+    case(
+        snapshot([node(n) for n in "abcdef"], [sj("ns/nine", cpu=5000, pods=9)]),
+        [],
+        id="gang-over-threshold-though-it-places",
+    ),
+    case(
+        snapshot([node(n) for n in "abcdef"], [sj("ns/eight", cpu=5000, pods=8, age_min=2),
+                                              sj("ns/one", cpu=5000)]),
+        [("ns/eight", ("a", "a", "b", "b", "c", "c", "d", "d"))],
+        id="admitted-gang-charges-all-its-pods",
+    ),
+    case(
+        snapshot([node(n) for n in "abcdef"], [sj("ns/one", cpu=5000)],
+                 in_flight=[InFlightRun("ns/run", pods=8, request={"cpu": 5000})]),
+        [],
+        id="in-flight-gang-charges-all-its-unscheduled-pods",
+    ),
+    # --- a node holds as many pods as its scarcest resource allows --------------------------------
+    case(
+        snapshot([node("a", cpu=4000, memory=2 * GI), node("b", cpu=4000, memory=2 * GI)],
+                 [sj("ns/g", pods=3, request={"cpu": 1000, "memory": GI})]),
+        [("ns/g", ("a", "a", "b"))],
+        NO_THRESHOLD,
+        id="capacity-is-the-smallest-per-resource-room",
+    ),
+    case(
+        snapshot([node("a", cpu=4000, memory=2 * GI)], [sj("ns/g", pods=3, request={"cpu": 1000, "memory": GI})]),
+        [],
+        NO_THRESHOLD,
+        id="gang-over-the-scarcest-resource-does-not-place",
+    ),
+    # --- the first-fit search resumes per gang size: a big gang passing a node keeps it for a small one
+    case(
+        snapshot([node("a", used={"cpu": 8000}), node("b")],
+                 [sj("ns/pair", cpu=2000, pods=2, age_min=3), sj("ns/single", cpu=2000, age_min=2)]),
+        [("ns/pair", ("b", "b")), ("ns/single", ("a",))],
+        NO_THRESHOLD,
+        id="first-fit-cursor-is-per-gang-size",
+    ),
 ]
 
 

@@ -3,7 +3,7 @@ API failure or a stale cache never loses or duplicates an SJ."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -11,7 +11,7 @@ import pytest
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import ClusterView, Controller
 from sj_operator.kube import Conflict, KubeError
-from sj_operator.observed import NodeInfo, SJObject, job_view
+from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 
@@ -22,6 +22,8 @@ class FakeKube:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
         self.fail: dict[str, list[Exception]] = {}
+        self.events: list[tuple[str, str]] = []
+        self.absent: set[tuple[str, str]] = set()
         self.rv = 100
 
     def _maybe_fail(self, name: str) -> None:
@@ -59,26 +61,43 @@ class FakeKube:
         self.calls.append(("delete-service", name))
 
     async def exists(self, kind, namespace, name):
-        return True
+        return (kind, name) not in self.absent
 
     async def event(self, **kw):
         self.calls.append(("event", kw["reason"]))
+        self.events.append((kw["name"], kw["reason"]))
+
+    async def label_pod(self, namespace, name, labels):
+        self.calls.append(("label", (name, dict(labels))))
+
+    async def apply_config_map(self, cm):
+        self.calls.append(("configmap", cm))
+
+    async def create_secret_unless_exists(self, secret):
+        self.calls.append(("secret", secret["metadata"]["name"]))
+        return True
 
     def kinds(self) -> list[str]:
         return [kind for kind, _ in self.calls]
 
 
-def sj(status: dict[str, Any] | None = None, rv: str = "7", **spec: Any) -> SJObject:
-    return SJObject(namespace="ns", name="work", uid="u-1", generation=1, resource_version=rv,
-                    created=NOW, deleting=False,
-                    spec={"image": "busybox", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}, **spec},
+def sj(status: dict[str, Any] | None = None, rv: str = "7", name: str = "work", created: datetime = NOW,
+       cpu: str = "1", **spec: Any) -> SJObject:
+    return SJObject(namespace="ns", name=name, uid=f"u-{name}", generation=1, resource_version=rv,
+                    created=created, deleting=False,
+                    spec={"image": "busybox", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}, **spec},
                     status=status or {})
 
 
-def view(*sjs: SJObject, jobs: dict | None = None) -> ClusterView:
-    node = NodeInfo(name="n1", allocatable={"cpu": 8000, "memory": 32 * 2**30 * 1000, "pods": 110_000},
-                    labels={}, taints=(), unschedulable=False, ready=True)
-    return ClusterView(sjs=sjs, jobs=jobs or {}, run_pods={}, active_pods=(), nodes=(node,))
+def node(name: str = "n1", ready: bool = True) -> NodeInfo:
+    return NodeInfo(name=name, allocatable={"cpu": 8000, "memory": 32 * 2**30 * 1000, "pods": 110_000},
+                    labels={}, taints=(), unschedulable=False, ready=ready)
+
+
+def view(*sjs: SJObject, jobs: dict | None = None, run_pods: dict | None = None, active: tuple = (),
+         nodes: tuple[NodeInfo, ...] | None = None) -> ClusterView:
+    return ClusterView(sjs=sjs, jobs=jobs or {}, run_pods=run_pods or {}, active_pods=active,
+                       nodes=(node(),) if nodes is None else nodes)
 
 
 def run(controller: Controller, v: ClusterView) -> None:
@@ -144,3 +163,77 @@ def test_run_of_no_sj_is_deleted_but_a_just_launched_one_is_kept(controller, kub
     assert kube.kinds().count("job") == 0
     adopted = [c[1] for c in kube.calls if c[0] == "status"][-1]
     assert adopted["phase"] == "Starting" and adopted["jobName"] == "work-r1" and adopted["attempt"] == 1
+
+
+# --- the loop's wiring: what it hands the pure core -------------------------------------------------
+
+PENDING = {"phase": "Pending", "interruptedCount": 0}
+
+
+def launched(kube: FakeKube) -> list[str]:
+    return [name for kind, name in kube.calls if kind == "job"]
+
+
+def test_queue_order_puts_the_interrupted_sj_first(controller, kube):
+    """Room for one 4-CPU SJ (threshold 70 % of 8 CPU): the newer but interrupted SJ goes first."""
+    older = sj(PENDING, name="older", created=NOW - timedelta(hours=1), cpu="4")
+    interrupted = sj({"phase": "Interrupted", "interruptedCount": 2, "attempt": 2}, name="again", cpu="4")
+    run(controller, view(older, interrupted))
+    assert launched(kube) == ["again-r3"]
+
+
+@pytest.mark.parametrize(("threshold", "started"), [(0.9, ["work-r1"]), (0.7, [])])
+def test_the_configured_threshold_is_used(kube, threshold, started):
+    controller = Controller(kube, OperatorConfig(threshold=threshold), clock=lambda: NOW)  # type: ignore[arg-type]
+    run(controller, view(sj(PENDING, cpu="7")))
+    assert launched(kube) == started
+
+
+@pytest.mark.parametrize(("ready", "started"), [(True, ["work-r1"]), (False, [])])
+def test_a_node_that_is_not_ready_takes_no_run(controller, kube, ready, started):
+    run(controller, view(sj(PENDING), nodes=(node(ready=ready),)))
+    assert launched(kube) == started
+
+
+def _running_sj(name: str, period_start: datetime) -> tuple[SJObject, JobView, PodView]:
+    job_name = f"{name}-r1"
+    status = {"phase": "Running", "interruptedCount": 0, "attempt": 1, "jobName": job_name,
+              "priorityStartOverTimestamp": period_start.isoformat(), "runningPriority": 1, "protected": True,
+              "runningTimestamps": [period_start.isoformat()]}
+    job = job_view({"metadata": {"namespace": "ns", "name": job_name, "uid": f"j-{name}",
+                                 "labels": {"scavenger.dev/job-name": name}}})
+    pod = PodView(namespace="ns", name=f"{job_name}-0", uid=f"p-{name}", sj=name, run=job_name, node="n1",
+                  phase="Running", deleting=False, requests={"cpu": 1000}, all_running=True, index=0,
+                  protected=True)
+    return sj(status, name=name, duration="10m", priorityLevels=3), job, pod
+
+
+def test_steering_leaves_the_run_with_least_unsaved_work_in_its_current_period_unprotected(controller, kube):
+    """Both runs are protected by level on one node. "old" started 25 min ago but its current 10-min
+    period began 5 min ago; "young" began 7 min ago. The least unsaved work is old's: it is exempted."""
+    old, old_job, old_pod = _running_sj("old", NOW - timedelta(minutes=25))
+    young, young_job, young_pod = _running_sj("young", NOW - timedelta(minutes=7))
+    run(controller, view(old, young, jobs={("ns", "old-r1"): old_job, ("ns", "young-r1"): young_job},
+                         run_pods={("ns", "old-r1"): (old_pod,), ("ns", "young-r1"): (young_pod,)},
+                         active=(old_pod, young_pod)))
+    assert ("old", "Unprotected") in kube.events
+    assert ("young", "Unprotected") not in kube.events
+    assert ("label", ("old-r1-0", {"scavenger.dev/protected": "false"})) in kube.calls
+
+
+@pytest.mark.parametrize(
+    ("mpi", "hostfile"),
+    [
+        ({"slotsPerWorker": 4}, "work-r1-1.work-r1 slots=4\nwork-r1-2.work-r1 slots=4\n"),
+        ({"slotsPerWorker": 2, "implementation": "MPICH"}, "work-r1-1.work-r1:2\nwork-r1-2.work-r1:2\n"),
+    ],
+    ids=["openmpi-slots", "mpich"],
+)
+def test_mpi_launch_writes_the_hostfile_the_spec_asks_for(controller, kube, mpi, hostfile):
+    kube.absent.add(("secret", "work-mpi-ssh"))
+    run(controller, view(sj(PENDING, parallelism=3, command=["mpirun", "app"], mpi=mpi)))
+    configmaps = [body for kind, body in kube.calls if kind == "configmap"]
+    assert len(configmaps) == 1
+    assert configmaps[0]["data"]["hostfile"] == hostfile
+    assert ("secret", "work-mpi-ssh") in kube.calls
+    assert launched(kube) == ["work-r1"]

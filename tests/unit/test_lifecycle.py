@@ -97,17 +97,20 @@ def pod(
     container: str = "main",
     reason: str = "",
     terminations: Sequence[Termination] | None = None,
+    disrupted_at: datetime | None = None,
+    finished: datetime | None = None,
 ) -> PodView:
     """Member ``index`` of run ``run``. A Running pod has all containers running unless told otherwise;
-    ``exit_code`` gives its one container a terminated state."""
+    ``exit_code`` gives its one container a terminated state (that stopped at ``finished``)."""
     if terminations is None:
         if exit_code is None and phase == "Succeeded":
             exit_code, reason = 0, reason or "Completed"
-        terminations = () if exit_code is None else (Termination(container, exit_code, reason),)
+        terminations = () if exit_code is None else (Termination(container, exit_code, reason, finished),)
     return PodView(
         namespace=NAMESPACE, name=f"{run}-{index}", uid=f"uid-{run}-{index}", sj=SJ, run=run,
         node="node-1" if phase != "Pending" else None, phase=phase, deleting=deleting,
-        requests={"cpu": 1000, "pods": 1000}, disruption=disruption, terminations=tuple(terminations),
+        requests={"cpu": 1000, "pods": 1000}, disruption=disruption, disrupted_at=disrupted_at,
+        terminations=tuple(terminations),
         all_running=phase == "Running" if all_running is None else all_running, index=index,
     )
 
@@ -1190,6 +1193,147 @@ def test_mpi_run_succeeds_when_its_launcher_does(run: Run, phase: Phase, actions
     result = decide(mpi_spec, running(NOW - M), run)
     assert result.status.phase == phase
     assert result.actions == actions
+
+
+MPI = {"slotsPerWorker": 1}
+
+
+@pytest.mark.parametrize(
+    ("run", "phase"),
+    [
+        # mpirun forwarded SIGTERM, the ranks checkpointed and it exited 0: saved, not finished.
+        (run_of(job(complete=True), pod(0, "Succeeded", disruption=PREEMPTION, disrupted_at=NOW - 9 * S,
+                                        finished=NOW - 5 * S), pod(1, "Failed", exit_code=143), pod(2)),
+         Phase.RUNNING),
+        (run_of(job(complete=True), pod(0, "Succeeded", disruption=PREEMPTION, disrupted_at=NOW - 9 * S,
+                                        finished=NOW - 5 * S), pod(1, "Failed", exit_code=143),
+                pod(2, "Failed", exit_code=143)),
+         Phase.INTERRUPTED),
+        # A worker was preempted first; the launcher then exited 0 (it saved what the ranks had).
+        (run_of(job(), pod(0, "Succeeded", finished=NOW - 5 * S),
+                pod(1, "Failed", exit_code=0, disruption=PREEMPTION, disrupted_at=NOW - 20 * S),
+                pod(2, "Failed", exit_code=143)),
+         Phase.INTERRUPTED),
+        # The launcher had finished before a worker was preempted during the clean-up: a real success.
+        (run_of(job(), pod(0, "Succeeded", finished=NOW - 20 * S),
+                pod(1, "Failed", exit_code=143, disruption=PREEMPTION, disrupted_at=NOW - 5 * S)),
+         Phase.SUCCEEDED),
+        # Same second: counted as disrupted before.
+        (run_of(job(), pod(0, "Succeeded", finished=NOW - 5 * S),
+                pod(1, "Failed", exit_code=143, disruption=PREEMPTION, disrupted_at=NOW - 5 * S),
+                pod(2, "Failed", exit_code=143)),
+         Phase.INTERRUPTED),
+        # Times unknown: the safe side is an interruption (re-running from a checkpoint loses nothing).
+        (run_of(job(), pod(0, "Succeeded"), pod(1, "Failed", exit_code=143, disruption=PREEMPTION),
+                pod(2, "Failed", exit_code=143)),
+         Phase.INTERRUPTED),
+        (run_of(job(), pod(0, "Succeeded", finished=NOW - 5 * S),
+                pod(1, "Failed", exit_code=143, disruption=PREEMPTION), pod(2, "Failed", exit_code=143)),
+         Phase.INTERRUPTED),
+    ],
+    ids=["launcher-disrupted-gang-stopping", "launcher-disrupted-exit-0", "worker-disrupted-before-launcher-exit",
+         "worker-disrupted-after-launcher-exit", "same-second", "no-times", "no-disruption-time"],
+)
+def test_mpi_disrupted_exit_zero(run: Run, phase: Phase) -> None:
+    """What a disrupted exit 0 of an MPI launcher means: success only when the launcher finished
+    before any member of the gang was told to stop."""
+    result = decide(spec(parallelism=3, command=["mpirun"], mpi=MPI), running(NOW - M), run)
+    assert result.status.phase == phase
+    if phase == Phase.INTERRUPTED:
+        assert result.status.interrupted_count == 1
+        assert "PreemptionByScheduler" in result.status.message
+    if phase == Phase.RUNNING:
+        assert result.actions == (DeleteRun(RUN1, PREEMPTION_CAUSE),)
+
+
+# ----------------------------------------------------------------------------- disrupted exit 0
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "run"),
+    [
+        (1, run_of(job(complete=True), pod(0, "Succeeded", disruption=PREEMPTION))),
+        (1, run_of(job(), pod(0, "Succeeded", disruption=PREEMPTION))),
+        (1, run_of(None, pod(0, "Succeeded", disruption=PREEMPTION))),
+        (3, run_of(job(complete=True), pod(0, "Succeeded", disruption=PREEMPTION), pod(1, "Succeeded"),
+                   pod(2, "Succeeded"))),
+        (2, run_of(job(), pod(0, "Succeeded", disruption=PREEMPTION, deleting=True), pod(1, "Succeeded"))),
+    ],
+    ids=["job-complete", "job-not-yet-complete", "job-not-seen", "gang-job-complete", "pod-being-removed"],
+)
+def test_a_disrupted_pod_that_exited_zero_is_an_interruption_not_a_success(parallelism: int, run: Run) -> None:
+    """An app that checkpoints on SIGTERM and exits 0 after a preemption has not finished."""
+    result = decide(spec(parallelism=parallelism), running(NOW - M), run)
+
+    st = result.status
+    assert st.phase == Phase.INTERRUPTED
+    assert st.interrupted_count == 1
+    assert st.finished_timestamp is None
+    assert st.message == f"interrupted (1): {PREEMPTION_CAUSE}; waiting to run again"
+    assert "Succeeded" not in reasons(result)
+    assert result.waiting is True
+
+
+@pytest.mark.parametrize(
+    ("failed_at", "phase"),
+    [
+        (NOW - 30 * S, Phase.FAILED),        # it failed on its own first
+        (NOW - 10 * S, Phase.INTERRUPTED),   # it failed because its peer had been preempted
+        (NOW - 20 * S, Phase.INTERRUPTED),   # the same second: the safe side
+        (None, Phase.INTERRUPTED),
+    ],
+    ids=["failed-before-disruption", "failed-after-disruption", "same-second", "time-unknown"],
+)
+def test_a_gang_member_failing_after_a_peer_was_disrupted_is_collateral(failed_at: datetime | None,
+                                                                        phase: Phase) -> None:
+    run = run_of(job(), pod(0, "Failed", exit_code=137, disruption=PREEMPTION, disrupted_at=NOW - 20 * S),
+                 pod(1, "Failed", exit_code=1, finished=failed_at))
+    result = decide(spec(parallelism=2), running(NOW - M), run)
+    assert result.status.phase == phase
+
+
+def test_a_disrupted_gang_member_that_exited_zero_cancels_the_rest() -> None:
+    run = run_of(job(), pod(0, "Succeeded", disruption=PREEMPTION), pod(1), pod(2, "Succeeded"))
+    result = decide(spec(parallelism=3), running(NOW - M), run)
+    assert result.status.phase == Phase.RUNNING
+    assert result.actions == (DeleteRun(RUN1, PREEMPTION_CAUSE),)
+    assert reasons(result) == ["Interrupting"]
+
+
+@pytest.mark.parametrize(
+    ("before", "run"),
+    [
+        # Every pod exited 0 but the Job is being deleted and never said Complete: not a success.
+        (running(NOW - M), run_of(job(deleting=True), pod(0, "Succeeded"))),
+        (running(NOW - M), run_of(job(deleting=True), pod(0, "Succeeded"), pod(1, "Succeeded"))),
+    ],
+    ids=["single", "gang"],
+)
+def test_pods_succeeded_in_a_deleted_job_is_not_a_success(before: ScavengerJobStatus, run: Run) -> None:
+    result = decide(spec(parallelism=len(run.pods)), before, run)
+    assert result.status.phase == Phase.INTERRUPTED
+    assert result.status.message == f"interrupted (1): run {RUN1} was deleted; waiting to run again"
+
+
+def test_a_removed_pod_that_had_succeeded_is_not_an_interruption() -> None:
+    """The garbage collector or the Job controller removing a finished member disrupts nothing."""
+    before = running(NOW - M)
+    run = run_of(job(), pod(0, "Succeeded", deleting=True), pod(1))
+    assert decide(spec(parallelism=2), before, run) == Step(before)
+
+
+@pytest.mark.parametrize(
+    "phase",
+    ["Running", "Pending", "Unknown"],
+)
+def test_a_non_zero_exit_counts_as_a_failure_only_once_the_pod_failed(phase: str) -> None:
+    """A container that stopped with a code while the pod is not Failed (a sidecar, a restart) is not
+    the run's failure."""
+    before = running(NOW - M)
+    run = run_of(job(), pod(0, phase, all_running=False, exit_code=1), pod(1))
+    result = decide(spec(parallelism=2), before, run)
+    assert result.status.phase == Phase.RUNNING
+    assert result.actions == ()
 
 
 def test_run_that_finished_between_two_looks_records_when_its_pods_ran() -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from sj_operator.observed import (
+    remember_disrupted,
+    with_disrupted,
     JobView,
     NodeInfo,
     PodView,
@@ -192,6 +194,12 @@ PODS: list[tuple[str, dict[str, Any], PodView]] = [
                  "containerStatuses": [terminated(code=137, reason="Error")]}),
      view(phase="Failed", deleting=True, disruption=("EvictionByEvictionAPI", "Eviction API: evicting"),
           terminations=(Termination("main", 137, "Error"),))),
+    ("preempted, then exited 0: when it was told to stop and when it stopped",
+     pod(status={"phase": "Succeeded", "conditions": [{**PREEMPTED, "lastTransitionTime": "2025-03-01T12:00:00Z"}],
+                 "containerStatuses": [{"name": "main", "state": {"terminated": {
+                     "exitCode": 0, "reason": "Completed", "finishedAt": "2025-03-01T12:00:07Z"}}}]}),
+     view(phase="Succeeded", disruption=("PreemptionByScheduler", "Preempted in order to admit critical pod"),
+          disrupted_at=T0, terminations=(Termination("main", 0, "Completed", T0 + timedelta(seconds=7)),))),
     ("DisruptionTarget without reason or message",
      pod(status={"phase": "Running", "conditions": [{"type": "DisruptionTarget", "status": "True"}]}),
      view(phase="Running", disruption=("DisruptionTarget", ""))),
@@ -333,3 +341,70 @@ NODES: list[tuple[str, dict[str, Any], NodeInfo]] = [
 @pytest.mark.parametrize(("body", "expected"), [c[1:] for c in NODES], ids=[c[0] for c in NODES])
 def test_node_info(body: dict[str, Any], expected: NodeInfo) -> None:
     assert node_info(body) == expected
+
+
+@pytest.mark.parametrize(
+    ("terminations", "finished"),
+    [
+        ((), None),
+        ((Termination("a", 0, "", T0),), T0),
+        ((Termination("a", 0, "", T0), Termination("b", 0, "", T0 + timedelta(seconds=3))), T0 + timedelta(seconds=3)),
+        ((Termination("a", 0, "", T0), Termination("b", 0, "")), None),
+    ],
+    ids=["none-stopped", "one", "the-last-of-two", "a-time-missing"],
+)
+def test_pod_finished_is_when_its_last_container_stopped(terminations: tuple[Termination, ...],
+                                                          finished: datetime | None) -> None:
+    assert view(terminations=terminations).finished == finished
+
+
+def member(uid: str, run: str = "demo-r1", **fields: Any) -> PodView:
+    return view(uid=uid, name=f"{run}-{uid}", run=run, **fields)
+
+
+PREEMPTION = ("PreemptionByScheduler", "Preempted in order to admit critical pod")
+
+
+def test_remember_disrupted_keeps_only_disrupted_run_members() -> None:
+    seen: dict[Any, PodView] = {}
+    remember_disrupted(seen, member("a", phase="Running"))
+    remember_disrupted(seen, view(uid="x", run=None, disruption=PREEMPTION))
+    assert seen == {}
+    first = member("a", phase="Running", disruption=PREEMPTION)
+    remember_disrupted(seen, first)
+    last = member("a", phase="Succeeded", disruption=PREEMPTION)
+    remember_disrupted(seen, last)
+    assert seen == {("work", "demo-r1", "a"): last}
+
+
+@pytest.mark.parametrize(
+    ("run_pods", "seen", "jobs", "merged", "kept"),
+    [
+        # The preempted member that exited 0 was removed: it comes back, stopped.
+        ({}, {("work", "demo-r1", "a"): member("a", phase="Succeeded", disruption=PREEMPTION)},
+         {("work", "demo-r1"): "job"},
+         {("work", "demo-r1"): (member("a", phase="Succeeded", disruption=PREEMPTION, deleting=True),)},
+         {("work", "demo-r1", "a")}),
+        # Last seen still running: it is gone now, so it holds nothing.
+        ({("work", "demo-r1"): (member("b", phase="Running"),)},
+         {("work", "demo-r1", "a"): member("a", phase="Running", disruption=PREEMPTION)},
+         {("work", "demo-r1"): "job"},
+         {("work", "demo-r1"): (member("b", phase="Running"),
+                                member("a", phase="Failed", disruption=PREEMPTION, deleting=True))},
+         {("work", "demo-r1", "a")}),
+        # Still shown by the watch: the watch's view wins.
+        ({("work", "demo-r1"): (member("a", phase="Running", disruption=PREEMPTION, deleting=True),)},
+         {("work", "demo-r1", "a"): member("a", phase="Running", disruption=PREEMPTION)},
+         {("work", "demo-r1"): "job"},
+         {("work", "demo-r1"): (member("a", phase="Running", disruption=PREEMPTION, deleting=True),)},
+         {("work", "demo-r1", "a")}),
+        # The run's Job is gone: nothing to remember.
+        ({}, {("work", "demo-r1", "a"): member("a", phase="Succeeded", disruption=PREEMPTION)}, {}, {}, set()),
+    ],
+    ids=["removed-after-exit-0", "removed-while-running", "still-watched", "job-gone"],
+)
+def test_with_disrupted(run_pods: dict[Any, tuple[PodView, ...]], seen: dict[Any, PodView], jobs: dict[Any, str],
+                        merged: dict[Any, tuple[PodView, ...]], kept: set[Any]) -> None:
+    got, remembered = with_disrupted(run_pods, seen, jobs)
+    assert got == merged
+    assert set(remembered) == kept

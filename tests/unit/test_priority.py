@@ -186,10 +186,13 @@ def _run(key: str, nodes: str, unsaved_s: int, protected: bool) -> RunProgress:
         ([_run("a", "n1", 50, True), _run("b", "n1", 20, True), _run("c", "n2", 40, True)], {"b", "c"}),
         # A gang exempted on one node counts as unprotected on its other nodes too.
         ([_run("g", "n1,n2", 5, True), _run("x", "n1", 30, True), _run("y", "n2", 40, True)], {"g"}),
+        # ... so a node it spans already has an unprotected run, even where another run has less unsaved work.
+        ([_run("g", "n1,n2", 10, True), _run("x", "n1", 30, True), _run("y", "n2", 5, True)], {"g"}),
         # A lone protected run is exempted: it is its node's only candidate.
         ([_run("a", "n1", 50, True)], {"a"}),
     ],
-    ids=["none", "already-unprotected", "unprotected-elsewhere", "least-unsaved", "tie-by-key", "per-node", "gang-spans-nodes", "alone"],
+    ids=["none", "already-unprotected", "unprotected-elsewhere", "least-unsaved", "tie-by-key", "per-node",
+         "gang-spans-nodes", "gang-exempt-on-one-node-covers-all", "alone"],
 )
 def test_steering_exemptions(runs: list[RunProgress], exempt: set[str]) -> None:
     assert steering_exemptions(runs) == exempt
