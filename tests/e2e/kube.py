@@ -20,11 +20,17 @@ T = TypeVar("T")
 TEST_TAINT_KEY = "scavenger.dev/e2e"
 
 
+CHECKS: list[Callable[[], None]] = []
+"""Called on every poll of `wait_for`; one raises to fail the wait at once (an operator that crashed)."""
+
+
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.25) -> T:
     """Polls `probe` until it returns something truthy; fails the test naming `what`."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
+        for check in list(CHECKS):
+            check()
         try:
             last = probe()
         except ApiException as exc:  # a transient API error is just another "not yet"

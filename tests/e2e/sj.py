@@ -15,7 +15,7 @@ from kubernetes import client
 
 from sj_operator.api.model import GROUP, PLURAL, VERSION
 from sj_operator.config import OperatorConfig
-from tests.e2e.kube import unique, wait_for
+from tests.e2e.kube import CHECKS, unique, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,11 +51,26 @@ class InProcessOperator:
         self._thread.start()
         if not self._ready.wait(60) or self.error:
             raise RuntimeError(f"operator did not start: {self.error!r}")
+        CHECKS.append(self.raise_if_crashed)
+
+    def raise_if_crashed(self) -> None:
+        """Fails the waiting test at once when the operator died, instead of at its timeout."""
+        if self._stop.is_set() or self._thread is None:
+            return
+        if self.error is not None:
+            raise RuntimeError(f"the in-process operator crashed: {self.error!r}") from self.error
+        if not self._thread.is_alive():
+            raise RuntimeError("the in-process operator stopped by itself")
 
     def stop(self) -> None:
+        if self.raise_if_crashed in CHECKS:
+            CHECKS.remove(self.raise_if_crashed)
+        self.raise_if_crashed()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(60)
+        if self.error is not None:
+            raise RuntimeError(f"the in-process operator failed while stopping: {self.error!r}") from self.error
 
 
 class OperatorProcess:

@@ -64,11 +64,10 @@ def test_preempted_sj_is_interrupted_then_runs_again_and_succeeds(api, namespace
             "spec": {"restartPolicy": "Never", "nodeSelector": node["nodeSelector"],
                      "tolerations": node["tolerations"], "containers": [sim_container(cpu="2", run_for="4s")]},
         })
-        st = wait_phase(api, namespace, "victim", "Interrupted", "Starting", "Running", "Succeeded", timeout=60)
         st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "victim")).get(
             "interruptedCount") == 1 and s, timeout=60)
         assert len(st["interruptedTimestamps"]) == 1
-        assert not run_pods(api, namespace, "victim-r1"), "the interrupted run's pods are gone"
+        wait_for("the interrupted run's pods gone", lambda: not run_pods(api, namespace, "victim-r1"), timeout=30)
         st = wait_phase(api, namespace, "victim", "Succeeded", timeout=90)
         assert st["interruptedCount"] == 1
         assert st["jobName"] == "victim-r2"

@@ -8,6 +8,7 @@ import pytest
 from kubernetes import client
 
 from sj_operator.observed import pod_requests
+from sj_operator.policy.snapshot import to_milli
 from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
 from tests.e2e.sj import create_sj, jobs_of, patch_sj, run_pods, sj_spec, status, wait_phase
 
@@ -101,7 +102,13 @@ def test_small_sj_backfills_while_a_large_one_waits(api, namespace, operator):
 
 
 def test_sj_larger_than_any_node_is_never_launched(api, namespace, operator):
-    create_sj(api, namespace, "huge", sj_spec(run_for=None, cpu="64"))
+    """10 CPU: within the threshold of the cluster's 4 x 8 CPU, but more than any one node has, so
+    it is node fit (not the threshold) that keeps it waiting."""
+    nodes = client.CoreV1Api(api).list_node(label_selector="type=kwok").items
+    biggest = max(to_milli(n.status.allocatable["cpu"]) for n in nodes)
+    total = sum(to_milli(n.status.allocatable["cpu"]) for n in nodes if not n.spec.unschedulable)
+    assert biggest < 10_000 <= operator.threshold * total - 2_000, "the cluster shape this test assumes"
+    create_sj(api, namespace, "huge", sj_spec(run_for=None, cpu="10"))
     wait_phase(api, namespace, "huge", "Pending")
     time.sleep(operator.start_timeout.total_seconds() + 3)
     assert status(api, namespace, "huge")["phase"] == "Pending"

@@ -40,34 +40,39 @@ def _interrupted(api, namespace: str, names: list[str]) -> list[str]:
             or status(api, namespace, n).get("message", "").startswith("interrupting")]
 
 
-def test_least_progressed_unprotected_sj_is_the_victim(api, namespace, operator):
+def _budget_holds(api, namespace: str, name: str) -> bool:
+    """The disruption controller has seen the SJ's protected pod: its budget allows no disruption."""
+    pdb = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget(f"{name}-protect", namespace)
+    return bool(pdb.status and pdb.status.expected_pods == 1 and pdb.status.disruptions_allowed == 0)
+
+
+def test_protection_steers_the_preemption_away_from_the_youngest_pod(api, namespace, operator):
+    """The youngest pod is protected (its short period is past level 1); two older SJs with long periods
+    are still at level 0. Without budgets the scheduler would take the youngest pod; with them it takes
+    the youngest unprotected one."""
     core = client.CoreV1Api(api)
     with dedicated_node(cpu="4") as node:
         pinned = {"nodeSelector": node["nodeSelector"], "tolerations": node["tolerations"]}
-        spec = dict(run_for=None, cpu="1", duration="60s", priorityLevels=3, **pinned)
-        create_sj(api, namespace, "oldest", sj_spec(**spec))
-        _started(api, namespace, "oldest")
-        # 20 s into its 60 s period the oldest reaches level 1. While it is the only SJ run it stays
-        # unprotected (steering never protects every run); once level-0 runs exist, it is protected.
-        wait_for("oldest at level 1", lambda: status(api, namespace, "oldest").get("runningPriority") == 1,
-                 timeout=40)
-        assert _protected(api, namespace, "oldest") is False
-        for name in ("middle", "newest"):
-            create_sj(api, namespace, name, sj_spec(**spec))
+        steady = dict(run_for=None, cpu="1", duration="10m", priorityLevels=3, **pinned)
+        for name in ("steady-a", "steady-b"):
+            create_sj(api, namespace, name, sj_spec(**steady))
             _started(api, namespace, name)
-            time.sleep(1.1)
-        wait_for("oldest protected", lambda: _protected(api, namespace, "oldest") is True, timeout=20)
-        assert _protected(api, namespace, "middle") is False and _protected(api, namespace, "newest") is False
+            time.sleep(1.1)  # distinct pod start times (one-second resolution)
+        create_sj(api, namespace, "urgent", sj_spec(run_for=None, cpu="1", duration="40s", priorityLevels=2,
+                                                    **pinned))
+        _started(api, namespace, "urgent")
+        # 20 s into its 40 s period "urgent" reaches level 1 and is protected; the others stay at level 0.
+        wait_for("urgent protected", lambda: _protected(api, namespace, "urgent") is True, timeout=30)
+        wait_for("urgent's budget in force", lambda: _budget_holds(api, namespace, "urgent"), timeout=10)
+        assert _protected(api, namespace, "steady-a") is False and _protected(api, namespace, "steady-b") is False
 
         _owner(core, namespace, pinned)  # needs 2 CPU; 1 is free: one SJ must go
-        names = ["oldest", "middle", "newest"]
-        victims = wait_for("a victim", lambda: _interrupted(api, namespace, names), timeout=60)
-        assert victims == ["newest"]
-        time.sleep(3)
-        assert _interrupted(api, namespace, names) == ["newest"]
-        for name in ("oldest", "middle"):
+        names = ["steady-a", "steady-b", "urgent"]
+        victims = wait_for("a victim", lambda: _interrupted(api, namespace, names), timeout=15)
+        assert victims == ["steady-b"]
+        for name in ("steady-a", "urgent"):
             assert status(api, namespace, name)["phase"] == "Running"
-        assert any(r == "Protected" for r, _ in event_list(api, namespace, "oldest"))
+        assert any(r == "Protected" for r, _ in event_list(api, namespace, "urgent"))
 
 
 def test_after_a_period_boundary_the_formerly_protected_sj_is_the_victim(api, namespace, operator):
@@ -113,7 +118,8 @@ def test_gang_member_preempted_cancels_the_whole_gang(api, namespace, operator):
         _owner(core, namespace, pinned, cpu="2")
         st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "team")).get(
             "interruptedCount") == 1 and s, timeout=60)
-        assert not run_pods(api, namespace, first_run), "every member of the preempted run is gone"
+        wait_for("every member of the preempted run gone", lambda: not run_pods(api, namespace, first_run),
+                 timeout=30)
         reasons = [m for r, m in event_list(api, namespace, "team") if r == "Interrupted"]
         assert reasons and "PreemptionByScheduler" in reasons[0]
 
@@ -122,6 +128,12 @@ def test_priority_band_is_ensured_without_clobbering_existing_classes(api, crd):
     from tests.e2e.sj import InProcessOperator, test_config
 
     sched = client.SchedulingV1Api(api)
+    # Start from a cluster without the band, so the operator has to create it.
+    for pc in sched.list_priority_class().items:
+        if pc.metadata.name.startswith("scavenger-band-"):
+            sched.delete_priority_class(pc.metadata.name)
+    wait_for("band removed", lambda: not [pc for pc in sched.list_priority_class().items
+                                          if pc.metadata.name.startswith("scavenger-band-")])
     op = InProcessOperator(test_config())
     op.start()
     op.stop()
