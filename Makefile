@@ -11,7 +11,8 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup venv binaries mpi test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-e2e e2e-kind clean
+.PHONY: setup venv binaries mpi lint test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-e2e e2e-kind \
+	mutation clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
 
@@ -21,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "[setup] Python virtualenv $(VENV) with the operator and its test dependencies"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[test]'
+	$(PIP) install --quiet -e '.[test,lint]'
 	touch $@
 
 binaries:
@@ -29,6 +30,23 @@ binaries:
 
 mpi: venv
 	hack/install-mpi
+
+SHELL_SCRIPTS := hack/build-binaries hack/cluster hack/demo hack/e2e-kind hack/install-mpi .ci/run
+PY_TREES := sj_operator gang tests benchmarks demo
+
+lint: venv ## the gates: ruff, mypy --strict, import-linter layers, shellcheck
+	@echo "[lint] ruff"; $(VENV)/bin/ruff check $(PY_TREES)
+	@echo "[lint] mypy --strict"; $(VENV)/bin/mypy
+	@echo "[lint] import-linter"; $(VENV)/bin/lint-imports --no-cache
+	@echo "[lint] shellcheck"; $(VENV)/bin/shellcheck $(SHELL_SCRIPTS) && $(VENV)/bin/shellcheck -s sh gang/mpi-entrypoint.sh
+	@echo "[lint] all gates pass"
+
+mutation: venv ## on demand: mutation testing of the pure core (policy, state machine, gang); minutes
+	$(PIP) install --quiet -e '.[mutation]'
+	rm -rf mutants
+	$(VENV)/bin/mutmut run --max-children 2 > mutants.log 2>&1 || { tail -c 2000 mutants.log; exit 1; }
+	$(VENV)/bin/mutmut export-cicd-stats
+	$(PY) hack/mutation-score
 
 unit: venv ## fast tests: no cluster
 	$(PY) -m pytest tests/unit tests/demo -q $(PYTEST_ARGS)
@@ -42,7 +60,8 @@ e2e: setup ## e2e tests against a local cluster this target starts and stops
 e2e-kind: ## with Docker and kind: both demos on a kind cluster, one interruption (hack/e2e-kind)
 	hack/e2e-kind
 
-test: setup ## the README's test command: unit tests, then e2e tests on the local cluster
+test: setup ## the README's test command: the gates, unit tests, then e2e tests on the local cluster
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory e2e
 

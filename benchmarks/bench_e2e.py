@@ -40,8 +40,13 @@ import yaml  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from sj_operator.api.model import GROUP, KIND, PLURAL, VERSION  # noqa: E402
-from sj_operator.observed import LABEL_SJ  # noqa: E402
+from sj_operator.names import (  # noqa: E402
+    GROUP,
+    KIND,
+    LABEL_SJ,
+    PLURAL,
+    VERSION,
+)
 from tests.e2e.kube import unique  # noqa: E402
 from tests.e2e.sj import InProcessOperator, test_config  # noqa: E402
 

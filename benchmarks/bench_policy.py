@@ -17,13 +17,16 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
+from sj_operator.api import Toleration
 from sj_operator.policy.admission import PolicyConfig, decide
-from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Taint, Toleration
+from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Taint
 
-NOW = datetime(2025, 1, 1, 12, 0, tzinfo=timezone.utc)
+DEDICATED = Toleration(key="dedicated", operator="Equal", value="batch", effect="NoSchedule")
+
+NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 GI = 2**30 * 1000
 MI = 2**20 * 1000
 CORE = 1000
@@ -80,7 +83,7 @@ def build_queue(rng: random.Random, starving_head: bool) -> tuple[QueuedSJ, ...]
                     "pods": 1000,
                 },
                 node_selector={"topology.kubernetes.io/zone": rng.choice(ZONES)} if rng.random() < 0.1 else {},
-                tolerations=(Toleration("dedicated", "Equal", "batch", "NoSchedule"),) if rng.random() < 0.05 else (),
+                tolerations=(DEDICATED,) if rng.random() < 0.05 else (),
                 not_before=NOW + timedelta(minutes=5) if rng.random() < 0.05 else None,
             )
         )

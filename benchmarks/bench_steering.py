@@ -23,15 +23,15 @@ import random
 import statistics
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kubernetes import client, config  # noqa: E402
+from kubernetes import client, config
 
-from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, unique, wait_for  # noqa: E402
-from tests.e2e.sj import InProcessOperator, create_sj, run_pods, sj_spec, status, test_config  # noqa: E402
+from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, unique, wait_for
+from tests.e2e.sj import InProcessOperator, create_sj, run_pods, sj_spec, status, test_config
 
 DURATION = 20.0
 SJS = ("a", "b", "c", "d")
@@ -87,7 +87,7 @@ def run_mode(api: client.ApiClient, protect_level: int, rounds: int, seed: int,
                 wait_for("the node full of running SJ pods", lambda: _full(core, api, ns), timeout=120)
                 time.sleep(rng.uniform(2, max_delay))
                 if verbose:
-                    now = datetime.now(timezone.utc)
+                    now = datetime.now(UTC)
                     for n in SJS:
                         st = status(api, ns, n)
                         start = _parse(st["priorityStartOverTimestamp"])
@@ -105,8 +105,8 @@ def run_mode(api: client.ApiClient, protect_level: int, rounds: int, seed: int,
                 lost.append(seconds)
                 print(f"  protect-level {protect_level} round {i + 1}: victim {name}, lost {seconds:5.1f} s",
                       flush=True)
-                wait_for("owner done", lambda: core.read_namespaced_pod(owner, ns).status.phase == "Succeeded",
-                         timeout=60)
+                wait_for("owner done", lambda owner=owner: core.read_namespaced_pod(owner, ns).status.phase
+                         == "Succeeded", timeout=60)
                 wait_for("victim's pods gone", lambda: _victim(core, api, ns) is None, timeout=60)
     finally:
         op.stop()
@@ -134,7 +134,7 @@ def main() -> int:
     print(f"\nwork lost per interruption (seconds since the victim's last checkpoint; duration {DURATION:.0f}s, "
           f"{args.rounds} interruptions each, arrivals 2-{args.max_delay:g}s after the node is full, "
           f"seed {args.seed}):")
-    print(f"| mode | mean | median | max | total |\n| --- | --- | --- | --- | --- |")
+    print("| mode | mean | median | max | total |\n| --- | --- | --- | --- | --- |")
     for label, values in results.items():
         print(f"| {label} | {statistics.mean(values):.1f} | {statistics.median(values):.1f} | "
               f"{max(values):.1f} | {sum(values):.1f} |")

@@ -22,9 +22,49 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import repeat
+from typing import Protocol, TypeAlias
 
-from sj_operator.policy.snapshot import NodeView, Resources, Taint, Toleration
+Resources: TypeAlias = Mapping[str, int]
+"""Resource name to amount in milli-units (``cpu: 500m`` is 500)."""
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A node taint; only ``NoSchedule`` and ``NoExecute`` keep pods off a node."""
+
+    key: str
+    value: str
+    effect: str
+
+
+class Toleration(Protocol):
+    """A pod toleration with Kubernetes semantics; an empty or missing operator means ``Equal``."""
+
+    @property
+    def key(self) -> str | None: ...
+    @property
+    def operator(self) -> str | None: ...
+    @property
+    def value(self) -> str | None: ...
+    @property
+    def effect(self) -> str | None: ...
+
+
+class Node(Protocol):
+    """What placement reads of a node."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+    @property
+    def taints(self) -> Sequence[Taint]: ...
+    @property
+    def unschedulable(self) -> bool: ...
+    @property
+    def free(self) -> Resources: ...
 
 SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 """Taint effects that keep a new pod off a node unless tolerated."""
@@ -41,12 +81,12 @@ def tolerates(toleration: Toleration, taint: Taint) -> bool:
         return False
     if toleration.operator == "Exists":
         return True
-    if toleration.operator in ("", "Equal"):
-        return toleration.value == taint.value
+    if toleration.operator in (None, "", "Equal"):
+        return (toleration.value or "") == taint.value
     return False
 
 
-def node_accepts(node: NodeView, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]) -> bool:
+def node_accepts(node: Node, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]) -> bool:
     """True when a pod with this selector and these tolerations may be scheduled on ``node``."""
     if node.unschedulable:
         return False
@@ -100,7 +140,7 @@ def place_identical(pods: int, names: Sequence[str], capacities: Sequence[int]) 
 def fit_gang(
     pods: int,
     request: Resources,
-    nodes: Sequence[NodeView],
+    nodes: Sequence[Node],
     node_selector: Mapping[str, str],
     tolerations: Sequence[Toleration],
 ) -> tuple[str, ...] | None:

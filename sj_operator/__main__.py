@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 import kopf
 
@@ -14,7 +16,7 @@ from sj_operator.config import ConfigError, OperatorConfig, parse_config
 
 def operator_coroutine(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Event | None = None,
                        ready_flag: asyncio.Event | threading.Event | None = None,
-                       registry: kopf.OperatorRegistry | None = None):
+                       registry: kopf.OperatorRegistry | None = None) -> Coroutine[Any, Any, None]:
     """The operator as a coroutine (what tests run in a thread of their own)."""
     import sj_operator.handlers  # noqa: F401  (registers the handlers)
 
@@ -39,10 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     logging.getLogger("kopf").setLevel(logging.INFO if config.verbose else logging.WARNING)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(operator_coroutine(config))
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

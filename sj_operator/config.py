@@ -12,7 +12,20 @@ from datetime import timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from sj_operator.api.model import parse_duration
+from sj_operator.api.fields import parse_duration
+from sj_operator.settings import (
+    DEFAULT_MAX_RETRY_BACKOFF,
+    DEFAULT_PROTECT_LEVEL,
+    DEFAULT_RETRY_BACKOFF,
+    DEFAULT_START_TIMEOUT,
+    DEFAULT_STARVATION_AFTER,
+    DEFAULT_THRESHOLD,
+    DEFAULT_TICK,
+    check_backoff_cap,
+    check_positive,
+    check_protect_level,
+    check_threshold,
+)
 
 
 class ConfigError(ValueError):
@@ -24,20 +37,20 @@ class OperatorConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    threshold: float = Field(0.70, gt=0.0, le=1.0)
+    threshold: float = DEFAULT_THRESHOLD
     """Admit SJs only while all requests stay at or under this share of allocatable."""
-    start_timeout: timedelta = timedelta(seconds=60)
+    start_timeout: timedelta = DEFAULT_START_TIMEOUT
     """A run whose pods are not all running by then is deleted and retried later."""
-    retry_backoff: timedelta = timedelta(seconds=10)
+    retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF
     """First wait after a start timeout; doubles per timeout, capped at max_retry_backoff."""
-    max_retry_backoff: timedelta = timedelta(minutes=10)
-    tick: timedelta = timedelta(seconds=5)
+    max_retry_backoff: timedelta = DEFAULT_MAX_RETRY_BACKOFF
+    tick: timedelta = DEFAULT_TICK
     """The decision loop runs at least this often, and on every relevant change."""
     namespaces: tuple[str, ...] = ()
     """Namespaces whose SJs this operator handles; empty means all."""
-    protect_level: int = Field(1, ge=0)
+    protect_level: int = DEFAULT_PROTECT_LEVEL
     """Runs at or above this running-priority level are protected by a PodDisruptionBudget."""
-    starvation_after: timedelta = timedelta(minutes=10)
+    starvation_after: timedelta = DEFAULT_STARVATION_AFTER
     """A head-of-queue SJ that waited this long stops backfill behind it."""
     peering: str = Field("scavenger", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
     """Name of the Lease that elects the one active replica."""
@@ -48,26 +61,33 @@ class OperatorConfig(BaseModel):
     identity: str = Field(default_factory=lambda: os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}")
     liveness_port: int | None = Field(None, ge=1, le=65535)
 
+    @field_validator("threshold")
+    @classmethod
+    def _threshold(cls, value: float) -> float:
+        return check_threshold(value)
+
+    @field_validator("protect_level")
+    @classmethod
+    def _protect_level(cls, value: int) -> int:
+        return check_protect_level(value)
+
     @field_validator("start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError("must be a positive duration")
-        return value
+        return check_positive(value)
 
     @field_validator("max_retry_backoff")
     @classmethod
     def _not_below_first_backoff(cls, value: timedelta, info: ValidationInfo) -> timedelta:
         first = info.data.get("retry_backoff")
-        if first is not None and value < first:
-            raise ValueError(f"must not be below the retry backoff ({first.total_seconds():g}s)")
-        return value
+        return value if first is None else check_backoff_cap(value, first)
 
 
 # flag, environment variable, field, help
 _SETTINGS: Sequence[tuple[str, str, str, str]] = (
     ("--threshold", "SJ_THRESHOLD", "threshold",
-     "share of total allocatable (per resource) that all requests may reach, 0 < x <= 1 (default 0.70)"),
+     "share of total allocatable (per resource) that all requests may reach, 0 <= x <= 1; 0 pauses "
+     "scavenging (default 0.70)"),
     ("--start-timeout", "SJ_START_TIMEOUT", "start_timeout",
      "how long a run may take to have all its pods running, e.g. 60s (default 60s)"),
     ("--retry-backoff", "SJ_RETRY_BACKOFF", "retry_backoff",
@@ -118,9 +138,8 @@ def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] |
     given: dict[str, str] = {}  # as typed, for messages
     for flag, env, field, _ in _SETTINGS:
         raw = getattr(args, field)
-        source = flag
         if raw is None and environ.get(env):
-            raw, source = environ[env], env
+            raw = environ[env]
         if raw is None:
             continue
         given[field] = raw
@@ -134,4 +153,5 @@ def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] |
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
         flag, env = next(((f, e) for f, e, name, _ in _SETTINGS if name == field), (field, field))
-        raise ConfigError(f"{flag} / {env}: {err['msg']} (got {given.get(field, err.get('input'))!r})") from None
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{flag} / {env}: {message} (got {given.get(field, err.get('input'))!r})") from None

@@ -1,17 +1,16 @@
-"""The decision loop: one pass reads the watch cache, decides, and carries the decisions out.
+"""The decision loop's write side: one pass decides (``decide``), then carries the decisions out.
 
 A pass:
-  1. takes an immutable view of the cache (SJs, their runs' Jobs and pods, nodes, all pods);
-  2. runs the pure state machine (`lifecycle.step`) for every SJ;
-  3. builds a `ClusterSnapshot` and asks the pure admission policy (`policy.admission.decide`)
-     which waiting SJs start now;
-  4. carries out the status writes, deletions, launches and Events through `kube.Kube`.
+  1. observes the watch cache (SJs, their runs' Jobs and pods, nodes, all pods) and runs the pure
+     state machine for every SJ (``decide.observe`` and ``decide.decide``);
+  2. writes each SJ's new status, Events and actions, SJs concurrently (``_apply``);
+  3. removes runs no SJ points at;
+  4. asks the pure admission policy which waiting SJs start now, and launches them.
 
-Status writes carry the resourceVersion the decision was based on, so a decision
-made on a stale cache fails with Conflict instead of applying twice; the loop then
-simply runs again on fresher data. Child names are deterministic, so a launch
-repeated after a crash finds its Job and adopts it. Restarting the operator at any
-moment therefore converges without duplicates.
+Status writes carry the resourceVersion the decision was based on, so a decision made on a stale
+cache fails with Conflict instead of applying twice; the loop then simply runs again on fresher data.
+Child names are deterministic, so a launch repeated after a crash finds its Job and adopts it.
+Restarting the operator at any moment therefore converges without duplicates.
 """
 from __future__ import annotations
 
@@ -20,55 +19,60 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from gang import mpi
-from sj_operator.api.model import (
-    API_VERSION,
-    KIND,
-    InvalidSpec,
-    Phase,
-    ScavengerJobSpec,
-    ScavengerJobStatus,
-    parse_spec,
-    parse_status,
-)
-from sj_operator.builders import build_gang_service, build_run_job, run_job_name, sj_label_value
+from gang.ssh import generate_ssh_keypair
+from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus, parse_spec
+from sj_operator.builders.budget import protection_budget
+from sj_operator.builders.job import build_run_job
+from sj_operator.builders.mpi import build_hostfile_configmap, build_mpi_secret, mpi_job_options
+from sj_operator.builders.service import build_gang_service
 from sj_operator.config import OperatorConfig
-from sj_operator.kube import Conflict, Invalid, Kube, KubeError, NotFound
-from sj_operator.lifecycle import WAITING, DeleteRun, LifecycleConfig, Run, SetProtection, Step, set_conditions, step
-from sj_operator.observed import LABEL_PROTECTED, LABEL_SJ, JobView, NodeInfo, PodView, SJObject, resources_milli
-from sj_operator.policy.admission import PolicyConfig, decide
-from sj_operator.policy.priority import (
-    RunProgress,
-    current_period_start,
-    is_protected,
-    launch_class,
-    running_level,
-    steering_exemptions,
+from sj_operator.decide import (
+    ClusterView,
+    Decided,
+    Observed,
+    admission_snapshot,
+    decide,
+    in_flight,
+    observe,
+    queued,
 )
-from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Taint, Toleration
+from sj_operator.kube import Conflict, Invalid, Kube, KubeError, NotFound
+from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
+from sj_operator.observed import SJObject
+from sj_operator.policy.admission import PolicyConfig
+from sj_operator.policy.admission import decide as admit
+from sj_operator.policy.lifecycle import (
+    DeleteRun,
+    LifecycleConfig,
+    Run,
+    SetProtection,
+    Step,
+    launch_refused,
+    launched,
+)
+from sj_operator.policy.priority import launch_class
+from sj_operator.policy.snapshot import InFlightRun
+
+__all__ = ["ClusterView", "Controller", "utcnow"]
 
 log = logging.getLogger("sj_operator.controller")
 Clock = Callable[[], datetime]
 T = TypeVar("T")
 API_CONCURRENCY = 8  # the blocking client runs in worker threads; more would only queue there
+WRITTEN_TTL = 30.0
+"""Seconds a status this process wrote is preferred over a watch that has not shown it yet."""
+LAUNCHED_TTL = 60.0
+"""Seconds a launch is counted as in flight before the watch shows its run Starting."""
+
+
+_NO_RUN = Run(job=None)
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(microsecond=0)
-
-
-@dataclass(frozen=True)
-class ClusterView:
-    """What the watches show at one moment (the handlers keep it current)."""
-    sjs: tuple[SJObject, ...]
-    jobs: Mapping[tuple[str, str], JobView]
-    run_pods: Mapping[tuple[str, str], tuple[PodView, ...]]
-    active_pods: tuple[PodView, ...]
-    """Every non-terminated pod in the cluster, scheduled or not."""
-    nodes: tuple[NodeInfo, ...]
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 @dataclass
@@ -81,6 +85,7 @@ class _Written:
 
 @dataclass(frozen=True)
 class _Waiting:
+    """An SJ the policy may admit, with the status and version a launch writes over."""
     sj: SJObject
     spec: ScavengerJobSpec
     status: ScavengerJobStatus
@@ -100,6 +105,7 @@ class Controller:
     kube: Kube
     config: OperatorConfig
     clock: Clock = utcnow
+    monotonic: Callable[[], float] = time.monotonic
     written: dict[str, _Written] = field(default_factory=dict)
     launched: dict[tuple[str, str], _Launched] = field(default_factory=dict)
     _specs: dict[tuple[str, int], ScavengerJobSpec | InvalidSpec] = field(default_factory=dict)
@@ -119,6 +125,7 @@ class Controller:
 
     # --- reading -------------------------------------------------------------------
     def spec_of(self, sj: SJObject) -> ScavengerJobSpec | InvalidSpec:
+        """The parsed spec, once per generation."""
         key = (sj.uid, sj.generation)
         parsed = self._specs.get(key)
         if parsed is None:
@@ -131,11 +138,11 @@ class Controller:
             self._specs[key] = parsed
         return parsed
 
-    def fresh(self, sj: SJObject) -> tuple[str, dict[str, Any]]:
+    def fresh(self, sj: SJObject) -> tuple[str, Mapping[str, Any]]:
         """The SJ's resourceVersion and raw status, preferring what this process just wrote."""
         mine = self.written.get(sj.uid)
         if mine is not None:
-            if sj.resource_version == mine.resource_version or time.monotonic() - mine.at > 30:
+            if sj.resource_version == mine.resource_version or self.monotonic() - mine.at > WRITTEN_TTL:
                 del self.written[sj.uid]
             else:
                 return mine.resource_version, mine.status
@@ -144,89 +151,63 @@ class Controller:
     # --- one pass --------------------------------------------------------------------
     async def reconcile(self, view: ClusterView) -> None:
         now = self.clock()
-        cfg = self.lifecycle_config
-        waiting: list[_Waiting] = []
-        in_flight: dict[tuple[str, str], InFlightRun] = {}
-        known_runs: set[tuple[str, str]] = set()
-
-        observed: list[tuple[SJObject, str, dict[str, Any], ScavengerJobStatus,
-                             ScavengerJobSpec | InvalidSpec, Run]] = []
-        for sj in view.sjs:
-            if sj.deleting or not self.handles(sj.namespace):
-                continue
-            rv, raw_status = self.fresh(sj)
-            status = parse_status(raw_status)
-            spec = self.spec_of(sj)
-            current = status.job_name
-            if status.phase is None or status.phase in WAITING:
-                current = run_job_name(sj.name, status.attempt + 1)
-            if current:
-                known_runs.add((sj.namespace, current))
-            if status.job_name:
-                known_runs.add((sj.namespace, status.job_name))
-            run = Run(job=view.jobs.get((sj.namespace, current or "")),
-                      pods=view.run_pods.get((sj.namespace, current or ""), ()))
-            observed.append((sj, rv, raw_status, status, spec, run))
-        exempt = steering_exemptions(_progress(sj, status, spec, run, now, cfg.protect_level)
-                                     for sj, _, _, status, spec, run in observed
-                                     if status.phase == Phase.RUNNING and not isinstance(spec, InvalidSpec))
-
-        decided = []
-        for sj, rv, raw_status, status, spec, run in observed:
-            try:
-                result = step(spec, status, run, now, cfg, sj_name=sj.name, exempt=sj.key in exempt)
-            except Exception:  # a bug in one SJ's decision must not stop the others
-                log.exception("reconciling %s failed", sj.key)
-                continue
-            decided.append((sj, rv, raw_status, status, spec, run, result))
+        observation = observe(view, handles=self.handles, fresh=self.fresh, spec_of=self.spec_of)
+        decided = decide(observation.sjs, now, self.lifecycle_config,
+                         on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc))
         # SJs are independent of each other: their writes go out concurrently.
-        applied = await self._concurrently(self._apply(sj, rv, raw, status, result, run)
-                                           for sj, rv, raw, status, _, run, result in decided)
-        for (sj, rv, raw_status, status, spec, run, result), ok in zip(decided, applied):
-            if not ok or isinstance(spec, InvalidSpec):
-                continue
-            phase = result.status.phase
-            if phase == Phase.STARTING and result.status.job_name:
-                expected = spec.parallelism
-                seen = sum(1 for p in run.pods if p.node)
-                if seen < expected:
-                    in_flight[(sj.namespace, result.status.job_name)] = _in_flight(sj, spec, seen)
-            if not result.waiting:
-                continue
-            if result.status == status:
-                waiting.append(_Waiting(sj, spec, status, raw_status, rv))
-            elif (mine := self.written.get(sj.uid)) is not None:
-                # Queued in this very pass: admissible now, on top of the status just written.
-                waiting.append(_Waiting(sj, spec, result.status, mine.status, mine.resource_version))
+        applied = await self._concurrently(self._apply(d.observed, d.step) for d in decided)
+        waiting: list[_Waiting] = []
+        runs: dict[tuple[str, str], InFlightRun] = {}
+        for d, ok in zip(decided, applied, strict=True):
+            if ok:
+                self._follow(d, waiting, runs)
+        await self._delete_strays(view, observation.known_runs)
+        self._add_launched(view, runs)
+        if waiting:
+            await self._admit(view, waiting, tuple(runs.values()), now)
 
-        await self._delete_strays(view, known_runs)
+    def _follow(self, d: Decided, waiting: list[_Waiting], runs: dict[tuple[str, str], InFlightRun]) -> None:
+        """After a decision was written: a Starting run counts as in flight; a waiting SJ may be admitted."""
+        o, result = d.observed, d.step
+        if isinstance(o.spec, InvalidSpec):
+            return
+        if result.status.phase == Phase.STARTING and result.status.job_name:
+            scheduled = sum(1 for p in o.run.pods if p.node)
+            if scheduled < o.spec.parallelism:
+                runs[(o.sj.namespace, result.status.job_name)] = in_flight(o.sj, o.spec, scheduled)
+        if not result.waiting:
+            return
+        if result.status == o.status:
+            waiting.append(_Waiting(o.sj, o.spec, o.status, o.raw_status, o.resource_version))
+        elif (mine := self.written.get(o.sj.uid)) is not None:
+            # Queued in this very pass: admissible now, on top of the status just written.
+            waiting.append(_Waiting(o.sj, o.spec, result.status, mine.status, mine.resource_version))
 
-        # Runs this process launched that the cache does not show as Starting yet.
+    def _add_launched(self, view: ClusterView, runs: dict[tuple[str, str], InFlightRun]) -> None:
+        """Runs this process launched that the cache does not show as Starting yet."""
         for key, entry in list(self.launched.items()):
-            if time.monotonic() - entry.at > 60:
+            if self.monotonic() - entry.at > LAUNCHED_TTL:
                 del self.launched[key]
                 continue
-            if key not in in_flight:
-                seen = sum(1 for p in view.run_pods.get(key, ()) if p.node)
-                if seen < entry.run.pods:
-                    in_flight[key] = replace(entry.run, scheduled_pods=seen)
-        if waiting:
-            await self._admit(view, waiting, tuple(in_flight.values()), now)
+            if key not in runs:
+                scheduled = sum(1 for p in view.run_pods.get(key, ()) if p.node)
+                if scheduled < entry.run.pods:
+                    runs[key] = replace(entry.run, scheduled_pods=scheduled)
 
-    async def _apply(self, sj: SJObject, rv: str, raw: Mapping[str, Any], before: ScavengerJobStatus, result: Step,
-                     run: Run) -> bool:
+    async def _apply(self, o: Observed, result: Step) -> bool:
         """Writes the new status (if any), then records Events and runs actions. False on conflict."""
-        if result.status != before:
-            if not await self._write_status(sj, rv, raw, result.status):
-                return False
+        if result.status != o.status and not await self._write_status(o.sj, o.resource_version, o.raw_status,
+                                                                      result.status):
+            return False
         for ev in result.events:
-            log.info("%s: %s: %s", sj.key, ev.reason, ev.message)
-            await self._event(sj, ev.type, ev.reason, ev.message)
+            log.info("%s: %s: %s", o.sj.key, ev.reason, ev.message)
+            await self.kube.event(namespace=o.sj.namespace, name=o.sj.name, uid=o.sj.uid, kind=KIND,
+                                  api_version=API_VERSION, type_=ev.type, reason=ev.reason, message=ev.message)
         for action in result.actions:
             if isinstance(action, DeleteRun):
-                await self.delete_run(sj.namespace, action.job_name, action.reason)
+                await self.delete_run(o.sj.namespace, action.job_name, action.reason)
             elif isinstance(action, SetProtection):
-                await self._set_protection(sj, action, run)
+                await self._set_protection(o, action)
         return True
 
     async def _write_status(self, sj: SJObject, rv: str, raw: Mapping[str, Any],
@@ -250,12 +231,8 @@ class Controller:
             log.error("could not write the status of %s: %s", sj.key, exc)
             return False
         self.written[sj.uid] = _Written(body["metadata"]["resourceVersion"], dict(body.get("status") or {}),
-                                        time.monotonic())
+                                        self.monotonic())
         return True
-
-    async def _event(self, sj: SJObject, type_: str, reason: str, message: str) -> None:
-        await self.kube.event(namespace=sj.namespace, name=sj.name, uid=sj.uid, kind=KIND, api_version=API_VERSION,
-                              type_=type_, reason=reason, message=message)
 
     async def _concurrently(self, coros: Iterable[Awaitable[T]]) -> list[T]:
         """Runs API-bound steps concurrently, at most `API_CONCURRENCY` at a time, in order."""
@@ -274,97 +251,84 @@ class Controller:
         await self.kube.delete_job(namespace, job_name)
         await self.kube.delete_service(namespace, job_name)
 
-    async def _delete_strays(self, view: ClusterView, known: set[tuple[str, str]]) -> None:
+    async def _delete_strays(self, view: ClusterView, known: frozenset[tuple[str, str]]) -> None:
         """Runs no SJ status points at (e.g. left by a launch whose SJ then changed) are removed."""
         for key, job in view.jobs.items():
-            if key in known or job.deleting or not self.handles(job.namespace):
-                continue
-            if key in self.launched:
+            if key in known or key in self.launched or job.deleting or not self.handles(job.namespace):
                 continue
             await self.delete_run(job.namespace, job.name, "no ScavengerJob refers to this run")
 
-    async def _set_protection(self, sj: SJObject, action: SetProtection, run: Run) -> None:
+    async def _set_protection(self, o: Observed, action: SetProtection) -> None:
         """Toggles the label the SJ's PodDisruptionBudget selects on every pod of the run."""
         if action.protected:
-            await self.kube.apply_pdb(protection_budget(sj.namespace, sj.name, sj.uid))
+            await self.kube.apply_pdb(protection_budget(o.sj.namespace, o.sj.name, o.sj.uid))
         value = "true" if action.protected else "false"
-        for pod in run.pods:
+        for pod in o.run.pods:
             if not pod.terminal and pod.protected != action.protected:
-                await self.kube.label_pod(sj.namespace, pod.name, {LABEL_PROTECTED: value})
+                await self.kube.label_pod(o.sj.namespace, pod.name, {LABEL_PROTECTED: value})
 
     # --- admission ---------------------------------------------------------------------
-    async def _admit(self, view: ClusterView, waiting: list[_Waiting], in_flight: tuple[InFlightRun, ...],
+    async def _admit(self, view: ClusterView, waiting: list[_Waiting], runs: tuple[InFlightRun, ...],
                      now: datetime) -> None:
         by_key = {w.sj.key: w for w in waiting}
-        queue = tuple(_queued(w.sj, w.spec, w.status) for w in waiting)
-        snapshot = ClusterSnapshot(nodes=_node_views(view), cluster_requested=_sum(p.requests for p in view.active_pods),
-                                   in_flight=in_flight, queue=queue)
+        snapshot = admission_snapshot(view, tuple(queued(w.sj, w.spec, w.status, now) for w in waiting), runs)
         started = time.perf_counter()
-        admissions = decide(snapshot, now, self.policy_config)
-        log.debug("admission pass over %d waiting SJ(s), %d node(s): %d admitted in %.1f ms", len(queue),
+        admissions = admit(snapshot, now, self.policy_config)
+        log.debug("admission pass over %d waiting SJ(s), %d node(s): %d admitted in %.1f ms", len(waiting),
                   len(snapshot.nodes), len(admissions), (time.perf_counter() - started) * 1000)
         await self._concurrently(self.launch(by_key[a.key], now) for a in admissions)
 
     async def launch(self, w: _Waiting, now: datetime) -> None:
-        """Creates the next run of an admitted SJ (idempotent), then records it in the status."""
+        """Creates the next run of an admitted SJ (idempotent), then records what the state machine says."""
+        result = await self._create_run(w, now)
+        if result is not None:
+            observed = Observed(w.sj, w.rv, w.raw, w.status, w.spec, run=_NO_RUN)
+            await self._apply(observed, result)
+
+    async def _create_run(self, w: _Waiting, now: datetime) -> Step | None:
+        """The run's objects, then the transition to record; None when it is retried on a later pass."""
         sj, spec, status = w.sj, w.spec, w.status
-        attempt = status.attempt + 1
-        job_name = run_job_name(sj.name, attempt)
+        job_name = run_job_name(sj.name, status.attempt + 1)
         missing = await self._missing_references(sj.namespace, spec)
         if missing:
-            await self._record(w, now, Phase.FAILED, "MissingReference", f"{missing} not found; no run was created",
-                               finished_timestamp=now)
-            return
+            return launch_refused(status, now, "MissingReference", f"{missing} not found; no run was created")
         priority_class = launch_class(status.interrupted_count)
         try:
             job = build_run_job(sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, spec=spec,
-                                status_interrupted_count=status.interrupted_count, attempt=attempt,
+                                status_interrupted_count=status.interrupted_count, attempt=status.attempt + 1,
                                 priority_class_name=priority_class, extra_pod_labels={LABEL_PROTECTED: "false"},
-                                mpi=mpi.mpi_job_options(sj_name=sj.name, mpi=spec.mpi) if spec.mpi else None)
-        except InvalidSpec as exc:
-            await self._record(w, now, Phase.FAILED, "InvalidSpec", f"invalid spec: {exc}", finished_timestamp=now)
-            return
+                                mpi=mpi_job_options(sj_name=sj.name, mpi=spec.mpi) if spec.mpi else None)
+        except ValueError as exc:
+            return launch_refused(status, now, "InvalidSpec", f"invalid spec: {exc}")
         try:
-            if spec.mpi is not None:
-                await self._ensure_mpi_objects(sj, spec, job_name)
-            if spec.is_gang:
-                await self.kube.create_or_keep(lambda: self.kube.create_service(
-                    build_gang_service(job_name=job_name, namespace=sj.namespace, sj_name=sj.name, sj_uid=sj.uid)))
-            await self.kube.apply_pdb(protection_budget(sj.namespace, sj.name, sj.uid))
+            await self._create_children(sj, spec, job_name)
             await self.kube.create_or_keep(lambda: self.kube.create_job(job))
         except Invalid as exc:
-            await self._record(w, now, Phase.FAILED, "InvalidRun",
-                               f"the API server rejected run {job_name}: {exc.message}", finished_timestamp=now)
-            return
+            return launch_refused(status, now, "InvalidRun", f"the API server rejected run {job_name}: {exc.message}")
         except KubeError as exc:
             log.warning("could not launch %s: %s (retried on a later pass)", sj.key, exc)
-            return
-        self.launched[(sj.namespace, job_name)] = _Launched(_in_flight(sj, spec, 0), time.monotonic())
-        await self._record(w, now, Phase.STARTING, "Launched",
-                           f"run {job_name} launched ({spec.parallelism} pod(s), priority class {priority_class})",
-                           event_type="Normal", attempt=attempt, job_name=job_name, launched_timestamp=now,
-                           priority_class_name=priority_class, not_before=None)
+            return None
+        self.launched[(sj.namespace, job_name)] = _Launched(in_flight(sj, spec, 0), self.monotonic())
+        return launched(status, now, job_name=job_name, priority_class_name=priority_class, pods=spec.parallelism)
 
-    async def _record(self, w: _Waiting, now: datetime, phase: Phase, reason: str, message: str, *,
-                      event_type: str = "Warning", **changes: Any) -> None:
-        """Writes a transition decided at launch time (status, conditions), then its Event."""
-        status = w.status.model_copy(update={
-            "phase": phase, "message": message,
-            "conditions": set_conditions(w.status.conditions, phase, reason, message, now), **changes})
-        if await self._write_status(w.sj, w.rv, w.raw, status):
-            log.info("%s: %s: %s", w.sj.key, reason, message)
-            await self._event(w.sj, event_type, reason, message)
+    async def _create_children(self, sj: SJObject, spec: ScavengerJobSpec, job_name: str) -> None:
+        """What a run needs before its Job: MPI objects, the gang's Service, the protection budget."""
+        if spec.mpi is not None:
+            await self._ensure_mpi_objects(sj, spec, job_name)
+        if spec.is_gang:
+            service = build_gang_service(job_name=job_name, namespace=sj.namespace, sj_name=sj.name, sj_uid=sj.uid)
+            await self.kube.create_or_keep(lambda: self.kube.create_service(service))
+        await self.kube.apply_pdb(protection_budget(sj.namespace, sj.name, sj.uid))
 
     async def _ensure_mpi_objects(self, sj: SJObject, spec: ScavengerJobSpec, job_name: str) -> None:
         """The SJ's ssh Secret (generated once, reused by every run) and the hostfile of this run."""
         assert spec.mpi is not None
-        name = mpi.mpi_secret_name(sj.name)
-        if not await self.kube.exists("secret", sj.namespace, name):
-            private_key, public_key = mpi.generate_ssh_keypair()
-            await self.kube.create_secret_unless_exists(mpi.build_mpi_secret(
+        if not await self.kube.exists("secret", sj.namespace, mpi_secret_name(sj.name)):
+            private_key, public_key = generate_ssh_keypair()
+            await self.kube.create_secret_unless_exists(build_mpi_secret(
                 sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, private_key=private_key,
                 public_key=public_key))
-        await self.kube.apply_config_map(mpi.build_hostfile_configmap(
+        await self.kube.apply_config_map(build_hostfile_configmap(
             sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, job_name=job_name,
             parallelism=spec.parallelism, slots_per_worker=spec.mpi.slots_per_worker,
             implementation=spec.mpi.implementation))
@@ -379,74 +343,3 @@ class Controller:
                     return f'{kind} "{name}" (spec.volumes[{i}] "{volume.name}")'
         return None
 
-
-def protection_budget(namespace: str, sj_name: str, sj_uid: str) -> dict[str, Any]:
-    """The PodDisruptionBudget that protects an SJ's run while its pods carry protected=true."""
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {
-            "name": f"{sj_name}-protect",
-            "namespace": namespace,
-            "labels": {LABEL_SJ: sj_label_value(sj_name), "app.kubernetes.io/managed-by": "scavenger"},
-            "ownerReferences": [{"apiVersion": API_VERSION, "kind": KIND, "name": sj_name, "uid": sj_uid,
-                                 "controller": True, "blockOwnerDeletion": True}],
-        },
-        "spec": {
-            "maxUnavailable": 0,
-            "selector": {"matchLabels": {LABEL_SJ: sj_label_value(sj_name), LABEL_PROTECTED: "true"}},
-        },
-    }
-
-
-def _progress(sj: SJObject, status: ScavengerJobStatus, spec: ScavengerJobSpec, run: Run, now: datetime,
-              protect_level: int) -> RunProgress:
-    start = status.priority_start_over_timestamp or now
-    level = running_level(now, start, spec.duration, spec.priority_levels)
-    return RunProgress(key=sj.key, nodes=frozenset(p.node for p in run.pods if p.node and not p.terminal),
-                       unsaved=now - current_period_start(now, start, spec.duration),
-                       protected_by_level=is_protected(level, protect_level))
-
-
-def _milli(spec: ScavengerJobSpec) -> dict[str, int]:
-    req = resources_milli(spec.effective_resources.requests)
-    req["pods"] = 1000
-    return req
-
-
-def _tolerations(spec: ScavengerJobSpec) -> tuple[Toleration, ...]:
-    return tuple(Toleration(key=t.key or "", operator=t.operator or "Equal", value=t.value or "",
-                            effect=t.effect or "") for t in spec.tolerations)
-
-
-def _queued(sj: SJObject, spec: ScavengerJobSpec, status: ScavengerJobStatus) -> QueuedSJ:
-    return QueuedSJ(key=sj.key, created=sj.created or datetime.now(timezone.utc),
-                    interrupted_count=status.interrupted_count, pods=spec.parallelism, request=_milli(spec),
-                    node_selector=dict(spec.node_selector), tolerations=_tolerations(spec),
-                    not_before=status.not_before)
-
-
-def _in_flight(sj: SJObject, spec: ScavengerJobSpec, seen: int) -> InFlightRun:
-    return InFlightRun(key=sj.key, pods=spec.parallelism, request=_milli(spec),
-                       scheduled_pods=seen, node_selector=dict(spec.node_selector), tolerations=_tolerations(spec))
-
-
-def _sum(items: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for res in items:
-        for name, value in res.items():
-            out[name] = out.get(name, 0) + value
-    return out
-
-
-def _node_views(view: ClusterView) -> tuple[NodeView, ...]:
-    per_node: dict[str, list[Mapping[str, int]]] = {}
-    for pod in view.active_pods:
-        if pod.node:
-            per_node.setdefault(pod.node, []).append(pod.requests)
-    return tuple(
-        NodeView(name=n.name, allocatable=n.allocatable, requested=_sum(per_node.get(n.name, ())),
-                 labels=n.labels, taints=tuple(Taint(k, v, e) for k, v, e in n.taints),
-                 unschedulable=n.unschedulable or not n.ready)
-        for n in view.nodes
-    )

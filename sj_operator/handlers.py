@@ -15,14 +15,14 @@ from typing import Any
 
 import kopf
 
-from sj_operator.api.model import GROUP, PLURAL, VERSION
+from sj_operator.builders.priority_classes import priority_class_objects
 from sj_operator.config import OperatorConfig
-from sj_operator.controller import ClusterView, Controller, utcnow
+from sj_operator.controller import Controller
+from sj_operator.decide import ClusterView
 from sj_operator.kube import Kube
 from sj_operator.leader import LeaseElector
+from sj_operator.names import GROUP, LABEL_SJ, PLURAL, VERSION
 from sj_operator.observed import (
-    LABEL_RUN,
-    LABEL_SJ,
     job_view,
     node_info,
     pod_view,
@@ -30,7 +30,6 @@ from sj_operator.observed import (
     sj_object,
     with_disrupted,
 )
-from sj_operator.policy.priority import priority_class_objects
 
 log = logging.getLogger("sj_operator")
 
@@ -108,8 +107,12 @@ async def nodes(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     return {"node": node_info(body)}
 
 
-@kopf.on.event("", "v1", "namespaces", when=lambda name, **_: name == "default")
-async def indexes_ready(sjs: kopf.Index, runs: kopf.Index, pods: kopf.Index, nodes: kopf.Index,
+Indexes = kopf.Index[Any, Any]
+
+
+# kopf passes indexes as keyword arguments named after them, which its handler protocol cannot express.
+@kopf.on.event("", "v1", "namespaces", when=lambda name, **_: name == "default")  # type: ignore[arg-type]
+async def indexes_ready(sjs: Indexes, runs: Indexes, pods: Indexes, nodes: Indexes,
                         memo: kopf.Memo, **_: Any) -> None:
     """Runs only once every index is populated: hands the indexes to the loop."""
     if not memo.ready.is_set():

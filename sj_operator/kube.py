@@ -9,15 +9,16 @@ loss or already exists), `Invalid` (the API server refused the object).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime, timezone
-from typing import Any, TypeVar
+from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
 
 import urllib3
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from tenacity import (
     AsyncRetrying,
     before_sleep_log,
@@ -26,7 +27,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from sj_operator.api.model import GROUP, PLURAL, VERSION
+from sj_operator.names import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,11 +90,11 @@ class Kube:
         self.sleep = sleep if sleep is not None else asyncio.sleep
 
     @classmethod
-    def from_environment(cls) -> "Kube":
+    def from_environment(cls) -> Kube:
         try:
-            config.load_incluster_config()
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
         except config.ConfigException:
-            config.load_kube_config()
+            config.load_kube_config()  # type: ignore[no-untyped-call]
         return cls()
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -117,6 +118,20 @@ class Kube:
             raise KubeError(0, type(exc).__name__, str(exc)) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    # --- Leases (leader election) -----------------------------------------------
+    async def read_lease(self, namespace: str, name: str) -> Any:
+        return await self._call(self.coordination.read_namespaced_lease, name, namespace)
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> None:
+        await self._call(self.coordination.create_namespaced_lease, namespace, body)
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """Fails with Conflict when the Lease changed since ``body``'s resourceVersion was read."""
+        await self._call(self.coordination.replace_namespaced_lease, name, namespace, body)
+
+    async def patch_lease(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        await self._call(self.coordination.patch_namespaced_lease, name, namespace, patch)
+
     # --- ScavengerJobs -------------------------------------------------------
     async def patch_sj_status(self, namespace: str, name: str, status: Mapping[str, Any],
                               resource_version: str | None) -> dict[str, Any]:
@@ -124,8 +139,9 @@ class Kube:
         body: dict[str, Any] = {"status": dict(status)}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
-        return await self._call(self.custom.patch_namespaced_custom_object_status,
-                                GROUP, VERSION, namespace, PLURAL, name, body)
+        patched = await self._call(self.custom.patch_namespaced_custom_object_status,
+                                   GROUP, VERSION, namespace, PLURAL, name, body)
+        return cast(dict[str, Any], patched)
 
     # --- runs ------------------------------------------------------------------
     async def create_job(self, job: Mapping[str, Any]) -> None:
@@ -133,20 +149,16 @@ class Kube:
 
     async def delete_job(self, namespace: str, name: str) -> None:
         """Deletes a run; its pods are deleted by the garbage collector, each with its grace period."""
-        try:
+        with contextlib.suppress(NotFound):
             await self._call(self.batch.delete_namespaced_job, name, namespace,
                              propagation_policy="Background")
-        except NotFound:
-            pass
 
     async def create_service(self, svc: Mapping[str, Any]) -> None:
         await self._call(self.core.create_namespaced_service, svc["metadata"]["namespace"], svc)
 
     async def delete_service(self, namespace: str, name: str) -> None:
-        try:
+        with contextlib.suppress(NotFound):
             await self._call(self.core.delete_namespaced_service, name, namespace)
-        except NotFound:
-            pass
 
     async def create_or_keep(self, create: Callable[[], Any]) -> bool:
         """Runs a create call; returns False when the object already existed."""
@@ -183,10 +195,8 @@ class Kube:
 
     # --- pods and budgets ------------------------------------------------------
     async def label_pod(self, namespace: str, name: str, labels: Mapping[str, str | None]) -> None:
-        try:
+        with contextlib.suppress(NotFound):
             await self._call(self.core.patch_namespaced_pod, name, namespace, {"metadata": {"labels": dict(labels)}})
-        except NotFound:
-            pass
 
     async def apply_pdb(self, pdb: Mapping[str, Any]) -> None:
         ns, name = pdb["metadata"]["namespace"], pdb["metadata"]["name"]
@@ -206,7 +216,7 @@ class Kube:
     # --- events ------------------------------------------------------------------
     async def event(self, *, namespace: str, name: str, uid: str, kind: str, api_version: str,
                     type_: str, reason: str, message: str, component: str = "scavenger") -> None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         body = {
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
             "involvedObject": {"apiVersion": api_version, "kind": kind, "name": name,

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sj_operator.kube import Conflict, Kube, KubeError, NotFound
@@ -45,7 +45,7 @@ class LeaseElector:
                 self.on_change()
 
     def _body(self, *, acquire: bool, transitions: int, rv: str | None) -> dict[str, Any]:
-        now = _micro(datetime.now(timezone.utc))
+        now = _micro(datetime.now(UTC))
         spec: dict[str, Any] = {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
                                 "renewTime": now, "leaseTransitions": transitions}
         if acquire:
@@ -56,13 +56,11 @@ class LeaseElector:
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
 
     async def try_once(self) -> bool:
-        api = self.kube.coordination
         try:
-            lease = await self.kube._call(api.read_namespaced_lease, self.name, self.namespace)
+            lease = await self.kube.read_lease(self.namespace, self.name)
         except NotFound:
             try:
-                await self.kube._call(api.create_namespaced_lease, self.namespace,
-                                      self._body(acquire=True, transitions=0, rv=None))
+                await self.kube.create_lease(self.namespace, self._body(acquire=True, transitions=0, rv=None))
                 self._renewed_at = time.monotonic()
                 return True
             except Conflict:
@@ -77,9 +75,9 @@ class LeaseElector:
             return False
         transitions = (spec.lease_transitions or 0) + (0 if holder == self.identity else 1)
         try:
-            await self.kube._call(api.replace_namespaced_lease, self.name, self.namespace,
-                                  self._body(acquire=holder != self.identity, transitions=transitions,
-                                             rv=lease.metadata.resource_version))
+            await self.kube.replace_lease(self.namespace, self.name,
+                                          self._body(acquire=holder != self.identity, transitions=transitions,
+                                                     rv=lease.metadata.resource_version))
         except Conflict:
             return False
         self._renewed_at = time.monotonic()
@@ -107,7 +105,7 @@ class LeaseElector:
             return
         self.leading = False
         try:
-            await self.kube._call(self.kube.coordination.patch_namespaced_lease, self.name, self.namespace,
-                                  {"spec": {"holderIdentity": None, "leaseDurationSeconds": 1}})
+            await self.kube.patch_lease(self.namespace, self.name,
+                                        {"spec": {"holderIdentity": None, "leaseDurationSeconds": 1}})
         except KubeError as exc:
             log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)

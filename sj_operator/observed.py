@@ -11,14 +11,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sj_operator.policy.snapshot import to_milli
-
-LABEL_SJ = "scavenger.dev/job-name"
-LABEL_RUN = "scavenger.dev/run"
-LABEL_PROTECTED = "scavenger.dev/protected"
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-
-Resources = Mapping[str, int]
+from sj_operator.names import ANNOTATION_COMPLETION_INDEX, LABEL_PROTECTED, LABEL_RUN, LABEL_SJ
+from sj_operator.resources import Resources, accumulate, resources_milli
 
 
 def parse_time(raw: Any) -> datetime | None:
@@ -32,26 +26,10 @@ def parse_time(raw: Any) -> datetime | None:
         return None
 
 
-def resources_milli(raw: Mapping[str, Any] | None) -> dict[str, int]:
-    """A resource list in milli-units; an unparsable quantity is skipped (the API server validated it)."""
-    out: dict[str, int] = {}
-    for name, qty in (raw or {}).items():
-        try:
-            out[name] = to_milli(qty)
-        except (ValueError, TypeError, ArithmeticError):
-            continue
-    return out
-
-
 def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
     res = container.get("resources") or {}
     # The API server defaults each request a container lacks to its limit for that resource.
     return resources_milli({**(res.get("limits") or {}), **(res.get("requests") or {})})
-
-
-def _add(total: dict[str, int], res: Mapping[str, int]) -> None:
-    for name, value in res.items():
-        total[name] = total.get(name, 0) + value
 
 
 def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
@@ -60,20 +38,20 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
     what runs during any init container (itself and the sidecars started before it)."""
     total: dict[str, int] = {}
     for c in spec.get("containers") or []:
-        _add(total, _container_requests(c))
+        accumulate(total, _container_requests(c))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     for c in spec.get("initContainers") or []:
         running = dict(sidecars)
-        _add(running, _container_requests(c))
+        accumulate(running, _container_requests(c))
         if c.get("restartPolicy") == "Always":
             sidecars = dict(running)
         for name, value in running.items():
             init_peak[name] = max(init_peak.get(name, 0), value)
-    _add(total, sidecars)
+    accumulate(total, sidecars)
     for name, value in init_peak.items():
         total[name] = max(total.get(name, 0), value)
-    _add(total, resources_milli(spec.get("overhead")))
+    accumulate(total, resources_milli(spec.get("overhead")))
     total.setdefault("pods", 1000)
     return total
 
@@ -149,7 +127,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         and bool(statuses)
         and all("running" in (cs.get("state") or {}) for cs in statuses)
     )
-    index = annotations.get(COMPLETION_INDEX) or labels.get(COMPLETION_INDEX)
+    index = annotations.get(ANNOTATION_COMPLETION_INDEX) or labels.get(ANNOTATION_COMPLETION_INDEX)
     return PodView(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),

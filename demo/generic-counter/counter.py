@@ -162,24 +162,7 @@ class Checkpoint:
             raise CheckpointError("not a JSON object")
         if document.get("format") != FORMAT:
             raise CheckpointError(f"unknown format {document.get('format')!r}")
-        seed, step, value = document.get("seed"), document.get("step"), document.get("value")
-        state_hex, executed, checksum = (
-            document.get("state"),
-            document.get("executed_total"),
-            document.get("checksum"),
-        )
-        if not isinstance(seed, str):
-            raise CheckpointError("seed missing or not a string")
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise CheckpointError("step missing or not a non-negative integer")
-        if value != step:
-            raise CheckpointError("value does not match step")
-        if not isinstance(executed, int) or isinstance(executed, bool) or executed < 0:
-            raise CheckpointError("executed_total missing or not a non-negative integer")
-        if not isinstance(state_hex, str) or not re.fullmatch(r"[0-9a-f]{64}", state_hex):
-            raise CheckpointError("state missing or not a SHA-256 hex digest")
-        if not isinstance(checksum, str):
-            raise CheckpointError("checksum missing")
+        seed, step, state_hex, executed, checksum = _checked_fields(document)
         checkpoint = cls(
             seed=seed, step=step, state=bytes.fromhex(state_hex), executed_total=executed, path=path
         )
@@ -187,6 +170,30 @@ class Checkpoint:
         if checksum != expected:
             raise CheckpointError("checksum mismatch")
         return checkpoint
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _checked_fields(document: dict[str, Any]) -> tuple[str, int, str, int, str]:
+    """(seed, step, state, executed_total, checksum) of a checkpoint document, each checked."""
+    seed, step, value = document.get("seed"), document.get("step"), document.get("value")
+    state_hex, executed, checksum = document.get("state"), document.get("executed_total"), document.get("checksum")
+    if not isinstance(seed, str):
+        raise CheckpointError("seed missing or not a string")
+    if not _is_count(step):
+        raise CheckpointError("step missing or not a non-negative integer")
+    if value != step:
+        raise CheckpointError("value does not match step")
+    if not _is_count(executed):
+        raise CheckpointError("executed_total missing or not a non-negative integer")
+    if not isinstance(state_hex, str) or not re.fullmatch(r"[0-9a-f]{64}", state_hex):
+        raise CheckpointError("state missing or not a SHA-256 hex digest")
+    if not isinstance(checksum, str):
+        raise CheckpointError("checksum missing")
+    assert isinstance(step, int) and isinstance(executed, int)
+    return seed, step, state_hex, executed, checksum
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -435,103 +442,119 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 # Main loop
 
 
-def run(args: argparse.Namespace, stop: StopFlag) -> int:
-    started = time.monotonic()
-    store = CheckpointStore(args.checkpoint_dir, args.seed)
-    store.prepare()
+class Run:
+    """One run of the counter: resume, count, checkpoint on the interval and on SIGTERM, report."""
 
-    try:
-        resumed = store.latest()
-    except ForeignCheckpointError as exc:
-        log(f"error: {exc}")
-        return EXIT_USAGE
+    def __init__(self, args: argparse.Namespace, stop: StopFlag) -> None:
+        self.args, self.stop = args, stop
+        self.started = time.monotonic()
+        self.store = CheckpointStore(args.checkpoint_dir, args.seed)
+        self.progress = Progress.load(args.checkpoint_dir, args.seed)
+        self.step, self.state = 0, initial_state(args.seed)
+        self.resumed_from: int | None = None
+        self.redone_steps = 0
+        self.checkpoints_written = 0
+        self.last_checkpoint_time = time.monotonic()
 
-    progress = Progress.load(args.checkpoint_dir, args.seed)
-    progress.runs += 1
-    if resumed is None:
-        step, state = 0, initial_state(args.seed)
-        # Without a checkpoint everything reached before is lost (a marker from an earlier run whose
-        # checkpoints are gone still tells how far it got).
-        redone_steps = progress.max_step
-        log(f"starting fresh (target {args.target}, checkpoint dir {args.checkpoint_dir})")
-    else:
-        step, state = resumed.step, resumed.state
-        redone_steps = max(0, progress.max_step - resumed.step)
-        progress.executed_total = max(progress.executed_total, resumed.executed_total)
-        log(
-            f"resuming from {resumed.path.name if resumed.path else 'checkpoint'} at step {step}; "
-            f"{redone_steps} step(s) lost since then will be redone"
-        )
-    progress.max_step = max(progress.max_step, step)
+    def resume(self, resumed: Checkpoint | None) -> None:
+        progress = self.progress
+        progress.runs += 1
+        if resumed is None:
+            # Without a checkpoint everything reached before is lost (a marker from an earlier run whose
+            # checkpoints are gone still tells how far it got).
+            self.redone_steps = progress.max_step
+            log(f"starting fresh (target {self.args.target}, checkpoint dir {self.args.checkpoint_dir})")
+        else:
+            self.step, self.state, self.resumed_from = resumed.step, resumed.state, resumed.step
+            self.redone_steps = max(0, progress.max_step - resumed.step)
+            progress.executed_total = max(progress.executed_total, resumed.executed_total)
+            log(
+                f"resuming from {resumed.path.name if resumed.path else 'checkpoint'} at step {self.step}; "
+                f"{self.redone_steps} step(s) lost since then will be redone"
+            )
+        progress.max_step = max(progress.max_step, self.step)
+        self.last_saved_step = self.resumed_from
 
-    if step > args.target:
-        log(f"error: the checkpoint is at step {step}, past the target {args.target}")
-        return EXIT_USAGE
-
-    progress.save(args.checkpoint_dir)
-    resumed_from = resumed.step if resumed is not None else None
-    last_saved_step = resumed_from
-    checkpoints_written = 0
-    last_checkpoint_time = time.monotonic()
-
-    def checkpoint(reason: str) -> None:
-        nonlocal last_saved_step, checkpoints_written, last_checkpoint_time
-        if last_saved_step == step:
-            last_checkpoint_time = time.monotonic()
+    def checkpoint(self, reason: str) -> None:
+        if self.last_saved_step == self.step:
+            self.last_checkpoint_time = time.monotonic()
             return
-        path = store.save(
-            Checkpoint(seed=args.seed, step=step, state=state, executed_total=progress.executed_total)
-        )
-        last_saved_step = step
-        checkpoints_written += 1
-        last_checkpoint_time = time.monotonic()
+        path = self.store.save(Checkpoint(seed=self.args.seed, step=self.step, state=self.state,
+                                          executed_total=self.progress.executed_total))
+        self.last_saved_step = self.step
+        self.checkpoints_written += 1
+        self.last_checkpoint_time = time.monotonic()
         log(f"checkpoint {path.name} written ({reason})")
 
-    while step < args.target:
-        if stop:
-            break
-        stop.sleep(args.step_seconds)
-        if stop:
-            break
-        step += 1
-        state = advance(state, step)
+    def advance(self) -> None:
+        args, progress = self.args, self.progress
+        self.step += 1
+        self.state = advance(self.state, self.step)
         progress.executed_total += 1
-        progress.max_step = max(progress.max_step, step)
+        progress.max_step = max(progress.max_step, self.step)
         progress.save(args.checkpoint_dir)
-        if args.log_every and step % args.log_every == 0:
-            log(f"step {step}/{args.target}")
-        if time.monotonic() - last_checkpoint_time >= args.checkpoint_interval and step < args.target:
+        if args.log_every and self.step % args.log_every == 0:
+            log(f"step {self.step}/{args.target}")
+        if time.monotonic() - self.last_checkpoint_time >= args.checkpoint_interval and self.step < args.target:
             try:
-                checkpoint("interval")
+                self.checkpoint("interval")
             except OSError as exc:
                 # The previous checkpoint is intact; try again after the next interval. (A failure of
                 # the final or the SIGTERM checkpoint is fatal: there is no later chance.)
-                last_checkpoint_time = time.monotonic()
-                log(f"warning: periodic checkpoint at step {step} failed: {exc}")
+                self.last_checkpoint_time = time.monotonic()
+                log(f"warning: periodic checkpoint at step {self.step} failed: {exc}")
 
-    if step < args.target:
+    def count(self) -> None:
+        """Counts to the target, unless a signal stops it first."""
+        while self.step < self.args.target:
+            if self.stop:
+                return
+            self.stop.sleep(self.args.step_seconds)
+            if self.stop:
+                return
+            self.advance()
+
+    def summary(self) -> dict[str, Any]:
+        args, progress = self.args, self.progress
+        return {
+            "event": "done",
+            "seed": args.seed,
+            "target": args.target,
+            "value": self.step,
+            "result": self.state.hex(),
+            "resumed_from": self.resumed_from,
+            "redone_steps": self.redone_steps,
+            "redone_steps_total": max(0, progress.executed_total - args.target),
+            "executed_steps_total": progress.executed_total,
+            "runs": progress.runs,
+            "checkpoints_written": self.checkpoints_written,
+            "elapsed_seconds": round(time.monotonic() - self.started, 3),
+        }
+
+
+def run(args: argparse.Namespace, stop: StopFlag) -> int:
+    counter = Run(args, stop)
+    counter.store.prepare()
+    try:
+        resumed = counter.store.latest()
+    except ForeignCheckpointError as exc:
+        log(f"error: {exc}")
+        return EXIT_USAGE
+    counter.resume(resumed)
+    if counter.step > args.target:
+        log(f"error: the checkpoint is at step {counter.step}, past the target {args.target}")
+        return EXIT_USAGE
+    counter.progress.save(args.checkpoint_dir)
+    counter.last_checkpoint_time = time.monotonic()
+    counter.count()
+    if counter.step < args.target:
         assert stop.signum is not None
         name = signal.Signals(stop.signum).name
-        checkpoint(name)
-        log(f"stopped by {name} at step {step}/{args.target}")
+        counter.checkpoint(name)
+        log(f"stopped by {name} at step {counter.step}/{args.target}")
         return stop.exit_code()
-
-    checkpoint("done")
-    summary = {
-        "event": "done",
-        "seed": args.seed,
-        "target": args.target,
-        "value": step,
-        "result": state.hex(),
-        "resumed_from": resumed_from,
-        "redone_steps": redone_steps,
-        "redone_steps_total": max(0, progress.executed_total - args.target),
-        "executed_steps_total": progress.executed_total,
-        "runs": progress.runs,
-        "checkpoints_written": checkpoints_written,
-        "elapsed_seconds": round(time.monotonic() - started, 3),
-    }
-    print(json.dumps(summary, sort_keys=True), flush=True)
+    counter.checkpoint("done")
+    print(json.dumps(counter.summary(), sort_keys=True), flush=True)
     return EXIT_OK
 
 

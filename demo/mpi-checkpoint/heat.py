@@ -575,116 +575,142 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 # Main
 
 
-def run(comm: MPI.Comm, args: argparse.Namespace, stop: StopFlag) -> int:
-    rank, size = comm.Get_rank(), comm.Get_size()
-    if args.nx < size:
-        if rank == 0:
-            log(comm, f"error: {size} ranks need at least {size} grid rows, got --nx {args.nx}")
-        return EXIT_USAGE
-    config = Config(nx=args.nx, ny=args.ny, coefficient=args.coefficient)
-    store = CheckpointStore(comm, args.checkpoint_dir, config)
-    store.prepare()
+class Run:
+    """One run of the solver on this rank: resume, step, checkpoint collectively, report."""
 
-    try:
-        loaded = store.load_latest()
-    except CheckpointIncompatible as exc:
-        if rank == 0:
-            log(comm, f"error: {exc}")
-        return EXIT_USAGE
+    def __init__(self, comm: MPI.Comm, args: argparse.Namespace, stop: StopFlag) -> None:
+        self.comm, self.args, self.stop = comm, args, stop
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.config = Config(nx=args.nx, ny=args.ny, coefficient=args.coefficient)
+        self.store = CheckpointStore(comm, args.checkpoint_dir, self.config)
+        self.resumed_from: int | None = None
+        self.last_saved: int | None = None
+        self.checkpoints_written = 0
+        self.last_checkpoint_time = time.monotonic()
+        self.started = time.monotonic()
+        self.redone_steps = 0
+        self.max_step = 0
 
-    start, stop_row = row_range(config.nx, size, rank)
-    if loaded is None:
-        solver = HeatSolver(comm, config, initial_block(config, start, stop_row), step=0)
-        resumed_from: int | None = None
-    else:
-        resumed_from, block = loaded
-        solver = HeatSolver(comm, config, block, step=resumed_from)
-    if solver.step > args.steps:
-        if rank == 0:
-            log(comm, f"error: the checkpoint is at step {solver.step}, past --steps {args.steps}")
-        return EXIT_USAGE
+    def log0(self, message: str) -> None:
+        """Logs once for the gang (on rank 0)."""
+        if self.rank == 0:
+            log(self.comm, message)
 
-    redone_steps = 0
-    max_step = 0
-    if rank == 0:
-        max_step = load_max_step(args.checkpoint_dir)
-        redone_steps = max(0, max_step - solver.step)
-        if resumed_from is None:
-            log(comm, f"starting fresh: {config.nx}x{config.ny} grid, {args.steps} steps, {size} ranks")
+    def prepare(self) -> HeatSolver | None:
+        """The solver, fresh or resumed from the newest complete checkpoint; None on a usage error."""
+        args, config = self.args, self.config
+        if args.nx < self.size:
+            self.log0(f"error: {self.size} ranks need at least {self.size} grid rows, got --nx {args.nx}")
+            return None
+        self.store.prepare()
+        try:
+            loaded = self.store.load_latest()
+        except CheckpointIncompatible as exc:
+            self.log0(f"error: {exc}")
+            return None
+        start, stop_row = row_range(config.nx, self.size, self.rank)
+        if loaded is None:
+            solver = HeatSolver(self.comm, config, initial_block(config, start, stop_row), step=0)
         else:
-            log(
-                comm,
-                f"resuming from step {resumed_from}; {redone_steps} step(s) lost since then will be redone",
-            )
+            self.resumed_from, block = loaded
+            solver = HeatSolver(self.comm, config, block, step=self.resumed_from)
+        if solver.step > args.steps:
+            self.log0(f"error: the checkpoint is at step {solver.step}, past --steps {args.steps}")
+            return None
+        self.last_saved = self.resumed_from
+        if self.rank == 0:
+            self.max_step = load_max_step(args.checkpoint_dir)
+            self.redone_steps = max(0, self.max_step - solver.step)
+        if self.resumed_from is None:
+            self.log0(f"starting fresh: {config.nx}x{config.ny} grid, {args.steps} steps, {self.size} ranks")
+        else:
+            self.log0(f"resuming from step {self.resumed_from}; {self.redone_steps} step(s) lost since then "
+                      "will be redone")
+        return solver
 
-    last_saved = resumed_from
-    checkpoints_written = 0
-    last_checkpoint_time = time.monotonic()
-    started = time.monotonic()
-
-    def checkpoint(reason: str) -> None:
-        nonlocal last_saved, checkpoints_written, last_checkpoint_time
-        last_checkpoint_time = time.monotonic()
-        if last_saved == solver.step:
+    def checkpoint(self, solver: HeatSolver, reason: str) -> None:
+        self.last_checkpoint_time = time.monotonic()
+        if self.last_saved == solver.step:
             return
-        directory = store.save(solver.step, solver.interior)
-        last_saved = solver.step
-        checkpoints_written += 1
-        if rank == 0:
-            log(comm, f"checkpoint {directory.name} complete ({reason})")
+        directory = self.store.save(solver.step, solver.interior)
+        self.last_saved = solver.step
+        self.checkpoints_written += 1
+        self.log0(f"checkpoint {directory.name} complete ({reason})")
 
-    flags = np.zeros(2, dtype=np.int64)
-    agreed = np.zeros(2, dtype=np.int64)
-    while True:
-        # Agree on "stop" (any rank was signalled) and "checkpoint now" before each step, so that all
-        # ranks checkpoint at the same step.
-        flags[0] = stop.signum
-        flags[1] = 0
+    def agree(self, solver: HeatSolver) -> tuple[int, int]:
+        """(signal, checkpoint due) agreed by every rank before a step, so all checkpoint at the same one:
+        due is 1 every --checkpoint-every steps, 2 when rank 0's --checkpoint-interval has passed."""
+        args = self.args
+        flags = np.zeros(2, dtype=np.int64)
+        agreed = np.zeros(2, dtype=np.int64)
+        flags[0] = self.stop.signum
         if args.checkpoint_every > 0 and solver.step > 0 and solver.step % args.checkpoint_every == 0:
             flags[1] = 1
-        if rank == 0 and time.monotonic() - last_checkpoint_time >= args.checkpoint_interval:
+        if self.rank == 0 and time.monotonic() - self.last_checkpoint_time >= args.checkpoint_interval:
             flags[1] = 2
-        comm.Allreduce(flags, agreed, op=MPI.MAX)
-        signum, due = int(agreed[0]), int(agreed[1])
-        if signum and solver.step < args.steps:
-            name = signal.Signals(signum).name
-            checkpoint(name)
-            if rank == 0:
-                log(comm, f"stopped by {name} at step {solver.step}/{args.steps}")
-            return 128 + signum
-        if solver.step >= args.steps:
-            break
-        if due:
-            checkpoint("interval" if due == 2 else f"every {args.checkpoint_every} steps")
-        if args.step_seconds:
-            stop.sleep(args.step_seconds)
-        solver.advance()
-        if rank == 0:
-            if solver.step > max_step:
-                max_step = solver.step
-                save_max_step(args.checkpoint_dir, max_step)
-            if args.log_every and solver.step % args.log_every == 0:
-                log(comm, f"step {solver.step}/{args.steps}")
+        self.comm.Allreduce(flags, agreed, op=MPI.MAX)
+        return int(agreed[0]), int(agreed[1])
 
-    checkpoint("done")
-    grid = solver.gather()
-    if rank == 0:
+    def advance(self, solver: HeatSolver) -> None:
+        if self.args.step_seconds:
+            self.stop.sleep(self.args.step_seconds)
+        solver.advance()
+        if self.rank != 0:
+            return
+        if solver.step > self.max_step:
+            self.max_step = solver.step
+            save_max_step(self.args.checkpoint_dir, self.max_step)
+        if self.args.log_every and solver.step % self.args.log_every == 0:
+            log(self.comm, f"step {solver.step}/{self.args.steps}")
+
+    def loop(self, solver: HeatSolver) -> int | None:
+        """Steps to the end; the exit code when a signal stopped it first (after a checkpoint)."""
+        args = self.args
+        while True:
+            signum, due = self.agree(solver)
+            if signum and solver.step < args.steps:
+                name = signal.Signals(signum).name
+                self.checkpoint(solver, name)
+                self.log0(f"stopped by {name} at step {solver.step}/{args.steps}")
+                return 128 + signum
+            if solver.step >= args.steps:
+                return None
+            if due:
+                self.checkpoint(solver, "interval" if due == 2 else f"every {args.checkpoint_every} steps")
+            self.advance(solver)
+
+    def finish(self, solver: HeatSolver) -> None:
+        self.checkpoint(solver, "done")
+        grid = solver.gather()
+        if self.rank != 0:
+            return
         assert grid is not None
         summary = {
             "event": "done",
-            "nx": config.nx,
-            "ny": config.ny,
-            "steps": args.steps,
-            "nranks": size,
+            "nx": self.config.nx,
+            "ny": self.config.ny,
+            "steps": self.args.steps,
+            "nranks": self.size,
             "checksum": hashlib.sha256(grid.tobytes()).hexdigest(),
             "sum": float(grid.sum()),
             "max": float(grid.max()),
-            "resumed_from": resumed_from,
-            "redone_steps": redone_steps,
-            "checkpoints_written": checkpoints_written,
-            "elapsed_seconds": round(time.monotonic() - started, 3),
+            "resumed_from": self.resumed_from,
+            "redone_steps": self.redone_steps,
+            "checkpoints_written": self.checkpoints_written,
+            "elapsed_seconds": round(time.monotonic() - self.started, 3),
         }
         print(json.dumps(summary, sort_keys=True), flush=True)
+
+
+def run(comm: MPI.Comm, args: argparse.Namespace, stop: StopFlag) -> int:
+    state = Run(comm, args, stop)
+    solver = state.prepare()
+    if solver is None:
+        return EXIT_USAGE
+    stopped = state.loop(solver)
+    if stopped is not None:
+        return stopped
+    state.finish(solver)
     return EXIT_OK
 
 
@@ -699,7 +725,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     try:
         return run(comm, args, stop)
-    except Exception as exc:  # noqa: BLE001 - one failing rank must not leave the others hanging
+    except Exception as exc:
         log(comm, f"fatal: {type(exc).__name__}: {exc}")
         sys.stderr.flush()
         comm.Abort(EXIT_FATAL)

@@ -39,34 +39,19 @@ capacity of every node, over column-wise integer lists.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from fractions import Fraction
 from itertools import repeat
 from operator import attrgetter, floordiv, mul
 
 from gang.placement import UNBOUNDED, node_accepts, place_identical
-from sj_operator.policy.snapshot import ClusterSnapshot, NodeView, QueuedSJ, Resources, Toleration
+from sj_operator.policy.queue import DEFAULT_POLICY, PolicyConfig, is_starving, queue_order
+from sj_operator.policy.snapshot import ClusterSnapshot, NodeView, Resources, Toleration
 
 _Need = tuple[tuple[str, int], ...]
 _EligibilityKey = tuple[frozenset[tuple[str, str]], tuple[Toleration, ...]]
-
-
-@dataclass(frozen=True)
-class PolicyConfig:
-    """Tunables of the admission policy."""
-
-    threshold: float = 0.70
-    """Fraction of schedulable allocatable, per resource, that all requests together may reach."""
-    starvation_after: timedelta = timedelta(minutes=10)
-    """Wait after which the head of the queue stops backfill behind it."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.threshold <= 1:
-            raise ValueError(f"threshold must be within [0, 1], got {self.threshold}")
-        if self.starvation_after < timedelta(0):
-            raise ValueError("starvation_after must not be negative")
 
 
 @dataclass(frozen=True)
@@ -77,24 +62,7 @@ class Admission:
     nodes: tuple[str, ...]
 
 
-def queue_order(queue: Iterable[QueuedSJ]) -> list[QueuedSJ]:
-    """Most interrupted first ("finish what we started"), then oldest, then by key."""
-    return sorted(queue, key=lambda sj: (-sj.interrupted_count, sj.created, sj.key))
-
-
-def waiting_since(sj: QueuedSJ) -> datetime:
-    """When the SJ started waiting: ``created``, or ``not_before`` when that is later."""
-    if sj.not_before is not None and sj.not_before > sj.created:
-        return sj.not_before
-    return sj.created
-
-
-def is_starving(sj: QueuedSJ, now: datetime, config: PolicyConfig) -> bool:
-    """True when the SJ has waited longer than ``config.starvation_after``."""
-    return now - waiting_since(sj) > config.starvation_after
-
-
-def decide(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig = PolicyConfig()) -> list[Admission]:
+def decide(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig = DEFAULT_POLICY) -> list[Admission]:
     """The SJs to start now, in queue order, each with a node per pod (see the module docstring)."""
     if now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware, got {now!r}")
@@ -296,11 +264,4 @@ class _PassState:
                     self._stale_max.add(r)
 
 
-__all__ = [
-    "Admission",
-    "PolicyConfig",
-    "decide",
-    "is_starving",
-    "queue_order",
-    "waiting_since",
-]
+__all__ = ["Admission", "PolicyConfig", "decide"]

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
 from types import MappingProxyType
-from typing import Any
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -38,7 +37,6 @@ PREEMPTION_POLICY = "Never"
 DEFAULT_LAUNCH_STEPS: tuple[int, ...] = (0, 3, 6, 10)
 """Interruption counts from which an SJ launches one band higher."""
 
-MANAGED_BY_LABEL: Mapping[str, str] = MappingProxyType({"app.kubernetes.io/managed-by": "scavenger"})
 
 
 def _elapsed_periods(now: datetime, period_start: datetime, duration: timedelta) -> tuple[int, int, int]:
@@ -131,22 +129,3 @@ def launch_class(interrupted_count: int, steps: Sequence[int] = DEFAULT_LAUNCH_S
         raise ValueError(f"steps must be strictly increasing, got {tuple(steps)}")
     reached = sum(1 for step in steps if interrupted_count >= step)
     return list(PRIORITY_BAND)[max(0, reached - 1)]
-
-
-def priority_class_objects() -> list[dict[str, Any]]:
-    """The ``scheduling.k8s.io/v1`` PriorityClass objects of the band, lowest first."""
-    return [
-        {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": name, "labels": dict(MANAGED_BY_LABEL)},
-            "value": value,
-            "globalDefault": False,
-            "preemptionPolicy": PREEMPTION_POLICY,
-            "description": (
-                f"ScavengerJob pods, band {step} (higher bands for much-interrupted SJs): below every "
-                "other workload and the cluster-autoscaler expendable cutoff; never preempts."
-            ),
-        }
-        for step, (name, value) in enumerate(PRIORITY_BAND.items())
-    ]

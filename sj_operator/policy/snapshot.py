@@ -1,30 +1,23 @@
-"""Immutable inputs of the policy core: resources, nodes, the SJ queue and the cluster snapshot.
+"""Immutable inputs of the policy core: the nodes, the SJ queue, the runs in flight, the snapshot.
 
-Every resource amount is an ``int`` in milli-units, whatever the resource: ``cpu: 500m`` is 500,
-``memory: 1Gi`` is 1073741824000 and ``nvidia.com/gpu: 1`` is 1000. One unit for all resources keeps
-the arithmetic exact and uniform. A resource missing from a mapping counts as 0.
-
-The dataclasses copy every mapping they receive into a read-only view, so a snapshot cannot change
-under a decision made from it.
+Amounts are milli-unit ``int``s (:mod:`sj_operator.resources`). The dataclasses copy every mapping they
+receive into a read-only view, so a snapshot cannot change under a decision made from it.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
 from types import MappingProxyType
-from typing import TypeAlias
 
-from kubernetes.utils.quantity import parse_quantity
+from gang.placement import Resources, Taint
+from sj_operator.api.spec import Toleration
+from sj_operator.resources import EMPTY, freeze, sub
 
-Resources: TypeAlias = Mapping[str, int]
-"""Resource name to amount in milli-units."""
-
-EMPTY: Resources = MappingProxyType({})
 NO_LABELS: Mapping[str, str] = MappingProxyType({})
+
+__all__ = ["ClusterSnapshot", "InFlightRun", "NodeView", "QueuedSJ", "Resources", "Taint", "Toleration"]
 
 
 def _no_resources() -> Resources:
@@ -33,65 +26,6 @@ def _no_resources() -> Resources:
 
 def _no_labels() -> Mapping[str, str]:
     return NO_LABELS
-
-
-def freeze(res: Mapping[str, int] | None) -> Resources:
-    """Return a read-only copy of ``res`` without zero entries; amounts must be ``int``."""
-    if not res:
-        return EMPTY
-    frozen: dict[str, int] = {}
-    for name, amount in res.items():
-        if not isinstance(amount, int) or isinstance(amount, bool):
-            raise TypeError(f"resource {name!r}: amount must be an int in milli-units, got {amount!r}")
-        if amount:
-            frozen[name] = amount
-    return MappingProxyType(frozen)
-
-
-def add(a: Resources, b: Resources) -> Resources:
-    """Per-resource sum ``a + b``."""
-    total = dict(a)
-    for name, amount in b.items():
-        total[name] = total.get(name, 0) + amount
-    return freeze(total)
-
-
-def sub(a: Resources, b: Resources) -> Resources:
-    """Per-resource difference ``a - b``; amounts may become negative."""
-    diff = dict(a)
-    for name, amount in b.items():
-        diff[name] = diff.get(name, 0) - amount
-    return freeze(diff)
-
-
-def total(resources: Iterable[Resources]) -> Resources:
-    """Per-resource sum of many ``Resources``."""
-    acc: dict[str, int] = {}
-    for res in resources:
-        for name, amount in res.items():
-            acc[name] = acc.get(name, 0) + amount
-    return freeze(acc)
-
-
-def scale(res: Resources, n: int) -> Resources:
-    """Every amount of ``res`` multiplied by ``n``."""
-    return freeze({name: amount * n for name, amount in res.items()})
-
-
-def fits(need: Resources, free: Resources) -> bool:
-    """True when every positive amount of ``need`` is at most the same resource in ``free``."""
-    return all(amount <= free.get(name, 0) for name, amount in need.items() if amount > 0)
-
-
-def to_milli(quantity: str | int | float | Decimal) -> int:
-    """Kubernetes quantity (``"500m"``, ``"1Gi"``, ``2``) in milli-units, rounded up like ``MilliValue``."""
-    value: Decimal = parse_quantity(quantity)
-    return math.ceil(value * 1000)
-
-
-def parse_resources(quantities: Mapping[str, str | int | float | Decimal] | None) -> Resources:
-    """A Kubernetes resource list (``{"cpu": "500m", "memory": "1Gi"}``) as milli-unit ``Resources``."""
-    return freeze({name: to_milli(q) for name, q in (quantities or {}).items()})
 
 
 def _nonnegative(res: Mapping[str, int] | None, what: str) -> Resources:
@@ -109,25 +43,6 @@ def _labels(labels: Mapping[str, str] | None) -> Mapping[str, str]:
 def _aware(moment: datetime | None, what: str) -> None:
     if moment is not None and moment.utcoffset() is None:
         raise ValueError(f"{what} must be timezone-aware, got {moment!r}")
-
-
-@dataclass(frozen=True)
-class Taint:
-    """A node taint; only ``NoSchedule`` and ``NoExecute`` keep pods off a node."""
-
-    key: str
-    value: str
-    effect: str
-
-
-@dataclass(frozen=True)
-class Toleration:
-    """A pod toleration with Kubernetes semantics (``operator`` is ``Equal`` or ``Exists``)."""
-
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
 
 
 @dataclass(frozen=True)

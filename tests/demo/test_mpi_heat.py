@@ -252,7 +252,7 @@ def test_a_signal_to_one_rank_stops_the_whole_gang_at_one_step(
     ranks = rank_pids(proc)
     assert len(ranks) == NRANKS, f"expected {NRANKS} rank processes, found {ranks}"
     os.kill(ranks[-1], signal.SIGTERM)
-    code, out, err = finish(proc, timeout=60)
+    code, _out, err = finish(proc, timeout=60)
     assert code != 0
     assert "complete (SIGTERM)" in err, err
     saved = complete_checkpoints(tmp_path)[-1]

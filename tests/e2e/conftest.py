@@ -70,7 +70,7 @@ def namespace(api: client.ApiClient) -> Iterator[str]:
     yield name
     # Stop the namespace's work at once (grace 0), then delete it and wait, so what a test
     # ran never holds capacity during the next one.
-    from sj_operator.api.model import GROUP, PLURAL, VERSION
+    from sj_operator.names import GROUP, PLURAL, VERSION
     custom = client.CustomObjectsApi(api)
     try:
         custom.delete_collection_namespaced_custom_object(GROUP, VERSION, name, PLURAL)

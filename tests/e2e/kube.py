@@ -46,7 +46,8 @@ def unique(prefix: str) -> str:
 
 
 @contextmanager
-def dedicated_node(cpu: str = "4", memory: str = "16Gi", extra: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+def dedicated_node(cpu: str = "4", memory: str = "16Gi",
+                   extra: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
     """A kwok node only pods with the returned selector and toleration land on."""
     core = client.CoreV1Api()
     name = unique("e2e-node")

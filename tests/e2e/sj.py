@@ -13,8 +13,8 @@ from typing import Any
 
 from kubernetes import client
 
-from sj_operator.api.model import GROUP, PLURAL, VERSION
 from sj_operator.config import OperatorConfig
+from sj_operator.names import GROUP, PLURAL, VERSION
 from tests.e2e.kube import CHECKS, unique, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +80,7 @@ class OperatorProcess:
         self.args, self.log = args, log
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "OperatorProcess":
+    def start(self) -> OperatorProcess:
         out = self.log.open("ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "sj_operator", *self.args], stdout=out,
                                      stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ))

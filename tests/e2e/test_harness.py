@@ -205,7 +205,7 @@ def test_cluster_up_twice_then_down_leaves_nothing(tmp_path):
     state = tmp_path / "cluster"
     env = {**os.environ, "SJ_CLUSTER_DIR": str(state)}
     cmd = [str(REPO / "hack" / "cluster")]
-    first = subprocess.run(cmd + ["up", "--nodes", "1", "--node-cpu", "2", "--node-memory", "4Gi"],
+    first = subprocess.run([*cmd, "up", "--nodes", "1", "--node-cpu", "2", "--node-memory", "4Gi"],
                            env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     assert f"export KUBECONFIG={state}/kubeconfig" in first.stdout
@@ -216,17 +216,17 @@ def test_cluster_up_twice_then_down_leaves_nothing(tmp_path):
         pids = _processes_mentioning(str(state))
         assert len(pids) >= 5, "etcd, apiserver, controller-manager, scheduler and kwok should run"
 
-        second = subprocess.run(cmd + ["up", "--nodes", "1", "--node-cpu", "2", "--node-memory", "4Gi"],
+        second = subprocess.run([*cmd, "up", "--nodes", "1", "--node-cpu", "2", "--node-memory", "4Gi"],
                                 env=env, capture_output=True, text=True, timeout=120)
         assert second.returncode == 0, second.stderr
         assert "already runs" in second.stderr
         assert sorted(_processes_mentioning(str(state))) == sorted(pids), "a second up must not start anything"
-        status = subprocess.run(cmd + ["status"], env=env, capture_output=True, text=True)
+        status = subprocess.run([*cmd, "status"], env=env, capture_output=True, text=True)
         assert status.returncode == 0 and "1 node(s)" in status.stdout
     finally:
-        down = subprocess.run(cmd + ["down"], env=env, capture_output=True, text=True, timeout=120)
+        down = subprocess.run([*cmd, "down"], env=env, capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stderr
     wait_for("all cluster processes gone", lambda: not _processes_mentioning(str(state)), timeout=30)
     wait_for(f"port {port} closed", lambda: not _listening(port), timeout=15)
     assert not state.exists()
-    assert subprocess.run(cmd + ["status"], env=env, capture_output=True).returncode != 0
+    assert subprocess.run([*cmd, "status"], env=env, capture_output=True).returncode != 0

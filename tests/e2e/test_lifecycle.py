@@ -10,7 +10,6 @@ from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_
 from tests.e2e.sj import create_sj, event_list, events_for, jobs_of, patch_sj, run_pods, sj_spec, status, wait_phase
 
 
-
 def test_single_pod_sj_succeeds(api, namespace, operator):
     create_sj(api, namespace, "ok", sj_spec(run_for="3s", checkpointVolume="ckpt",
                                             volumes=[{"name": "ckpt", "mountPath": "/ckpt", "emptyDir": {}}]))
@@ -166,8 +165,8 @@ def test_suspend_cancels_the_run_and_resume_queues_again(api, namespace, operato
 def test_deleting_the_sj_removes_everything(api, namespace, operator):
     create_sj(api, namespace, "doomed", sj_spec(run_for="600s", parallelism=2))
     wait_phase(api, namespace, "doomed", "Running")
+    from sj_operator.names import GROUP, PLURAL, VERSION
     from tests.e2e.sj import custom
-    from sj_operator.api.model import GROUP, PLURAL, VERSION
     custom(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "doomed")
     core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
     sel = "scavenger.dev/job-name=doomed"

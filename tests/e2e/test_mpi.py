@@ -9,7 +9,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from sj_operator.api.model import GROUP, PLURAL, VERSION
+from sj_operator.names import GROUP, PLURAL, VERSION
 from tests.e2e.kube import wait_for
 from tests.e2e.sj import create_sj, event_list, run_pods, sj_spec, status, wait_phase
 
@@ -56,7 +56,7 @@ def test_mpi_sj_gets_its_wiring_and_a_lost_worker_requeues_the_gang(api, namespa
     assert {"/etc/mpi", "/etc/mpi/ssh"} <= mounts
 
     core.delete_namespaced_pod(pods[2].metadata.name, namespace)  # a worker is lost
-    st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "heat")).get(
+    wait_for("interruption recorded", lambda: (s := status(api, namespace, "heat")).get(
         "interruptedCount") == 1 and s, timeout=60)
     assert any(r == "Interrupted" and pods[2].metadata.name in m for r, m in event_list(api, namespace, "heat"))
     wait_for("the whole first gang gone", lambda: not run_pods(api, namespace, "heat-r1"), timeout=30)
@@ -69,7 +69,8 @@ def test_mpi_sj_gets_its_wiring_and_a_lost_worker_requeues_the_gang(api, namespa
     assert "heat-r2-1.heat-r2 slots=2" in hostfile and "heat-r1" not in hostfile
 
 
-@pytest.mark.parametrize("manifest", ["demo/generic-counter/scavengerjob.yaml", "demo/mpi-checkpoint/scavengerjob.yaml"])
+@pytest.mark.parametrize("manifest", ["demo/generic-counter/scavengerjob.yaml",
+                                      "demo/mpi-checkpoint/scavengerjob.yaml"])
 def test_demo_manifests_are_accepted_by_the_crd(api, namespace, crd, manifest):
     custom = client.CustomObjectsApi(api)
     docs = [d for d in yaml.safe_load_all((REPO / manifest).read_text()) if d and d["kind"] == "ScavengerJob"]
@@ -77,6 +78,6 @@ def test_demo_manifests_are_accepted_by_the_crd(api, namespace, crd, manifest):
     for doc in docs:
         created = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, doc, dry_run="All")
         assert created["spec"]["image"] == doc["spec"]["image"]
-    from sj_operator.api.model import parse_spec
+    from sj_operator.api import parse_spec
     for doc in docs:
         parse_spec(doc["spec"])  # and by the operator's own validation

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 
 from sj_operator.observed import pod_requests
-from sj_operator.policy.snapshot import to_milli
+from sj_operator.resources import to_milli
 from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
 from tests.e2e.sj import create_sj, jobs_of, patch_sj, run_pods, sj_spec, status, wait_phase
 
@@ -43,14 +43,14 @@ def test_requests_never_exceed_the_threshold_while_others_wait(api, namespace, o
     deadline = time.monotonic() + 15
     samples = 0
     while time.monotonic() < deadline:
-        total, sj, alloc = _cpu_milli(core)
+        total, _, alloc = _cpu_milli(core)
         assert total <= threshold * alloc, f"requests {total}m over {threshold:.0%} of {alloc}m"
         samples += 1
         time.sleep(0.3)
     phases = [status(api, namespace, n).get("phase") for n in names]
     running = phases.count("Running")
     assert running >= 1 and phases.count("Pending") >= 1, phases
-    total, sj, alloc = _cpu_milli(core)
+    total, _sj, alloc = _cpu_milli(core)
     # Admission packs up to the threshold: one more 3-CPU SJ would cross it.
     assert total + 3000 > threshold * alloc, (total, alloc)
     assert samples > 10

@@ -116,7 +116,7 @@ def test_gang_member_preempted_cancels_the_whole_gang(api, namespace, operator):
         wait_phase(api, namespace, "team", "Running")
         first_run = status(api, namespace, "team")["jobName"]
         _owner(core, namespace, pinned, cpu="2")
-        st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "team")).get(
+        wait_for("interruption recorded", lambda: (s := status(api, namespace, "team")).get(
             "interruptedCount") == 1 and s, timeout=60)
         wait_for("every member of the preempted run gone", lambda: not run_pods(api, namespace, first_run),
                  timeout=30)

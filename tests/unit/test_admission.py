@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 import pytest
@@ -13,31 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gang.placement import fit_gang, node_accepts
-from sj_operator.policy.admission import (
-    Admission,
-    PolicyConfig,
-    decide,
-    is_starving,
-    queue_order,
-    waiting_since,
-)
+from sj_operator.policy.admission import Admission, PolicyConfig, decide
+from sj_operator.policy.queue import is_starving, queue_order, waiting_since
 from sj_operator.policy.snapshot import (
     ClusterSnapshot,
     InFlightRun,
     NodeView,
     QueuedSJ,
     Taint,
-    Toleration,
-    add,
-    fits,
-    parse_resources,
-    scale,
-    sub,
-    to_milli,
-    total,
 )
+from sj_operator.resources import sub, to_milli, total
+from tests.unit.helpers import add, fits, parse_resources, scale, tol
 
-NOW = datetime(2025, 1, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 GI = 2**30 * 1000
 GPU = "nvidia.com/gpu"
 PATIENT = PolicyConfig(starvation_after=timedelta(days=365))
@@ -163,7 +151,7 @@ CASES = [
             [node("a", taints=(Taint("dedicated", "batch", "NoSchedule"),)), node("b", cpu=1000)],
             [
                 sj("ns/plain", cpu=2000),
-                sj("ns/tolerant", cpu=2000, tolerations=(Toleration("dedicated", "Equal", "batch", "NoSchedule"),)),
+                sj("ns/tolerant", cpu=2000, tolerations=(tol("dedicated", "Equal", "batch", "NoSchedule"),)),
             ],
         ),
         [("ns/tolerant", ("a",))],
@@ -440,7 +428,7 @@ def queue_strategy(draw: st.DrawFn) -> list[QueuedSJ]:
                 pods=draw(st.integers(1, 4)),
                 request=request,
                 node_selector={"zone": draw(st.sampled_from("xy"))} if draw(st.integers(0, 3)) == 0 else {},
-                tolerations=(Toleration("dedicated", "Exists"),) if draw(st.booleans()) else (),
+                tolerations=(tol("dedicated", "Exists"),) if draw(st.booleans()) else (),
                 not_before=NOW + timedelta(minutes=draw(st.integers(-20, 5))) if draw(st.integers(0, 3)) == 0 else None,
             )
         )

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from sj_operator.api.model import parse_spec
-from sj_operator.builders import build_gang_service, build_run_job, run_job_name, sj_label_value
+from sj_operator.api import parse_spec
+from sj_operator.builders.job import build_run_job
+from sj_operator.builders.service import build_gang_service
+from sj_operator.names import run_job_name, sj_label_value
 
 UID = "0b6c2d1e-5f7a-4c3b-9d8e-112233445566"
 OWNER = {
@@ -291,15 +293,6 @@ def test_minimal_spec_has_no_optional_keys() -> None:
         "resources": {},
     }
     assert "podFailurePolicy" not in job["spec"]
-
-
-def test_mpi_hook_is_accepted() -> None:
-    spec = parse_spec({**GANG_SPEC, "mpi": {}})
-    kwargs: dict[str, Any] = dict(
-        sj_name="train", namespace="default", sj_uid=UID, spec=spec, status_interrupted_count=0,
-        attempt=1, priority_class_name="scavenger-0", extra_pod_labels={},
-    )  # fmt: skip
-    assert build_run_job(**kwargs, mpi={"sshSecret": "train-ssh"}) == build_run_job(**kwargs)
 
 
 def test_builders_do_not_share_state_with_the_spec() -> None:

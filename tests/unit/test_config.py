@@ -83,6 +83,7 @@ VALID: list[tuple[str, list[str], dict[str, str], dict[str, Any]]] = [
     ("flag=value form", ["--threshold=1", "--start-timeout=1h30m"], {},
      {"threshold": 1.0, "start_timeout": 90 * M}),
     ("threshold 1 is allowed", ["--threshold", "1.0"], {}, {"threshold": 1.0}),
+    ("threshold 0 pauses scavenging", ["--threshold", "0"], {}, {"threshold": 0.0}),
     ("protect level 0 is allowed", ["--protect-level", "0"], {}, {"protect_level": 0}),
     ("namespaces: spaces and empty items dropped", ["--namespaces", "a, b,,c"], {}, {"namespaces": ("a", "b", "c")}),
     ("namespaces from the environment", [], {"SJ_NAMESPACES": " a , b ,, c, "}, {"namespaces": ("a", "b", "c")}),
@@ -113,9 +114,8 @@ def test_parsed_config_is_immutable() -> None:
 
 # (setting's flag, its environment variable, invalid value, words the message must contain)
 INVALID: list[tuple[str, str, str, str]] = [
-    ("--threshold", "SJ_THRESHOLD", "0", "greater than 0"),
-    ("--threshold", "SJ_THRESHOLD", "-0.5", "greater than 0"),
-    ("--threshold", "SJ_THRESHOLD", "1.5", "less than or equal to 1"),
+    ("--threshold", "SJ_THRESHOLD", "-0.5", "must be within [0, 1]"),
+    ("--threshold", "SJ_THRESHOLD", "1.5", "must be within [0, 1]"),
     ("--threshold", "SJ_THRESHOLD", "abc", "valid number"),
     ("--threshold", "SJ_THRESHOLD", "nan", "nan"),
     ("--start-timeout", "SJ_START_TIMEOUT", "0s", "positive duration"),
@@ -127,7 +127,7 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("--retry-backoff", "SJ_RETRY_BACKOFF", "0s", "positive duration"),
     ("--max-retry-backoff", "SJ_MAX_RETRY_BACKOFF", "-1m", "positive duration"),
     ("--starvation-after", "SJ_STARVATION_AFTER", "later", "invalid duration 'later'"),
-    ("--protect-level", "SJ_PROTECT_LEVEL", "-1", "greater than or equal to 0"),
+    ("--protect-level", "SJ_PROTECT_LEVEL", "-1", "must not be negative"),
     ("--protect-level", "SJ_PROTECT_LEVEL", "1.5", "valid integer"),
     ("--liveness-port", "SJ_LIVENESS_PORT", "http", "valid integer"),
 ]
@@ -183,7 +183,7 @@ def test_command_rejects_an_invalid_flag() -> None:
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.strip() == ("sj_operator: invalid configuration: --threshold / SJ_THRESHOLD: "
-                                   "Input should be less than or equal to 1 (got '2')")
+                                   "must be within [0, 1], got 2 (got '2')")
 
 
 def test_command_rejects_an_invalid_environment_variable() -> None:

@@ -3,17 +3,18 @@ API failure or a stale cache never loses or duplicates an SJ."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from sj_operator.config import OperatorConfig
-from sj_operator.controller import ClusterView, Controller
+from sj_operator.controller import Controller
+from sj_operator.decide import ClusterView
 from sj_operator.kube import Conflict, KubeError
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view
 
-NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
 class FakeKube:

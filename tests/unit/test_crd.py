@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from sj_operator.api import ScavengerJobSpec, ScavengerJobStatus, parse_spec, parse_status
 from sj_operator.api.crd import CRD_FILE_NAME, build_crd, render_crd_yaml
-from sj_operator.api.model import ScavengerJobSpec, ScavengerJobStatus, parse_spec, parse_status
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "crds" / CRD_FILE_NAME
@@ -192,17 +192,31 @@ def _type_ok(kind: str, value: Any) -> bool:
 def _check(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
     """A minimal OpenAPI v3 validator for what the CRD uses; unknown fields count as errors."""
     if schema.get("x-kubernetes-int-or-string"):
-        if not (_type_ok("integer", value) or _type_ok("string", value)):
-            return [f"{path}: must be an integer or a string"]
-        if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
-            return [f"{path}: does not match {schema['pattern']}"]
-        return []
+        return _check_int_or_string(schema, value, path)
     kind = schema.get("type")
     if kind is None:
         assert schema.get("x-kubernetes-preserve-unknown-fields"), path
         return []
     if not _type_ok(kind, value):
         return [f"{path}: must be of type {kind}"]
+    errors = _check_bounds(schema, value, path) + _check_text(schema, value, path)
+    if kind == "object":
+        errors += _check_object(schema, value, path)
+    if kind == "array":
+        for index, item in enumerate(value):
+            errors += _check(schema["items"], item, f"{path}[{index}]")
+    return errors
+
+
+def _check_int_or_string(schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    if not (_type_ok("integer", value) or _type_ok("string", value)):
+        return [f"{path}: must be an integer or a string"]
+    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
+        return [f"{path}: does not match {schema['pattern']}"]
+    return []
+
+
+def _check_bounds(schema: dict[str, Any], value: Any, path: str) -> list[str]:
     errors: list[str] = []
     if "enum" in schema and value not in schema["enum"]:
         errors.append(f"{path}: must be one of {schema['enum']}")
@@ -214,6 +228,11 @@ def _check(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
         high = schema["maximum"]
         if value > high or (schema.get("exclusiveMaximum") and value == high):
             errors.append(f"{path}: above maximum {high}")
+    return errors
+
+
+def _check_text(schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    errors: list[str] = []
     if "minLength" in schema and len(value) < schema["minLength"]:
         errors.append(f"{path}: shorter than {schema['minLength']}")
     if "maxLength" in schema and len(value) > schema["maxLength"]:
@@ -225,22 +244,20 @@ def _check(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
             datetime.fromisoformat(value)
         except ValueError:
             errors.append(f"{path}: not a date-time")
-    if kind == "object":
-        for name in schema.get("required", []):
-            if name not in value:
-                errors.append(f"{path}.{name}: required")
-        properties = schema.get("properties", {})
-        extra = schema.get("additionalProperties")
-        for name, child in value.items():
-            if name in properties:
-                errors += _check(properties[name], child, f"{path}.{name}")
-            elif isinstance(extra, dict):
-                errors += _check(extra, child, f"{path}[{name}]")
-            elif not schema.get("x-kubernetes-preserve-unknown-fields") and path != ".metadata":
-                errors.append(f"{path}.{name}: unknown field")
-    if kind == "array":
-        for index, item in enumerate(value):
-            errors += _check(schema["items"], item, f"{path}[{index}]")
+    return errors
+
+
+def _check_object(schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    errors = [f"{path}.{name}: required" for name in schema.get("required", []) if name not in value]
+    properties = schema.get("properties", {})
+    extra = schema.get("additionalProperties")
+    for name, child in value.items():
+        if name in properties:
+            errors += _check(properties[name], child, f"{path}.{name}")
+        elif isinstance(extra, dict):
+            errors += _check(extra, child, f"{path}[{name}]")
+        elif not schema.get("x-kubernetes-preserve-unknown-fields") and path != ".metadata":
+            errors.append(f"{path}.{name}: unknown field")
     return errors
 
 
@@ -298,8 +315,9 @@ VALID_SPECS: list[dict[str, Any]] = [
         "podLabels": {"team": "ml", "empty": ""},
         "podAnnotations": {"sim.scavenger.dev/run-for": "20s", "sim.scavenger.dev/exit-code": "3"},
     },
-    {"image": "mpi:latest", "parallelism": 3, "mpi": {}},
-    {"image": "mpi:latest", "parallelism": 1000, "mpi": {"slotsPerWorker": 4, "implementation": "MPICH"}},
+    {"image": "mpi:latest", "command": ["mpirun"], "parallelism": 3, "mpi": {}},
+    {"image": "mpi:latest", "command": ["mpiexec"], "parallelism": 1000,
+     "mpi": {"slotsPerWorker": 4, "implementation": "MPICH"}},
 ]
 
 

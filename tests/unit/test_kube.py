@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import urllib3
-from tenacity import stop_after_attempt
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from tenacity import stop_after_attempt
 
 from sj_operator.kube import Conflict, Invalid, Kube, KubeError, NotFound
 
@@ -73,7 +73,8 @@ class Sleeps(list[float]):
 
 def call(fn: Callable[..., Any], *args: Any, attempts: int = 8, sleeps: Sleeps | None = None, **kwargs: Any) -> Any:
     """Kube._call with the production wait policy, stopping after `attempts` calls, never sleeping."""
-    kube = Kube(api=client.ApiClient(), stop=stop_after_attempt(attempts), sleep=sleeps if sleeps is not None else Sleeps())
+    kube = Kube(api=client.ApiClient(), stop=stop_after_attempt(attempts),
+                sleep=sleeps if sleeps is not None else Sleeps())
     return asyncio.run(kube._call(fn, *args, **kwargs))
 
 
@@ -124,7 +125,7 @@ def test_retries_back_off_exponentially_with_jitter_up_to_a_cap() -> None:
         call(fn, attempts=9, sleeps=sleeps)
     bases = [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
     assert len(sleeps) == len(bases)
-    for waited, base in zip(sleeps, bases):
+    for waited, base in zip(sleeps, bases, strict=False):
         assert base <= waited <= min(base + 0.2, 5.0)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sj_operator.api.model import (
+from sj_operator.api import (
     Condition,
     InvalidSpec,
     Phase,
@@ -20,8 +20,10 @@ from sj_operator.api.model import (
     ScavengerJobStatus,
     parse_spec,
 )
-from sj_operator.builders import run_job_name
-from sj_operator.lifecycle import (
+from sj_operator.names import run_job_name
+from sj_operator.observed import JobView, PodView, Termination
+from sj_operator.policy.conditions import set_conditions
+from sj_operator.policy.lifecycle import (
     MISSING_RUN_GRACE,
     DeleteRun,
     Event,
@@ -30,10 +32,8 @@ from sj_operator.lifecycle import (
     SetProtection,
     Step,
     retry_delay,
-    set_conditions,
     step,
 )
-from sj_operator.observed import JobView, PodView, Termination
 from sj_operator.policy.priority import launch_class
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

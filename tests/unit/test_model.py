@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sj_operator.api.model import (
+from gang.hostfile import MPIImplementation
+from sj_operator.api import (
     InvalidSpec,
-    MPIImplementation,
     Phase,
     ScavengerJobSpec,
     ScavengerJobStatus,
@@ -87,7 +87,7 @@ def test_defaults() -> None:
 
 
 def test_mpi_defaults() -> None:
-    spec = parse_spec(spec_with(parallelism=2, mpi={}))
+    spec = parse_spec(spec_with(parallelism=2, command=["mpirun"], mpi={}))
     assert spec.mpi is not None
     assert spec.mpi.slots_per_worker == 1
     assert spec.mpi.implementation is MPIImplementation.OPENMPI

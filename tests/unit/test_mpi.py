@@ -23,27 +23,21 @@ from cryptography.hazmat.primitives.serialization import (
     load_ssh_public_key,
 )
 
+from gang.hostfile import MPIImplementation, discover_hosts_script
+from gang.hosts import gang_hosts, worker_hosts
 from gang.mpi import (
-    MPI_ENTRYPOINT_SCRIPT,
-    SSH_CLIENT_CONFIG,
-    _entrypoint_script,
-    build_hostfile_configmap,
-    build_mpi_secret,
-    discover_hosts_script,
+    MPIJobOptions,
+    entrypoint_script,
     escape_kubernetes_expansion,
-    generate_ssh_keypair,
-    hostfile_configmap_name,
-    hostnames,
     mpi_entrypoint,
     mpi_env,
-    mpi_job_options,
-    mpi_secret_name,
-    parse_mpi_job_options,
     wire_mpi_job,
-    worker_hostnames,
 )
-from sj_operator.api.model import InvalidSpec, MPIImplementation, ScavengerJobSpec, parse_spec
-from sj_operator.builders import build_run_job, gang_hosts
+from gang.ssh import SSH_CLIENT_CONFIG, generate_ssh_keypair
+from sj_operator.api import InvalidSpec, ScavengerJobSpec, parse_spec
+from sj_operator.builders.job import build_run_job
+from sj_operator.builders.mpi import build_hostfile_configmap, build_mpi_secret, mpi_job_options
+from sj_operator.names import CHECKPOINT_ENV, CONTAINER_NAME, hostfile_configmap_name, mpi_secret_name
 
 UID = "0b6c2d1e-5f7a-4c3b-9d8e-112233445566"
 OWNER = {
@@ -58,6 +52,8 @@ SJ_LABELS = {"scavenger.dev/job-name": "heat"}
 
 FAKE_PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nZmFrZQ==\n-----END OPENSSH PRIVATE KEY-----\n"
 FAKE_PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGZha2U= scavenger"
+MPI_ENTRYPOINT_SCRIPT = entrypoint_script(forward_env=CHECKPOINT_ENV)
+"""The script as the operator's pods run it: the SJ's checkpoint variables are passed on to the ranks."""
 SCRIPT_ARG = MPI_ENTRYPOINT_SCRIPT.replace("$", "$$")
 
 
@@ -105,7 +101,7 @@ def test_secret() -> None:
             "config": b64(config),
         },
     }
-    assert SSH_CLIENT_CONFIG == config
+    assert config == SSH_CLIENT_CONFIG
 
 
 def test_secret_key_files_end_with_one_newline() -> None:
@@ -165,12 +161,12 @@ def test_generated_keypairs_differ() -> None:
 
 
 def test_hostnames_are_the_gang_hosts() -> None:
-    assert hostnames("heat-r2", 3) == gang_hosts("heat-r2", 3) == [
+    assert gang_hosts("heat-r2", 3) == [
         "heat-r2-0.heat-r2", "heat-r2-1.heat-r2", "heat-r2-2.heat-r2",
     ]  # fmt: skip
-    assert worker_hostnames("heat-r2", 3) == ["heat-r2-1.heat-r2", "heat-r2-2.heat-r2"]
+    assert worker_hosts("heat-r2", 3) == ["heat-r2-1.heat-r2", "heat-r2-2.heat-r2"]
     with pytest.raises(ValueError):
-        worker_hostnames("heat-r2", 1)
+        worker_hosts("heat-r2", 1)
 
 
 EXPECTED_DISCOVER_HOSTS = (
@@ -411,14 +407,10 @@ def test_four_pod_openmpi_job() -> None:
 def test_job_options() -> None:
     spec = parse_spec(MPI_SPEC)
     assert spec.mpi is not None
-    options = mpi_job_options(sj_name="heat", mpi=spec.mpi)
-    assert options == {
-        "sshSecretName": "heat-mpi-ssh",
-        "hostfileConfigMapName": "heat-mpi-hostfile",
-        "implementation": "OpenMPI",
-    }
-    parsed = parse_mpi_job_options(options)
-    assert parsed is not None and parsed.to_mapping() == options
+    assert mpi_job_options(sj_name="heat", mpi=spec.mpi) == MPIJobOptions(
+        ssh_secret_name="heat-mpi-ssh", hostfile_configmap_name="heat-mpi-hostfile",
+        implementation=MPIImplementation.OPENMPI, forward_env=CHECKPOINT_ENV,
+    )  # fmt: skip
 
 
 def test_mpich_job_env() -> None:
@@ -458,33 +450,32 @@ def test_command_without_args() -> None:
     assert "args" not in container
 
 
-def test_a_mapping_without_option_keys_changes_nothing() -> None:
-    spec = parse_spec(MPI_SPEC)
-    plain = mpi_job(MPI_SPEC, mpi=None)
-    assert mpi_job(MPI_SPEC, mpi={"something": "else"}) == plain
-    assert wire_mpi_job(plain, spec=spec, options={}) == plain
+def wire(job: Mapping[str, Any], spec: ScavengerJobSpec, **overrides: Any) -> dict[str, Any]:
+    assert spec.mpi is not None
+    kwargs: dict[str, Any] = dict(
+        options=mpi_job_options(sj_name="heat", mpi=spec.mpi), container=CONTAINER_NAME,
+        user_command=(*(spec.command or ()), *(spec.args or ())), user_env=len(spec.env),
+        run_as_user=spec.run_as_user, run_as_group=spec.run_as_group,
+    )  # fmt: skip
+    return wire_mpi_job(job, **{**kwargs, **overrides})
 
 
 @pytest.mark.parametrize(
-    "options",
-    [
-        {"sshSecretName": "heat-mpi-ssh"},
-        {"sshSecretName": "heat-mpi-ssh", "hostfileConfigMapName": "", "implementation": "OpenMPI"},
-        {"sshSecretName": "heat-mpi-ssh", "hostfileConfigMapName": "heat-mpi-hostfile", "implementation": "LAM"},
-        {"sshSecretName": 1, "hostfileConfigMapName": "heat-mpi-hostfile", "implementation": "OpenMPI"},
-    ],
+    "overrides",
+    [{"user_command": ()}, {"container": "sidecar"}],
+    ids=["no-command", "no-such-container"],
 )
-def test_malformed_options_are_rejected(options: dict[str, Any]) -> None:
+def test_a_job_that_cannot_be_wired_is_refused(overrides: dict[str, Any]) -> None:
+    spec = parse_spec(MPI_SPEC)
     with pytest.raises(ValueError):
-        mpi_job(MPI_SPEC, mpi=options)
+        wire(mpi_job(MPI_SPEC, mpi=None), spec, **overrides)
 
 
 @pytest.mark.parametrize(
     ("change", "field"),
     [
         ({"command": None}, "spec.command"),
-        ({"mpi": None}, "spec.mpi"),
-        ({"mpi": None, "parallelism": 1}, "spec.mpi"),
+        ({"parallelism": 1}, "spec.mpi"),
         (
             {"volumes": [{"name": "sj-mpi-run", "mountPath": "/scratch", "emptyDir": {}}], "checkpointVolume": None},
             "spec.volumes[0].name",
@@ -503,16 +494,16 @@ def test_malformed_options_are_rejected(options: dict[str, Any]) -> None:
         ),
     ],
 )
-def test_specs_that_cannot_be_wired(change: dict[str, Any], field: str) -> None:
+def test_specs_that_cannot_be_wired_are_refused_when_parsed(change: dict[str, Any], field: str) -> None:
     raw = {k: v for k, v in {**MPI_SPEC, **change}.items() if v is not None}
-    spec = parse_spec(raw)
-    options = {"sshSecretName": "heat-mpi-ssh", "hostfileConfigMapName": "heat-mpi-hostfile", "implementation": "MPICH"}
     with pytest.raises(InvalidSpec) as caught:
-        build_run_job(
-            sj_name="heat", namespace="research", sj_uid=UID, spec=spec, status_interrupted_count=0, attempt=1,
-            priority_class_name="p", extra_pod_labels={}, mpi=options,
-        )  # fmt: skip
+        parse_spec(raw)
     assert caught.value.field == field
+
+
+def test_the_same_volumes_are_fine_without_mpi() -> None:
+    raw = {k: v for k, v in MPI_SPEC.items() if k not in ("mpi", "checkpointVolume")}
+    parse_spec({**raw, "volumes": [{"name": "sj-mpi-run", "mountPath": "/etc/mpi", "emptyDir": {}}]})
 
 
 def test_user_mounts_near_but_outside_the_reserved_paths_are_fine() -> None:
@@ -531,7 +522,7 @@ def test_wiring_does_not_share_state() -> None:
     spec: ScavengerJobSpec = parse_spec(MPI_SPEC)
     plain = mpi_job(MPI_SPEC, mpi=None)
     assert spec.mpi is not None
-    wired = wire_mpi_job(plain, spec=spec, options=mpi_job_options(sj_name="heat", mpi=spec.mpi))
+    wired = wire(plain, spec)
     assert plain == mpi_job(MPI_SPEC, mpi=None)
     wired["spec"]["template"]["spec"]["volumes"].clear()
     assert mpi_job(MPI_SPEC) == EXPECTED_MPI_JOB
@@ -564,7 +555,7 @@ def kubernetes_expand(text: str, env: Mapping[str, str]) -> str:
 
 
 def test_mpi_entrypoint_shape() -> None:
-    command = mpi_entrypoint(["mpirun", "-n", "$(SJ_WORLD_SIZE)"])
+    command = mpi_entrypoint(["mpirun", "-n", "$(SJ_WORLD_SIZE)"], forward_env=CHECKPOINT_ENV)
     assert command == ["/bin/sh", "-c", SCRIPT_ARG, "sj-mpi-entrypoint", "mpirun", "-n", "$(SJ_WORLD_SIZE)"]
     assert escape_kubernetes_expansion("a$(B)$$c") == "a$$(B)$$$$c"
     with pytest.raises(ValueError):
@@ -573,7 +564,8 @@ def test_mpi_entrypoint_shape() -> None:
 
 def test_kubernetes_expansion_leaves_the_script_intact() -> None:
     env = {"SJ_WORLD_SIZE": "4", "id -u": "oops", "(seen + 1": "oops", "date +%s": "oops"}
-    command = [kubernetes_expand(part, env) for part in mpi_entrypoint(["mpirun", "-n", "$(SJ_WORLD_SIZE)"])]
+    entrypoint = mpi_entrypoint(["mpirun", "-n", "$(SJ_WORLD_SIZE)"], forward_env=CHECKPOINT_ENV)
+    command = [kubernetes_expand(part, env) for part in entrypoint]
     assert command == ["/bin/sh", "-c", MPI_ENTRYPOINT_SCRIPT, "sj-mpi-entrypoint", "mpirun", "-n", "4"]
 
 
@@ -611,7 +603,7 @@ class Pod:
         self.run_dir = root / "run"
         self.ssh_dir.mkdir(parents=True)
         self.port = port
-        self.script = _entrypoint_script(
+        self.script = entrypoint_script(forward_env=CHECKPOINT_ENV,
             port=port, mpi_dir=str(self.mpi_dir), ssh_dir=str(self.ssh_dir), run_dir=str(self.run_dir), sshd=sshd
         )
 

@@ -8,8 +8,6 @@ from typing import Any
 import pytest
 
 from sj_operator.observed import (
-    remember_disrupted,
-    with_disrupted,
     JobView,
     NodeInfo,
     PodView,
@@ -18,6 +16,8 @@ from sj_operator.observed import (
     node_info,
     pod_requests,
     pod_view,
+    remember_disrupted,
+    with_disrupted,
 )
 
 GI = 2**30 * 1000  # milli-units

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gang.placement import UNBOUNDED, fit_gang, node_accepts, place_identical, pods_that_fit, tolerates
-from sj_operator.policy.snapshot import NodeView, Taint, Toleration
+from sj_operator.policy.snapshot import NodeView, Taint
+
+
+@dataclass(frozen=True)
+class Tol:
+    """Any object with these attributes is a toleration to gang.placement (the operator passes its
+    validated API type); this one may also carry what the API would refuse, such as an unknown operator."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
 
 GI = 2**30 * 1000
 
@@ -29,23 +41,23 @@ NO_SCHEDULE = Taint("dedicated", "batch", "NoSchedule")
 @pytest.mark.parametrize(
     ("toleration", "taint", "expected"),
     [
-        pytest.param(Toleration("dedicated", "Equal", "batch", "NoSchedule"), NO_SCHEDULE, True, id="equal-all-match"),
+        pytest.param(Tol("dedicated", "Equal", "batch", "NoSchedule"), NO_SCHEDULE, True, id="equal-all-match"),
         pytest.param(
-            Toleration("dedicated", "Equal", "other", "NoSchedule"), NO_SCHEDULE, False, id="equal-value-differs"
+            Tol("dedicated", "Equal", "other", "NoSchedule"), NO_SCHEDULE, False, id="equal-value-differs"
         ),
         pytest.param(
-            Toleration("dedicated", "", "batch", "NoSchedule"), NO_SCHEDULE, True, id="empty-operator-is-equal"
+            Tol("dedicated", "", "batch", "NoSchedule"), NO_SCHEDULE, True, id="empty-operator-is-equal"
         ),
-        pytest.param(Toleration("dedicated", "Exists", "", "NoSchedule"), NO_SCHEDULE, True, id="exists-ignores-value"),
-        pytest.param(Toleration("gpu", "Exists", "", "NoSchedule"), NO_SCHEDULE, False, id="exists-key-differs"),
-        pytest.param(Toleration("", "Exists", "", ""), NO_SCHEDULE, True, id="empty-key-exists-tolerates-all"),
-        pytest.param(Toleration("", "Exists", "", ""), Taint("x", "", "NoExecute"), True, id="tolerates-all-noexecute"),
-        pytest.param(Toleration("dedicated", "Equal", "batch", ""), NO_SCHEDULE, True, id="empty-effect-matches-all"),
-        pytest.param(Toleration("dedicated", "Equal", "batch", "NoExecute"), NO_SCHEDULE, False, id="effect-differs"),
-        pytest.param(Toleration("dedicated", "Gt", "batch", ""), NO_SCHEDULE, False, id="unknown-operator"),
+        pytest.param(Tol("dedicated", "Exists", "", "NoSchedule"), NO_SCHEDULE, True, id="exists-ignores-value"),
+        pytest.param(Tol("gpu", "Exists", "", "NoSchedule"), NO_SCHEDULE, False, id="exists-key-differs"),
+        pytest.param(Tol("", "Exists", "", ""), NO_SCHEDULE, True, id="empty-key-exists-tolerates-all"),
+        pytest.param(Tol("", "Exists", "", ""), Taint("x", "", "NoExecute"), True, id="tolerates-all-noexecute"),
+        pytest.param(Tol("dedicated", "Equal", "batch", ""), NO_SCHEDULE, True, id="empty-effect-matches-all"),
+        pytest.param(Tol("dedicated", "Equal", "batch", "NoExecute"), NO_SCHEDULE, False, id="effect-differs"),
+        pytest.param(Tol("dedicated", "Gt", "batch", ""), NO_SCHEDULE, False, id="unknown-operator"),
     ],
 )
-def test_tolerates(toleration: Toleration, taint: Taint, expected: bool) -> None:
+def test_tolerates(toleration: Tol, taint: Taint, expected: bool) -> None:
     assert tolerates(toleration, taint) is expected
 
 
@@ -63,14 +75,14 @@ def test_tolerates(toleration: Toleration, taint: Taint, expected: bool) -> None
         pytest.param(
             node("a", taints=(NO_SCHEDULE,)),
             {},
-            (Toleration("dedicated", "Exists"),),
+            (Tol("dedicated", "Exists"),),
             True,
             id="noschedule-tolerated",
         ),
         pytest.param(
             node("a", taints=(NO_SCHEDULE, Taint("gpu", "", "NoSchedule"))),
             {},
-            (Toleration("dedicated", "Exists"),),
+            (Tol("dedicated", "Exists"),),
             False,
             id="one-of-two-taints-tolerated",
         ),
@@ -162,7 +174,7 @@ def test_fit_gang_respects_selector_and_taints() -> None:
         node("c", labels={"zone": "x"}),
     ]
     assert fit_gang(1, {"cpu": 1000}, nodes, {"zone": "x"}, ()) == ("c",)
-    assert fit_gang(1, {"cpu": 1000}, nodes, {"zone": "x"}, (Toleration("dedicated", "Exists"),)) == ("a",)
+    assert fit_gang(1, {"cpu": 1000}, nodes, {"zone": "x"}, (Tol("dedicated", "Exists"),)) == ("a",)
     assert fit_gang(1, {"cpu": 1000}, nodes, {"zone": "z"}, ()) is None
 
 

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from sj_operator.builders.priority_classes import priority_class_objects
 from sj_operator.policy.priority import (
     PRIORITY_BAND,
     current_period_start,
     is_protected,
     launch_class,
-    priority_class_objects,
     running_level,
 )
 
-START = datetime(2025, 1, 1, 12, 0, tzinfo=timezone.utc)
+START = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 DURATION = timedelta(minutes=30)
 
 

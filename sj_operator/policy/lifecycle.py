@@ -28,17 +28,32 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-from sj_operator.api.model import (
-    Condition,
+from sj_operator.api import (
     InvalidSpec,
     Phase,
     ScavengerJobSpec,
     ScavengerJobStatus,
     format_duration,
 )
-from sj_operator.builders import run_job_name
+from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, PodView
+from sj_operator.policy.conditions import set_conditions
+from sj_operator.policy.outcomes import Action, DeleteRun, Event, Run, SetProtection, Step
 from sj_operator.policy.priority import current_period_start, is_protected, launch_class, running_level
+from sj_operator.settings import (
+    DEFAULT_MAX_RETRY_BACKOFF,
+    DEFAULT_PROTECT_LEVEL,
+    DEFAULT_RETRY_BACKOFF,
+    DEFAULT_START_TIMEOUT,
+    check_backoff_cap,
+    check_positive,
+    check_protect_level,
+)
+
+__all__ = [
+    "MISSING_RUN_GRACE", "TERMINAL", "WAITING", "Action", "DeleteRun", "Event", "LifecycleConfig", "Run",
+    "SetProtection", "Step", "launch_refused", "launched", "retry_delay", "step", "waiting_phase",
+]
 
 WAITING = (Phase.PENDING, Phase.INTERRUPTED)
 TERMINAL = (Phase.SUCCEEDED, Phase.FAILED)
@@ -50,52 +65,16 @@ MISSING_RUN_GRACE = timedelta(seconds=15)
 
 @dataclass(frozen=True)
 class LifecycleConfig:
-    start_timeout: timedelta = timedelta(seconds=60)
-    retry_backoff: timedelta = timedelta(seconds=10)
-    max_retry_backoff: timedelta = timedelta(minutes=10)
-    protect_level: int = 1
+    start_timeout: timedelta = DEFAULT_START_TIMEOUT
+    retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF
+    max_retry_backoff: timedelta = DEFAULT_MAX_RETRY_BACKOFF
+    protect_level: int = DEFAULT_PROTECT_LEVEL
 
-
-@dataclass(frozen=True)
-class Run:
-    """What the cluster shows of one run: its Job (None if not seen) and its pods."""
-    job: JobView | None
-    pods: tuple[PodView, ...] = ()
-
-    @property
-    def holds_resources(self) -> bool:
-        return any(p.holds_resources for p in self.pods)
-
-
-@dataclass(frozen=True)
-class Event:
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class DeleteRun:
-    job_name: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class SetProtection:
-    job_name: str
-    protected: bool
-
-
-Action = DeleteRun | SetProtection
-
-
-@dataclass(frozen=True)
-class Step:
-    status: ScavengerJobStatus
-    actions: tuple[Action, ...] = ()
-    events: tuple[Event, ...] = ()
-    waiting: bool = False
-    """The SJ waits for admission (and its backoff, if any, has passed)."""
+    def __post_init__(self) -> None:
+        check_positive(self.start_timeout)
+        check_positive(self.retry_backoff)
+        check_backoff_cap(self.max_retry_backoff, self.retry_backoff)
+        check_protect_level(self.protect_level)
 
 
 @dataclass
@@ -120,6 +99,28 @@ class _Builder:
         return Step(self.status, tuple(self.actions), tuple(self.events), waiting)
 
 
+def launched(status: ScavengerJobStatus, now: datetime, *, job_name: str, priority_class_name: str,
+             pods: int) -> Step:
+    """The admitted SJ's next run was created: it is Starting (the start timeout counts from now)."""
+    b = _Builder(status, now)
+    b.transition(Phase.STARTING, "Launched",
+                 f"run {job_name} launched ({pods} pod(s), priority class {priority_class_name})",
+                 attempt=status.attempt + 1, job_name=job_name, launched_timestamp=now,
+                 priority_class_name=priority_class_name, not_before=None)
+    return b.done()
+
+
+LaunchRefusal = Literal["MissingReference", "InvalidSpec", "InvalidRun"]
+
+
+def launch_refused(status: ScavengerJobStatus, now: datetime, reason: LaunchRefusal, message: str) -> Step:
+    """The admitted SJ can never run as it is (a missing reference, a run the API server rejects): it
+    fails, naming why; no run exists."""
+    b = _Builder(status, now)
+    b.transition(Phase.FAILED, reason, message, warning=True, finished_timestamp=now)
+    return b.done()
+
+
 def waiting_phase(status: ScavengerJobStatus) -> Phase:
     return Phase.INTERRUPTED if status.interrupted_count > 0 else Phase.PENDING
 
@@ -128,7 +129,7 @@ def retry_delay(start_timeouts: int, cfg: LifecycleConfig) -> timedelta:
     """Backoff after the n-th start timeout: retry_backoff * 2^(n-1), capped."""
     if start_timeouts <= 0:
         return timedelta(0)
-    delay = cfg.retry_backoff * (2 ** min(start_timeouts - 1, 30))
+    delay = cfg.retry_backoff * (1 << min(start_timeouts - 1, 30))
     return min(delay, cfg.max_retry_backoff)
 
 
@@ -147,43 +148,45 @@ def step(
     ``exempt``: victim steering leaves this run unprotected whatever its level
     (`policy.priority.steering_exemptions`)."""
     b = _Builder(status, now)
-    phase = status.phase
-
     if isinstance(spec, InvalidSpec):
-        if phase != Phase.FAILED:
-            _cancel(b, run, f"invalid spec: {spec}")
-            b.transition(Phase.FAILED, "InvalidSpec", f"invalid spec: {spec}", warning=True,
-                         finished_timestamp=now, running_priority=None)
-        return b.done()
-
+        return _invalid_spec(b, spec, run)
+    phase = status.phase
     if phase in TERMINAL:
         # A failed gang may still have members running: nothing of it stays.
         if run.job is not None and not run.job.deleting and run.holds_resources:
             b.actions.append(DeleteRun(run.job.name, f"the SJ is {phase.value}"))
         return b.done()
+    if spec.suspend or phase == Phase.SUSPENDED:
+        return _suspension(b, spec, run)
+    if phase is None:
+        b.transition(Phase.PENDING, "Queued", "waiting for idle capacity")
+        return b.done(waiting=True)
+    if phase in WAITING:
+        return _waiting(b, spec, run, sj_name)
+    return _active(b, spec, run, cfg, exempt)
 
+
+def _invalid_spec(b: _Builder, spec: InvalidSpec, run: Run) -> Step:
+    if b.status.phase != Phase.FAILED:
+        _cancel(b, run, f"invalid spec: {spec}")
+        b.transition(Phase.FAILED, "InvalidSpec", f"invalid spec: {spec}", warning=True,
+                     finished_timestamp=b.now, running_priority=None)
+    return b.done()
+
+
+def _suspension(b: _Builder, spec: ScavengerJobSpec, run: Run) -> Step:
+    """Suspending cancels the current run; resuming waits until it has stopped, then queues again."""
+    suspended = b.status.phase == Phase.SUSPENDED
     if spec.suspend:
-        if phase != Phase.SUSPENDED:
+        if not suspended:
             _cancel(b, run, "suspended")
             b.transition(Phase.SUSPENDED, "Suspended", "suspended: spec.suspend is true; the current run, if any, "
                          "was cancelled", running_priority=None, protected=False)
         return b.done()
-
-    if phase is None:
-        b.transition(Phase.PENDING, "Queued", "waiting for idle capacity")
-        return b.done(waiting=True)
-
-    if phase == Phase.SUSPENDED:
-        if run.holds_resources:
-            return b.done()  # the cancelled run is still stopping
-        target = waiting_phase(status)
-        b.transition(target, "Resumed", "resumed: spec.suspend is false; waiting for idle capacity")
-        return b.done(waiting=True)
-
-    if phase in WAITING:
-        return _waiting(b, spec, run, sj_name)
-
-    return _active(b, spec, run, cfg, exempt)
+    if run.holds_resources:
+        return b.done()  # the cancelled run is still stopping
+    b.transition(waiting_phase(b.status), "Resumed", "resumed: spec.suspend is false; waiting for idle capacity")
+    return b.done(waiting=True)
 
 
 def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str) -> Step:
@@ -201,80 +204,90 @@ def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str) -> Ste
 
 
 def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig, exempt: bool) -> Step:
-    st = b.status
-    job = run.job
-    expected = spec.parallelism
-    pods = run.pods
-
-    # 1. Success: the Job says so, or every member exited 0, and nobody told the run to stop.
+    """A launched run, in this order: success, failure, interruption, start, then running priority."""
     if _succeeded(spec, run):
-        running_timestamps = st.running_timestamps
-        started = [p.started for p in pods if p.started is not None]
-        if st.phase == Phase.STARTING and started:
-            # It ran and finished between two looks (e.g. while no operator was active): the pods
-            # say when it ran.
-            running_timestamps = (*running_timestamps, max(started))
-        b.transition(Phase.SUCCEEDED, "Succeeded", f"run {st.job_name} succeeded",
-                     finished_timestamp=b.now, running_priority=None, protected=False,
-                     running_timestamps=running_timestamps)
-        if job is not None and run.holds_resources and not job.deleting and not job.complete:
-            b.actions.append(DeleteRun(job.name, "succeeded; the rest of the gang is cleaned up"))
+        return _success(b, run)
+    failed = _failure(run, b.status)
+    if failed is not None:
+        if run.holds_resources:  # the rest of a gang stops; the failed run stays for inspection
+            _cancel(b, run, "a gang member failed")
+        b.transition(Phase.FAILED, "Failed", failed, warning=True, finished_timestamp=b.now,
+                     running_priority=None, protected=False)
         return b.done()
-
-    # 2. Failure: a container exited non-zero in a pod that nobody disrupted, before any member of the
-    #    run was disrupted (a gang member that fails because another was preempted is collateral).
-    for pod in pods:
-        if pod.disruption or pod.deleting:
-            continue
-        bad = next((t for t in pod.terminations if t.exit_code != 0), None)
-        if pod.phase == "Failed" and bad is not None and not _disrupted_by(pods, pod.finished):
-            message = (f"run {st.job_name} failed: pod {pod.name} container {bad.container} "
-                       f"exited with code {bad.exit_code}" + (f" ({bad.reason})" if bad.reason else ""))
-            if run.holds_resources:  # the rest of a gang stops; the failed run stays for inspection
-                _cancel(b, run, "a gang member failed")
-            b.transition(Phase.FAILED, "Failed", message, warning=True, finished_timestamp=b.now,
-                         running_priority=None, protected=False)
-            return b.done()
-
-    # 3. Interruption: a disrupted or deleted pod, or the run deleted or lost.
-    cause = _disruption(run, st, b.now)
+    cause = _disruption(run, b.status, b.now)
     if cause is not None:
-        if job is not None and not job.deleting:
-            b.actions.append(DeleteRun(job.name, cause))
-            b.event("Warning", "Interrupting", f"run {st.job_name} is cancelled: {cause}")
-            b.update(message=f"interrupting: {cause}")
-        if run.holds_resources:
-            return b.done()  # recorded once every pod has stopped (after its grace period)
-        # The cause seen when the run was cancelled beats what is left to see now.
-        stored = st.message or ""
-        return _record_interruption(b, spec, stored.removeprefix("interrupting: ")
-                                    if stored.startswith("interrupting: ") else cause)
-
-    if job is None:
+        return _interruption(b, spec, run, cause)
+    if run.job is None:
         return b.done()  # launched moments ago; the watch has not shown the Job yet
-
-    running = [p for p in pods if p.all_running and not p.deleting]
-    if st.phase == Phase.STARTING:
-        if len(running) >= expected:
-            b.transition(Phase.RUNNING, "Running", f"run {st.job_name}: all {expected} pod(s) running",
-                         running_timestamps=(*st.running_timestamps, b.now),
-                         priority_start_over_timestamp=b.now, running_priority=0, protected=False,
-                         start_timeouts=0, not_before=None)
-            return b.done()
-        launched = st.launched_timestamp or job.created or b.now
-        if b.now - launched >= cfg.start_timeout:
-            pending = expected - len(running)
-            reason = (f"run {st.job_name} did not have all pods running within "
-                      f"{format_duration(cfg.start_timeout)} ({pending} of {expected} not running); "
-                      f"it was deleted and will be retried")
-            timeouts = st.start_timeouts + 1
-            b.actions.append(DeleteRun(job.name, "start timeout"))
-            b.transition(waiting_phase(st), "StartTimeout", reason, warning=True, start_timeouts=timeouts,
-                         not_before=b.now + retry_delay(timeouts, cfg), running_priority=None)
-        return b.done()
-
+    if b.status.phase == Phase.STARTING:
+        return _starting(b, spec, run, run.job, cfg)
     # Running: progress inside the current checkpoint period.
     return _running_priority(b, spec, cfg, exempt)
+
+
+def _success(b: _Builder, run: Run) -> Step:
+    st, job = b.status, run.job
+    running_timestamps = st.running_timestamps
+    started = [p.started for p in run.pods if p.started is not None]
+    if st.phase == Phase.STARTING and started:
+        # It ran and finished between two looks (e.g. while no operator was active): the pods say when.
+        running_timestamps = (*running_timestamps, max(started))
+    b.transition(Phase.SUCCEEDED, "Succeeded", f"run {st.job_name} succeeded",
+                 finished_timestamp=b.now, running_priority=None, protected=False,
+                 running_timestamps=running_timestamps)
+    if job is not None and run.holds_resources and not job.deleting and not job.complete:
+        b.actions.append(DeleteRun(job.name, "succeeded; the rest of the gang is cleaned up"))
+    return b.done()
+
+
+def _failure(run: Run, st: ScavengerJobStatus) -> str | None:
+    """Why the run failed: a container exited non-zero in a pod that nobody disrupted, before any member
+    of the run was disrupted (a gang member that fails because another was preempted is collateral)."""
+    for pod in run.pods:
+        if pod.disruption or pod.deleting or pod.phase != "Failed":
+            continue
+        bad = next((t for t in pod.terminations if t.exit_code != 0), None)
+        if bad is not None and not _disrupted_by(run.pods, pod.finished):
+            return (f"run {st.job_name} failed: pod {pod.name} container {bad.container} "
+                    f"exited with code {bad.exit_code}" + (f" ({bad.reason})" if bad.reason else ""))
+    return None
+
+
+def _interruption(b: _Builder, spec: ScavengerJobSpec, run: Run, cause: str) -> Step:
+    """The whole run is cancelled; the interruption is recorded once none of its pods holds resources."""
+    st, job = b.status, run.job
+    if job is not None and not job.deleting:
+        b.actions.append(DeleteRun(job.name, cause))
+        b.event("Warning", "Interrupting", f"run {st.job_name} is cancelled: {cause}")
+        b.update(message=f"interrupting: {cause}")
+    if run.holds_resources:
+        return b.done()  # recorded once every pod has stopped (after its grace period)
+    # The cause seen when the run was cancelled beats what is left to see now.
+    stored = st.message or ""
+    return _record_interruption(b, spec, stored.removeprefix("interrupting: ")
+                                if stored.startswith("interrupting: ") else cause)
+
+
+def _starting(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: LifecycleConfig) -> Step:
+    """Running once every pod runs; past the start timeout the run is deleted and retried with backoff."""
+    st, expected = b.status, spec.parallelism
+    running = sum(1 for p in run.pods if p.all_running and not p.deleting)
+    if running >= expected:
+        b.transition(Phase.RUNNING, "Running", f"run {st.job_name}: all {expected} pod(s) running",
+                     running_timestamps=(*st.running_timestamps, b.now),
+                     priority_start_over_timestamp=b.now, running_priority=0, protected=False,
+                     start_timeouts=0, not_before=None)
+        return b.done()
+    launched_at = st.launched_timestamp or job.created or b.now
+    if b.now - launched_at >= cfg.start_timeout:
+        reason = (f"run {st.job_name} did not have all pods running within "
+                  f"{format_duration(cfg.start_timeout)} ({expected - running} of {expected} not running); "
+                  f"it was deleted and will be retried")
+        timeouts = st.start_timeouts + 1
+        b.actions.append(DeleteRun(job.name, "start timeout"))
+        b.transition(waiting_phase(st), "StartTimeout", reason, warning=True, start_timeouts=timeouts,
+                     not_before=b.now + retry_delay(timeouts, cfg), running_priority=None)
+    return b.done()
 
 
 def _succeeded(spec: ScavengerJobSpec, run: Run) -> bool:
@@ -377,36 +390,3 @@ def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig,
 def _cancel(b: _Builder, run: Run, reason: str) -> None:
     if run.job is not None and not run.job.deleting:
         b.actions.append(DeleteRun(run.job.name, reason))
-
-
-_CONDITION_FOR = {
-    Phase.PENDING: ("Queued", "True"),
-    Phase.INTERRUPTED: ("Queued", "True"),
-    Phase.STARTING: ("Running", "False"),
-    Phase.RUNNING: ("Running", "True"),
-    Phase.SUCCEEDED: ("Complete", "True"),
-    Phase.FAILED: ("Failed", "True"),
-    Phase.SUSPENDED: ("Suspended", "True"),
-}
-
-
-def set_conditions(conditions: Sequence[Condition], phase: Phase, reason: str, message: str,
-                    now: datetime) -> tuple[Condition, ...]:
-    """One condition per concern (Queued, Running, Complete, Failed, Suspended): the one the
-    phase names is True, the others False; lastTransitionTime moves only when status flips."""
-    ctype, cstatus = _CONDITION_FOR[phase]
-    current = {c.type: c for c in conditions}
-    out = []
-    for name in ("Queued", "Running", "Complete", "Failed", "Suspended"):
-        want = cstatus if name == ctype else "False"
-        old = current.get(name)
-        if old is None and want == "False" and name != ctype:
-            continue
-        since = old.last_transition_time if old is not None and old.status == want else now
-        if name == ctype:
-            out.append(Condition(type=name, status=want, reason=reason, message=message, last_transition_time=since))
-        else:
-            out.append(Condition(type=name, status=want, reason=old.reason if old and old.status == want else reason,
-                                 message=old.message if old and old.status == want else "",
-                                 last_transition_time=since))
-    return tuple(out)

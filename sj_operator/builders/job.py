@@ -1,93 +1,34 @@
-"""Pure builders of the objects a ScavengerJob owns; they return plain dicts and call no API.
+"""The ``batch/v1`` Job of one run of a ScavengerJob, as a plain dict.
 
-Each run of an SJ is a ``batch/v1`` Job named by :func:`run_job_name`; a gang run (parallelism > 1) is
-an Indexed Job whose pods find each other through a headless Service of the same name
-(:func:`build_gang_service`). Both are owned by the SJ, so deleting it removes everything.
+Each run is a Job named by :func:`sj_operator.names.run_job_name`, owned by the SJ. A gang run
+(parallelism > 1) is an Indexed Job whose pods find each other through a headless Service of the same
+name (:mod:`sj_operator.builders.service`); an MPI gang is then wired by :func:`gang.mpi.wire_mpi_job`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from sj_operator.api.model import (
-    API_VERSION,
-    KIND,
-    ScavengerJobSpec,
-    Volume,
-    checkpoint_interval_seconds,
+from gang.hosts import gang_hosts
+from gang.mpi import MPIJobOptions, wire_mpi_job
+from sj_operator.api import ScavengerJobSpec, Volume, checkpoint_interval_seconds
+from sj_operator.names import (
+    ANNOTATION_COMPLETION_INDEX,
+    ANNOTATION_SAFE_TO_EVICT,
+    CONTAINER_NAME,
+    ENV_CHECKPOINT_DIR,
+    ENV_CHECKPOINT_INTERVAL,
+    ENV_HOSTS,
+    ENV_NAME,
+    ENV_NAMESPACE,
+    ENV_RANK,
+    ENV_RESTART_COUNT,
+    ENV_WORLD_SIZE,
+    LABEL_RUN,
+    child_metadata,
+    run_job_name,
 )
-
-LABEL_JOB_NAME = "scavenger.dev/job-name"
-"""Label on every Job, Service and pod of an SJ: the SJ's name (see :func:`sj_label_value`)."""
-LABEL_RUN = "scavenger.dev/run"
-"""Label on every Job, Service and pod of one run: the run's Job name."""
-ANNOTATION_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
-ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-CONTAINER_NAME = "main"
-MAX_RUN_JOB_NAME_LENGTH = 52
-"""Run names stay short so that Indexed pod hostnames (``<job>-<index>``) and labels fit in 63."""
-
-_HASH_LENGTH = 5
-_DNS_1035_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_LABEL_VALUE_RE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-
-
-def _short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:_HASH_LENGTH]
-
-
-def run_job_name(sj_name: str, attempt: int) -> str:
-    """The deterministic name of run ``attempt`` of an SJ: ``<sj>-r<attempt>``.
-
-    The result is a DNS-1035 label of at most 52 characters. When the SJ name is too long, or is not
-    usable as is (dots, a leading digit), it is cut down and followed by 5 hex characters of a hash
-    of the full SJ name, so distinct SJs keep distinct run names.
-    """
-    if attempt < 0:
-        raise ValueError(f"attempt must not be negative, got {attempt}")
-    suffix = f"-r{attempt}"
-    plain = f"{sj_name}{suffix}"
-    if len(plain) <= MAX_RUN_JOB_NAME_LENGTH and _DNS_1035_RE.fullmatch(plain):
-        return plain
-    base = re.sub(r"[^a-z0-9-]+", "-", sj_name.lower())
-    if not base[:1].isalpha():
-        base = f"sj-{base}"
-    budget = MAX_RUN_JOB_NAME_LENGTH - len(suffix) - _HASH_LENGTH - 1
-    if budget < 1:
-        raise ValueError(f"attempt {attempt} is too large for a run name")
-    base = base[:budget].rstrip("-")
-    return f"{base}-{_short_hash(sj_name)}{suffix}"
-
-
-def sj_label_value(sj_name: str) -> str:
-    """The value of :data:`LABEL_JOB_NAME` for an SJ: its name, shortened with a hash past 63 characters."""
-    if len(sj_name) <= 63 and _LABEL_VALUE_RE.fullmatch(sj_name):
-        return sj_name
-    head = sj_name[: 63 - _HASH_LENGTH - 1].rstrip("-_.")
-    return f"{head}-{_short_hash(sj_name)}"
-
-
-def _owner_reference(sj_name: str, sj_uid: str) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": sj_name,
-        "uid": sj_uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def _run_labels(sj_name: str, job_name: str) -> dict[str, str]:
-    return {LABEL_JOB_NAME: sj_label_value(sj_name), LABEL_RUN: job_name}
-
-
-def gang_hosts(job_name: str, parallelism: int) -> list[str]:
-    """Stable hostnames of a gang's pods, ``<job>-<index>.<service>``, in rank order."""
-    return [f"{job_name}-{index}.{job_name}" for index in range(parallelism)]
 
 
 def _env(
@@ -95,21 +36,21 @@ def _env(
 ) -> list[dict[str, Any]]:
     """Operator variables first, so user values may refer to them as ``$(SJ_...)``, then the user's."""
     env: list[dict[str, Any]] = [
-        {"name": "SJ_NAME", "value": sj_name},
-        {"name": "SJ_NAMESPACE", "value": namespace},
-        {"name": "SJ_RESTART_COUNT", "value": str(interrupted_count)},
+        {"name": ENV_NAME, "value": sj_name},
+        {"name": ENV_NAMESPACE, "value": namespace},
+        {"name": ENV_RESTART_COUNT, "value": str(interrupted_count)},
     ]
     if spec.checkpoint_dir is not None:
-        env.append({"name": "SJ_CHECKPOINT_DIR", "value": spec.checkpoint_dir})
-    env.append({"name": "SJ_CHECKPOINT_INTERVAL", "value": str(checkpoint_interval_seconds(spec))})
+        env.append({"name": ENV_CHECKPOINT_DIR, "value": spec.checkpoint_dir})
+    env.append({"name": ENV_CHECKPOINT_INTERVAL, "value": str(checkpoint_interval_seconds(spec))})
     if spec.is_gang:
         env += [
             {
-                "name": "SJ_RANK",
+                "name": ENV_RANK,
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_COMPLETION_INDEX}']"}},
             },
-            {"name": "SJ_WORLD_SIZE", "value": str(spec.parallelism)},
-            {"name": "SJ_HOSTS", "value": ",".join(gang_hosts(job_name, spec.parallelism))},
+            {"name": ENV_WORLD_SIZE, "value": str(spec.parallelism)},
+            {"name": ENV_HOSTS, "value": ",".join(gang_hosts(job_name, spec.parallelism))},
         ]
     env += [var.model_dump(by_alias=True, exclude_none=True) for var in spec.env]
     return env
@@ -213,7 +154,7 @@ def build_run_job(
     attempt: int,
     priority_class_name: str,
     extra_pod_labels: Mapping[str, str],
-    mpi: Mapping[str, Any] | None = None,
+    mpi: MPIJobOptions | None = None,
 ) -> dict[str, Any]:
     """The ``batch/v1`` Job of run ``attempt`` of an SJ.
 
@@ -224,24 +165,20 @@ def build_run_job(
     which always wins so an SJ never blocks a scale-down.
 
     ``mpi`` wires a ``spec.mpi`` gang (pod 0 the launcher, ssh keys, hostfile): pass
-    ``gang.mpi.mpi_job_options(sj_name=..., mpi=spec.mpi)`` and the Job is transformed by
-    :func:`gang.mpi.wire_mpi_job`, which raises ``InvalidSpec`` for an SJ it cannot wire. The
-    Secret and ConfigMap it mounts are built by ``gang.mpi`` too and must exist before the Job. A
-    mapping with none of the option keys leaves the Job unchanged.
+    :func:`sj_operator.builders.mpi.mpi_job_options` and the Job is transformed by
+    :func:`gang.mpi.wire_mpi_job` (spec validation has made sure it can be). The Secret and ConfigMap
+    it mounts (:mod:`sj_operator.builders.mpi`) must exist before the Job.
     """
     job_name = run_job_name(sj_name, attempt)
-    labels = _run_labels(sj_name, job_name)
+    metadata = child_metadata(name=job_name, namespace=namespace, sj_name=sj_name, sj_uid=sj_uid,
+                              labels={LABEL_RUN: job_name})
+    labels = metadata["labels"]
     pod_labels = {**spec.pod_labels, **extra_pod_labels, **labels}
     pod_annotations = {**spec.pod_annotations, ANNOTATION_SAFE_TO_EVICT: "true"}
     job: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": job_name,
-            "namespace": namespace,
-            "labels": labels,
-            "ownerReferences": [_owner_reference(sj_name, sj_uid)],
-        },
+        "metadata": metadata,
         "spec": {
             "completionMode": "Indexed" if spec.is_gang else "NonIndexed",
             "completions": spec.parallelism,
@@ -263,28 +200,6 @@ def build_run_job(
     }
     if mpi is None:
         return job
-    from gang.mpi import wire_mpi_job  # gang.mpi builds on this module, so it cannot be imported at the top
-
-    return wire_mpi_job(job, spec=spec, options=mpi)
-
-
-def build_gang_service(*, job_name: str, namespace: str, sj_name: str, sj_uid: str) -> dict[str, Any]:
-    """The headless Service giving a gang's pods stable DNS names (``<job>-<index>.<job>``).
-
-    Not-ready addresses are published so members resolve each other while they start up.
-    """
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": job_name,
-            "namespace": namespace,
-            "labels": _run_labels(sj_name, job_name),
-            "ownerReferences": [_owner_reference(sj_name, sj_uid)],
-        },
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": {LABEL_RUN: job_name},
-        },
-    }
+    user_command = (*(spec.command or ()), *(spec.args or ()))
+    return wire_mpi_job(job, options=mpi, container=CONTAINER_NAME, user_command=user_command,
+                        user_env=len(spec.env), run_as_user=spec.run_as_user, run_as_group=spec.run_as_group)

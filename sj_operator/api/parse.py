@@ -1,0 +1,151 @@
+"""Parsing at the boundary: a raw spec becomes a typed spec or an :class:`InvalidSpec` that names the
+first offending field (``spec.volumes[1].mountPath``); a raw status is read tolerantly and never fails.
+
+The same function serves every reader of a spec, so what the loop refuses is what the API refuses.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from typing import Annotated, Any, Union, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+
+from sj_operator.api.fields import InvalidSpec
+from sj_operator.api.spec import ScavengerJobSpec
+from sj_operator.api.status import ScavengerJobStatus
+
+
+def _plain(value: Any) -> Any:
+    """Deep copy into plain dicts and lists, dropping null map values as the API server does."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def parse_spec(raw: Mapping[str, Any] | None) -> ScavengerJobSpec:
+    """Default and validate a raw ``spec``; raise :class:`InvalidSpec` naming the first bad field."""
+    if raw is not None and not isinstance(raw, Mapping):
+        raise InvalidSpec("spec", "must be an object")
+    try:
+        return ScavengerJobSpec.model_validate(_plain(raw or {}))
+    except ValidationError as exc:
+        raise _as_invalid_spec(exc) from None
+
+
+def parse_status(raw: Mapping[str, Any] | None) -> ScavengerJobStatus:
+    """Read a raw ``status`` tolerantly: missing or unreadable fields take their defaults."""
+    data: dict[str, Any] = _plain(raw) if isinstance(raw, Mapping) else {}
+    while True:
+        try:
+            return ScavengerJobStatus.model_validate(data)
+        except ValidationError as exc:
+            pruned = _prune_invalid(data, exc)
+            if pruned == data:
+                return ScavengerJobStatus()
+            data = pruned
+
+
+def _prune_invalid(data: dict[str, Any], exc: ValidationError) -> dict[str, Any]:
+    """Drop the entries named by a status validation error (a bad list item, else the field)."""
+    pruned = dict(data)
+    bad_items: dict[str, set[int]] = {}
+    for error in exc.errors():
+        loc = error["loc"]
+        if not loc or not isinstance(loc[0], str) or loc[0] not in pruned:
+            continue
+        field = loc[0]
+        if len(loc) > 1 and isinstance(loc[1], int) and isinstance(pruned[field], list):
+            bad_items.setdefault(field, set()).add(loc[1])
+        else:
+            pruned.pop(field)
+    for field, indexes in bad_items.items():
+        if field in pruned:
+            pruned[field] = [item for i, item in enumerate(pruned[field]) if i not in indexes]
+    return pruned
+
+
+_SIMPLE_MESSAGES = {
+    "missing": "is required",
+    "extra_forbidden": "unknown field",
+    "string_type": "must be a string",
+    "int_type": "must be an integer",
+    "bool_type": "must be a boolean",
+    "tuple_type": "must be a list",
+    "list_type": "must be a list",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "model_attributes_type": "must be an object",
+    "string_too_short": "must not be empty",
+}
+
+
+def _error_message(error: Mapping[str, Any]) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    if kind == "sj_invalid":
+        return str(ctx["reason"])
+    if kind in _SIMPLE_MESSAGES:
+        return _SIMPLE_MESSAGES[kind]
+    if kind == "greater_than_equal":
+        return f"must be at least {ctx['ge']}"
+    if kind == "less_than_equal":
+        return f"must be at most {ctx['le']}"
+    if kind == "greater_than":
+        return f"must be greater than {ctx['gt']}"
+    if kind == "string_too_long":
+        return f"must be at most {ctx['max_length']} characters"
+    if kind in ("literal_error", "enum"):
+        return f"must be {ctx['expected']}"
+    return str(error["msg"])
+
+
+def _as_invalid_spec(exc: ValidationError) -> InvalidSpec:
+    """Turn the first pydantic error into an :class:`InvalidSpec` with a camelCase field path."""
+    error = exc.errors()[0]
+    ctx = error.get("ctx") or {}
+    path = _format_loc(ScavengerJobSpec, error["loc"]) + str(ctx.get("suffix", ""))
+    return InvalidSpec(path, _error_message(error))
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip ``Annotated`` and ``Optional`` from a type annotation."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin in (Union, types.UnionType):
+            members = [arg for arg in get_args(annotation) if arg is not type(None)]
+            if len(members) != 1:
+                return annotation
+            annotation = members[0]
+        else:
+            return annotation
+
+
+def _format_loc(model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    """Render a pydantic error location as ``spec.volumes[1].mountPath`` / ``spec.nodeSelector[key]``."""
+    path = "spec"
+    current: Any = model
+    for part in loc:
+        current = _unwrap(current)
+        origin = get_origin(current)
+        if isinstance(part, int):
+            path += f"[{part}]"
+            current = get_args(current)[0] if origin in (tuple, list) and get_args(current) else None
+        elif isinstance(current, type) and issubclass(current, BaseModel):
+            path += f".{part}"
+            field = next(
+                (info for name, info in current.model_fields.items() if (info.alias or name) == part), None
+            )
+            current = field.annotation if field else None
+        elif origin is dict:
+            path += f"[{part}]"
+            current = get_args(current)[1]
+        elif part != "[key]":
+            path += f".{part}"
+            current = None
+    return path

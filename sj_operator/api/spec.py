@@ -1,0 +1,393 @@
+"""The desired state of a ScavengerJob: pydantic models with defaults and every rule a spec must meet.
+
+Models are immutable, use the camelCase names of the API contract (``SPEC.md``) as aliases, and reject
+unknown fields. A rule that spans fields (a checkpoint volume that must exist and be writable, MPI
+needing a gang and a command, reserved names and paths) is checked here, so an SJ that can never run
+is refused when it is parsed, not when it is launched.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from gang.hostfile import MPIImplementation
+from gang.mpi import RESERVED_VOLUME_NAMES, reserved_mount_path
+from sj_operator.api.fields import (
+    DNSLabel,
+    DNSSubdomain,
+    Duration,
+    NonEmptyStr,
+    Quantity,
+    check_label_map,
+    check_qualified_keys,
+    format_duration,
+    invalid,
+    qualified_name_error,
+)
+from sj_operator.names import RESERVED_ENV_NAMES, RESERVED_LABEL_PREFIX
+from sj_operator.resources import parse_quantity
+
+MAX_PARALLELISM = 1000
+MAX_PRIORITY_LEVELS = 100
+DEFAULT_DURATION = "30m"
+MIN_DURATION = timedelta(seconds=1)
+
+
+class _SpecModel(BaseModel):
+    """Base of the spec models: immutable, camelCase aliases, unknown fields rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+
+
+class EnvVar(_SpecModel):
+    """An environment variable of the container, as in a Kubernetes EnvVar."""
+
+    name: NonEmptyStr = Field(description="Name of the variable.")
+    value: StrictStr | None = Field(default=None, description="Literal value.")
+    value_from: dict[str, Any] | None = Field(
+        default=None, description="Source of the value (fieldRef, configMapKeyRef, secretKeyRef, ...)."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_allowed(cls, name: str) -> str:
+        if "=" in name:
+            raise invalid("must not contain '='")
+        if name in RESERVED_ENV_NAMES:
+            raise invalid(f"{name} is set by the operator")
+        return name
+
+    @field_validator("value_from")
+    @classmethod
+    def _value_from_not_empty(cls, value_from: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value_from is not None and not value_from:
+            raise invalid("must name a source")
+        return value_from
+
+    @model_validator(mode="after")
+    def _one_value(self) -> EnvVar:
+        if self.value is not None and self.value_from is not None:
+            raise invalid("cannot be set together with value", ".valueFrom")
+        return self
+
+
+class ResourceRequirements(_SpecModel):
+    """Per-pod compute resources; after parsing, a side missing for a resource is copied from the other."""
+
+    requests: dict[str, Quantity] = Field(default_factory=dict, description="Requested resources.")
+    limits: dict[str, Quantity] = Field(default_factory=dict, description="Resource limits.")
+
+    @field_validator("requests", "limits")
+    @classmethod
+    def _resource_names(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_qualified_keys(value, "invalid resource name")
+
+    def parsed_requests(self) -> dict[str, Decimal]:
+        """Requests as numbers (CPU in cores, memory in bytes)."""
+        return {name: parse_quantity(value) for name, value in self.requests.items()}
+
+    def parsed_limits(self) -> dict[str, Decimal]:
+        """Limits as numbers (CPU in cores, memory in bytes)."""
+        return {name: parse_quantity(value) for name, value in self.limits.items()}
+
+
+class PersistentVolumeClaimSource(_SpecModel):
+    """A PersistentVolumeClaim in the SJ's namespace."""
+
+    claim_name: DNSSubdomain = Field(description="Name of the PersistentVolumeClaim.")
+
+
+class ConfigMapSource(_SpecModel):
+    """A ConfigMap in the SJ's namespace, mounted read-only."""
+
+    name: DNSSubdomain = Field(description="Name of the ConfigMap.")
+
+
+class SecretSource(_SpecModel):
+    """A Secret in the SJ's namespace, mounted read-only."""
+
+    secret_name: DNSSubdomain = Field(description="Name of the Secret.")
+
+
+class EmptyDirSource(_SpecModel):
+    """A scratch directory that lives as long as the pod."""
+
+    medium: Literal["", "Memory"] | None = Field(default=None, description='"" (node disk) or "Memory".')
+    size_limit: Quantity | None = Field(default=None, description="Maximum size of the directory.")
+
+
+class Volume(_SpecModel):
+    """A volume mounted into the container; exactly one source must be set."""
+
+    name: DNSLabel = Field(description="Name of the volume, unique within the SJ.")
+    mount_path: NonEmptyStr = Field(description="Absolute path of the mount in the container.")
+    read_only: StrictBool | None = Field(default=None, description="Mount read-only.")
+    sub_path: NonEmptyStr | None = Field(default=None, description="Sub-path inside the volume to mount.")
+    persistent_volume_claim: PersistentVolumeClaimSource | None = Field(
+        default=None, description="Mount a PersistentVolumeClaim."
+    )
+    config_map: ConfigMapSource | None = Field(default=None, description="Mount a ConfigMap.")
+    secret: SecretSource | None = Field(default=None, description="Mount a Secret.")
+    empty_dir: EmptyDirSource | None = Field(default=None, description="Mount an empty scratch directory.")
+
+    @field_validator("mount_path")
+    @classmethod
+    def _absolute(cls, mount_path: str) -> str:
+        if not mount_path.startswith("/"):
+            raise invalid("must be an absolute path")
+        return mount_path
+
+    @field_validator("sub_path")
+    @classmethod
+    def _relative(cls, sub_path: str | None) -> str | None:
+        if sub_path is not None:
+            if sub_path.startswith("/"):
+                raise invalid("must be a relative path")
+            if ".." in sub_path.split("/"):
+                raise invalid("must not contain '..'")
+        return sub_path
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Volume:
+        chosen = [alias for alias, source in self._sources().items() if source is not None]
+        if len(chosen) != 1:
+            found = ", ".join(chosen) if chosen else "none"
+            raise invalid(
+                f"must set exactly one of persistentVolumeClaim, configMap, secret, emptyDir (found: {found})"
+            )
+        return self
+
+    def _sources(self) -> dict[str, BaseModel | None]:
+        return {
+            "persistentVolumeClaim": self.persistent_volume_claim,
+            "configMap": self.config_map,
+            "secret": self.secret,
+            "emptyDir": self.empty_dir,
+        }
+
+    @property
+    def writable(self) -> bool:
+        """Whether the app can write to this volume (ConfigMaps and Secrets are always read-only)."""
+        return not self.read_only and self.config_map is None and self.secret is None
+
+
+class Toleration(_SpecModel):
+    """A pod toleration, as in a Kubernetes Toleration."""
+
+    key: StrictStr | None = Field(default=None, description="Taint key; empty matches every key (with Exists).")
+    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal (default).")
+    value: StrictStr | None = Field(default=None, description="Taint value to match with Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to match; empty matches every effect."
+    )
+    toleration_seconds: StrictInt | None = Field(
+        default=None, description="How long a NoExecute taint is tolerated before eviction."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Toleration:
+        if self.key:
+            problem = qualified_name_error(self.key)
+            if problem:
+                raise invalid(f"invalid key: {problem}", ".key")
+        elif self.operator != "Exists":
+            raise invalid("must be Exists when key is empty", ".operator")
+        if self.operator == "Exists" and self.value:
+            raise invalid("must be empty when operator is Exists", ".value")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise invalid("must be NoExecute when tolerationSeconds is set", ".effect")
+        return self
+
+
+class LocalObjectReference(_SpecModel):
+    """A reference to an object in the SJ's namespace."""
+
+    name: DNSSubdomain = Field(description="Name of the object.")
+
+
+class MPISpec(_SpecModel):
+    """MPI wiring of a gang: pod 0 is the launcher, connected to the others by ssh keys and a hostfile."""
+
+    slots_per_worker: StrictInt = Field(default=1, ge=1, description="MPI slots per pod.")
+    implementation: MPIImplementation = Field(
+        default=MPIImplementation.OPENMPI, description="OpenMPI or MPICH."
+    )
+
+
+class ScavengerJobSpec(_SpecModel):
+    """Desired state of a ScavengerJob: a checkpointing workload run on idle capacity."""
+
+    image: NonEmptyStr = Field(description="Container image.")
+    command: tuple[StrictStr, ...] | None = Field(default=None, description="Entrypoint; the image's by default.")
+    args: tuple[StrictStr, ...] | None = Field(default=None, description="Arguments to the entrypoint.")
+    env: tuple[EnvVar, ...] = Field(default=(), description="Environment variables of the container.")
+    working_dir: NonEmptyStr | None = Field(default=None, description="Working directory of the container.")
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements,
+        description="Per-pod requests and limits; a missing side is copied from the other.",
+    )
+    parallelism: StrictInt = Field(
+        default=1, ge=1, le=MAX_PARALLELISM, description="Pods in the gang; every pod gets the same resources."
+    )
+    volumes: tuple[Volume, ...] = Field(default=(), description="Volumes mounted into the container.")
+    checkpoint_volume: NonEmptyStr | None = Field(
+        default=None, description="Name of the volume holding checkpoints; exported as SJ_CHECKPOINT_DIR."
+    )
+    duration: Duration = Field(
+        default=DEFAULT_DURATION,
+        validate_default=True,
+        description="How long the work must run to be worth it; it has surely checkpointed within it.",
+    )
+    priority_levels: StrictInt = Field(
+        default=3, ge=1, le=MAX_PRIORITY_LEVELS, description="Running-priority steps one duration is cut into."
+    )
+    run_as_user: StrictInt | None = Field(default=None, ge=0, description="UID the container runs as.")
+    run_as_group: StrictInt | None = Field(default=None, ge=0, description="GID the container runs as.")
+    termination_grace_period_seconds: StrictInt = Field(
+        default=30, ge=0, description="Seconds the app gets after SIGTERM to checkpoint."
+    )
+    node_selector: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="Node selector of the pods.")
+    tolerations: tuple[Toleration, ...] = Field(default=(), description="Tolerations of the pods.")
+    service_account_name: DNSSubdomain | None = Field(default=None, description="Service account of the pods.")
+    image_pull_secrets: tuple[LocalObjectReference, ...] = Field(
+        default=(), description="Secrets used to pull the image."
+    )
+    pod_labels: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="Labels copied onto every pod.")
+    pod_annotations: dict[StrictStr, StrictStr] = Field(
+        default_factory=dict, description="Annotations copied onto every pod."
+    )
+    max_interruptions: StrictInt | None = Field(
+        default=None, ge=0, description="The SJ fails once interrupted more often than this."
+    )
+    suspend: StrictBool = Field(default=False, description="Cancel the current run and hold the SJ.")
+    mpi: MPISpec | None = Field(default=None, description="Run the gang as an MPI job.")
+
+    @field_validator("image")
+    @classmethod
+    def _image_has_no_whitespace(cls, image: str) -> str:
+        if any(char.isspace() for char in image):
+            raise invalid("must not contain whitespace")
+        return image
+
+    @field_validator("duration")
+    @classmethod
+    def _duration_long_enough(cls, duration: timedelta) -> timedelta:
+        if duration <= MIN_DURATION:
+            raise invalid(f"must be longer than {format_duration(MIN_DURATION)}")
+        return duration
+
+    @field_validator("resources")
+    @classmethod
+    def _complete_resources(cls, resources: ResourceRequirements) -> ResourceRequirements:
+        """Check limits >= requests and copy a side missing for a resource from the other."""
+        requests, limits = resources.parsed_requests(), resources.parsed_limits()
+        for name in requests.keys() & limits.keys():
+            if limits[name] < requests[name]:
+                raise invalid(
+                    f"must be at least the request ({resources.requests[name]})", f".limits[{name}]"
+                )
+        return resources.model_copy(
+            update={
+                "requests": {**resources.limits, **resources.requests},
+                "limits": {**resources.requests, **resources.limits},
+            }
+        )
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_selector_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        check_label_map(value)
+        return value
+
+    @field_validator("pod_labels")
+    @classmethod
+    def _pod_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        check_label_map(value, reserved_prefix=RESERVED_LABEL_PREFIX)
+        return value
+
+    @field_validator("pod_annotations")
+    @classmethod
+    def _pod_annotation_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_qualified_keys(value, "invalid key")
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> ScavengerJobSpec:
+        names: dict[str, int] = {}
+        mount_paths: dict[str, int] = {}
+        for index, volume in enumerate(self.volumes):
+            if volume.name in names:
+                raise invalid(f"duplicates spec.volumes[{names[volume.name]}].name", f".volumes[{index}].name")
+            names[volume.name] = index
+            if volume.mount_path in mount_paths:
+                raise invalid(
+                    f"duplicates spec.volumes[{mount_paths[volume.mount_path]}].mountPath",
+                    f".volumes[{index}].mountPath",
+                )
+            mount_paths[volume.mount_path] = index
+        if self.checkpoint_volume is not None:
+            checkpoint = self.checkpoint_of()
+            if checkpoint is None:
+                raise invalid(
+                    f"{self.checkpoint_volume!r} is not the name of one of spec.volumes", ".checkpointVolume"
+                )
+            if not checkpoint.writable:
+                raise invalid(
+                    "must name a writable volume (a persistentVolumeClaim or emptyDir, not readOnly)",
+                    ".checkpointVolume",
+                )
+        if self.mpi is not None:
+            self._check_mpi()
+        return self
+
+    def _check_mpi(self) -> None:
+        """What MPI wiring needs: a gang, a command for the launcher, its volume names and paths free."""
+        if self.parallelism < 2:
+            raise invalid("requires parallelism of at least 2 (pod 0 is the launcher)", ".mpi")
+        if self.command is None:
+            raise invalid("is required with spec.mpi (pod 0 runs it; the image's entrypoint is not known)",
+                          ".command")
+        for index, volume in enumerate(self.volumes):
+            if volume.name in RESERVED_VOLUME_NAMES:
+                raise invalid(f"{volume.name!r} is reserved for the MPI wiring", f".volumes[{index}].name")
+            reserved = reserved_mount_path(volume.mount_path)
+            if reserved is not None:
+                raise invalid(f"{reserved} is reserved for the MPI wiring", f".volumes[{index}].mountPath")
+
+    def checkpoint_of(self) -> Volume | None:
+        """The volume named by ``checkpointVolume``, if any."""
+        return next((v for v in self.volumes if v.name == self.checkpoint_volume), None)
+
+    @property
+    def checkpoint_dir(self) -> str | None:
+        """Mount path of the checkpoint volume (``SJ_CHECKPOINT_DIR``), or None without one."""
+        volume = self.checkpoint_of()
+        return volume.mount_path if volume else None
+
+    @property
+    def effective_resources(self) -> ResourceRequirements:
+        """Per-pod resources with both sides complete (parsing already copied missing sides)."""
+        return self.resources
+
+    @property
+    def is_gang(self) -> bool:
+        """Whether the SJ runs more than one pod."""
+        return self.parallelism > 1
+
+
+def checkpoint_interval_seconds(spec: ScavengerJobSpec) -> int:
+    """The ``SJ_CHECKPOINT_INTERVAL`` for ``spec``, in whole seconds.
+
+    Rule: one running-priority step (``duration / priorityLevels``) rounded down, at least 1s, and
+    always strictly below ``duration`` (so ``priorityLevels: 1`` gives ``duration`` minus 1s). An app
+    checkpointing this often has checkpointed at least once in every step and in every ``duration``.
+    Validation guarantees ``duration > 1s``, so the result always exists.
+    """
+    total = spec.duration.total_seconds()
+    step = math.floor(total / spec.priority_levels)
+    return min(max(1, step), math.ceil(total) - 1)

@@ -1,0 +1,44 @@
+"""An MPI SJ's own objects: the ssh Secret (once per SJ) and the hostfile ConfigMap (rewritten at every
+launch, before the run's Job). Their content comes from ``gang``; the names and ownership from here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gang.hostfile import MPIImplementation, hostfile_data
+from gang.mpi import MPIJobOptions
+from gang.ssh import SECRET_TYPE, secret_data
+from sj_operator.api import MPISpec
+from sj_operator.names import CHECKPOINT_ENV, child_metadata, hostfile_configmap_name, mpi_secret_name
+
+
+def mpi_job_options(*, sj_name: str, mpi: MPISpec) -> MPIJobOptions:
+    """What the run's Job needs to mount the SJ's MPI objects and pass the checkpoint variables on."""
+    return MPIJobOptions(ssh_secret_name=mpi_secret_name(sj_name),
+                         hostfile_configmap_name=hostfile_configmap_name(sj_name),
+                         implementation=mpi.implementation, forward_env=CHECKPOINT_ENV)
+
+
+def build_mpi_secret(*, sj_name: str, namespace: str, sj_uid: str, private_key: str, public_key: str) -> dict[str, Any]:
+    """``<sj>-mpi-ssh``: immutable, one key pair for every run of the SJ."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": child_metadata(name=mpi_secret_name(sj_name), namespace=namespace, sj_name=sj_name, sj_uid=sj_uid),
+        "type": SECRET_TYPE,
+        "immutable": True,
+        "data": secret_data(private_key=private_key, public_key=public_key),
+    }
+
+
+def build_hostfile_configmap(*, sj_name: str, namespace: str, sj_uid: str, job_name: str, parallelism: int,
+                             slots_per_worker: int, implementation: MPIImplementation | str) -> dict[str, Any]:
+    """``<sj>-mpi-hostfile`` with the workers of run ``job_name``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": child_metadata(name=hostfile_configmap_name(sj_name), namespace=namespace, sj_name=sj_name,
+                                   sj_uid=sj_uid),
+        "data": hostfile_data(job_name=job_name, parallelism=parallelism, slots_per_worker=slots_per_worker,
+                              implementation=implementation),
+    }

@@ -1,0 +1,164 @@
+"""One decision pass, without I/O: from what the watches show to what each SJ should become.
+
+``observe`` pairs every handled SJ with its parsed spec, its status (as this process last wrote it,
+when the watch lags) and its current run; ``decide`` runs the state machine for each, with victim
+steering's exemptions; the helpers below build the admission snapshot. ``controller.Controller``
+carries the results out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus, parse_status
+from sj_operator.names import run_job_name
+from sj_operator.observed import JobView, NodeInfo, PodView, SJObject
+from sj_operator.policy.lifecycle import WAITING, LifecycleConfig, Run, Step, step
+from sj_operator.policy.priority import (
+    RunProgress,
+    current_period_start,
+    is_protected,
+    running_level,
+    steering_exemptions,
+)
+from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Taint
+from sj_operator.resources import accumulate, resources_milli, total
+
+RunKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What the watches show at one moment (the handlers keep it current)."""
+
+    sjs: tuple[SJObject, ...]
+    jobs: Mapping[RunKey, JobView]
+    run_pods: Mapping[RunKey, tuple[PodView, ...]]
+    active_pods: tuple[PodView, ...]
+    """Every non-terminated pod in the cluster, scheduled or not."""
+    nodes: tuple[NodeInfo, ...]
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One SJ as this pass sees it."""
+
+    sj: SJObject
+    resource_version: str
+    """The version the decision is based on; a write with it fails if the SJ changed since."""
+    raw_status: Mapping[str, Any]
+    status: ScavengerJobStatus
+    spec: ScavengerJobSpec | InvalidSpec
+    run: Run
+    """Its current run: the one its status names, or the next one while it waits (to adopt it)."""
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What the state machine decided for one observed SJ."""
+
+    observed: Observed
+    step: Step
+
+
+@dataclass(frozen=True)
+class Observation:
+    sjs: tuple[Observed, ...]
+    known_runs: frozenset[RunKey]
+    """Every run some SJ's status points at (or will adopt): others are strays."""
+
+
+def observe(view: ClusterView, *, handles: Callable[[str], bool],
+            fresh: Callable[[SJObject], tuple[str, Mapping[str, Any]]],
+            spec_of: Callable[[SJObject], ScavengerJobSpec | InvalidSpec]) -> Observation:
+    """Pairs each handled SJ with its status, spec and current run."""
+    observed: list[Observed] = []
+    known: set[RunKey] = set()
+    for sj in view.sjs:
+        if sj.deleting or not handles(sj.namespace):
+            continue
+        rv, raw_status = fresh(sj)
+        status = parse_status(raw_status)
+        current = status.job_name
+        if status.phase is None or status.phase in WAITING:
+            current = run_job_name(sj.name, status.attempt + 1)
+        if current:
+            known.add((sj.namespace, current))
+        if status.job_name:
+            known.add((sj.namespace, status.job_name))
+        key = (sj.namespace, current or "")
+        run = Run(job=view.jobs.get(key), pods=view.run_pods.get(key, ()))
+        observed.append(Observed(sj, rv, raw_status, status, spec_of(sj), run))
+    return Observation(tuple(observed), frozenset(known))
+
+
+def decide(observed: Iterable[Observed], now: datetime, cfg: LifecycleConfig,
+           on_error: Callable[[Observed, Exception], None]) -> list[Decided]:
+    """The state machine for every SJ; steering exempts the runs that should stay unprotected.
+
+    A bug in one SJ's decision is reported through ``on_error`` and does not stop the others."""
+    observed = list(observed)
+    exempt = steering_exemptions(progress(o, now, cfg.protect_level) for o in observed
+                                 if o.status.phase == Phase.RUNNING and not isinstance(o.spec, InvalidSpec))
+    decided = []
+    for o in observed:
+        try:
+            result = step(o.spec, o.status, o.run, now, cfg, sj_name=o.sj.name, exempt=o.sj.key in exempt)
+        except Exception as exc:
+            on_error(o, exc)
+            continue
+        decided.append(Decided(o, result))
+    return decided
+
+
+def progress(o: Observed, now: datetime, protect_level: int) -> RunProgress:
+    """A running SJ as victim steering sees it: its nodes and the work since its current period began."""
+    assert not isinstance(o.spec, InvalidSpec)
+    start = o.status.priority_start_over_timestamp or now
+    level = running_level(now, start, o.spec.duration, o.spec.priority_levels)
+    return RunProgress(key=o.sj.key, nodes=frozenset(p.node for p in o.run.pods if p.node and not p.terminal),
+                       unsaved=now - current_period_start(now, start, o.spec.duration),
+                       protected_by_level=is_protected(level, protect_level))
+
+
+# --- the admission snapshot ---------------------------------------------------------------------
+
+def pod_request(spec: ScavengerJobSpec) -> dict[str, int]:
+    """What one pod of the SJ requests, in milli-units, counting the pod itself."""
+    req = resources_milli(spec.effective_resources.requests)
+    req["pods"] = 1000
+    return req
+
+
+def queued(sj: SJObject, spec: ScavengerJobSpec, status: ScavengerJobStatus, now: datetime) -> QueuedSJ:
+    return QueuedSJ(key=sj.key, created=sj.created or now, interrupted_count=status.interrupted_count,
+                    pods=spec.parallelism, request=pod_request(spec), node_selector=dict(spec.node_selector),
+                    tolerations=spec.tolerations, not_before=status.not_before)
+
+
+def in_flight(sj: SJObject, spec: ScavengerJobSpec, scheduled: int) -> InFlightRun:
+    return InFlightRun(key=sj.key, pods=spec.parallelism, request=pod_request(spec), scheduled_pods=scheduled,
+                       node_selector=dict(spec.node_selector), tolerations=spec.tolerations)
+
+
+def node_views(view: ClusterView) -> tuple[NodeView, ...]:
+    """The nodes with what their pods request; a NotReady node takes nothing new."""
+    per_node: dict[str, dict[str, int]] = {}
+    for pod in view.active_pods:
+        if pod.node:
+            accumulate(per_node.setdefault(pod.node, {}), pod.requests)
+    return tuple(
+        NodeView(name=n.name, allocatable=n.allocatable, requested=per_node.get(n.name, {}),
+                 labels=n.labels, taints=tuple(Taint(k, v, e) for k, v, e in n.taints),
+                 unschedulable=n.unschedulable or not n.ready)
+        for n in view.nodes
+    )
+
+
+def admission_snapshot(view: ClusterView, queue: tuple[QueuedSJ, ...],
+                       runs: tuple[InFlightRun, ...]) -> ClusterSnapshot:
+    return ClusterSnapshot(nodes=node_views(view), cluster_requested=total(p.requests for p in view.active_pods),
+                           in_flight=runs, queue=queue)

@@ -1,0 +1,82 @@
+"""Resource amounts, once: Kubernetes quantities as integers in milli-units, and sums of them.
+
+Every amount is an ``int`` in milli-units, whatever the resource: ``cpu: 500m`` is 500, ``memory: 1Gi``
+is 1073741824000 and ``nvidia.com/gpu: 1`` is 1000. One unit for all resources keeps the arithmetic
+exact and uniform. A resource missing from a mapping counts as 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from types import MappingProxyType
+from typing import Any
+
+from kubernetes.utils import quantity as _quantity
+
+from gang.placement import Resources
+
+EMPTY: Resources = MappingProxyType({})
+
+__all__ = ["EMPTY", "Resources", "accumulate", "freeze", "parse_quantity", "resources_milli", "sub", "to_milli",
+           "total"]
+
+
+def parse_quantity(quantity: str | int | float | Decimal) -> Decimal:
+    """A Kubernetes quantity (``"500m"``, ``"1Gi"``, ``2``) as a number; ValueError when it is none."""
+    value: Decimal = _quantity.parse_quantity(quantity)  # type: ignore[no-untyped-call]
+    return value
+
+
+def to_milli(quantity: str | int | float | Decimal) -> int:
+    """Kubernetes quantity in milli-units, rounded up like ``MilliValue``."""
+    return math.ceil(parse_quantity(quantity) * 1000)
+
+
+def resources_milli(raw: Mapping[str, Any] | None) -> dict[str, int]:
+    """A resource list in milli-units; an unparsable quantity is skipped (for objects the API server
+    already validated: a watch stream must never stop on one odd field)."""
+    out: dict[str, int] = {}
+    for name, qty in (raw or {}).items():
+        try:
+            out[name] = to_milli(qty)
+        except (ValueError, TypeError, ArithmeticError):
+            continue
+    return out
+
+
+def freeze(res: Mapping[str, int] | None) -> Resources:
+    """A read-only copy of ``res`` without zero entries; amounts must be ``int``."""
+    if not res:
+        return EMPTY
+    frozen: dict[str, int] = {}
+    for name, amount in res.items():
+        if not isinstance(amount, int) or isinstance(amount, bool):
+            raise TypeError(f"resource {name!r}: amount must be an int in milli-units, got {amount!r}")
+        if amount:
+            frozen[name] = amount
+    return MappingProxyType(frozen)
+
+
+def accumulate(into: dict[str, int], res: Mapping[str, int]) -> dict[str, int]:
+    """Adds ``res`` into ``into``, per resource, and returns it."""
+    for name, amount in res.items():
+        into[name] = into.get(name, 0) + amount
+    return into
+
+
+def total(resources: Iterable[Mapping[str, int]]) -> Resources:
+    """Per-resource sum of many resource mappings."""
+    acc: dict[str, int] = {}
+    for res in resources:
+        accumulate(acc, res)
+    return freeze(acc)
+
+
+def sub(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
+    """Per-resource difference ``a - b``; amounts may become negative."""
+    diff = dict(a)
+    for name, amount in b.items():
+        diff[name] = diff.get(name, 0) - amount
+    return freeze(diff)

@@ -1,0 +1,45 @@
+"""The operator's tunables, once: their defaults and the ranges they must lie in.
+
+``config.OperatorConfig`` (flags and environment) and the pure core's own configurations
+(``policy.queue.PolicyConfig``, ``policy.lifecycle.LifecycleConfig``) take their defaults from here and
+check values with the same functions, so a value one accepts the other accepts too.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Final
+
+DEFAULT_THRESHOLD: Final = 0.70
+"""Share of schedulable allocatable, per resource, that all requests together may reach."""
+DEFAULT_START_TIMEOUT: Final = timedelta(seconds=60)
+DEFAULT_RETRY_BACKOFF: Final = timedelta(seconds=10)
+DEFAULT_MAX_RETRY_BACKOFF: Final = timedelta(minutes=10)
+DEFAULT_TICK: Final = timedelta(seconds=5)
+DEFAULT_PROTECT_LEVEL: Final = 1
+DEFAULT_STARVATION_AFTER: Final = timedelta(minutes=10)
+
+
+def check_threshold(value: float) -> float:
+    """0 admits only SJs that request nothing (scavenging paused); 1 lets requests reach all of it."""
+    if not 0 <= value <= 1:
+        raise ValueError(f"must be within [0, 1], got {value:g}")
+    return value
+
+
+def check_positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError("must be a positive duration")
+    return value
+
+
+def check_backoff_cap(cap: timedelta, first: timedelta) -> timedelta:
+    if cap < first:
+        raise ValueError(f"must not be below the retry backoff ({first.total_seconds():g}s)")
+    return cap
+
+
+def check_protect_level(value: int) -> int:
+    if value < 0:
+        raise ValueError(f"must not be negative, got {value}")
+    return value
