@@ -1,14 +1,28 @@
-# The operator image. Build: docker build -t scavenger/operator:dev .
-FROM python:3.11-slim AS build
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY sj_operator ./sj_operator
-COPY gang ./gang
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# The operator image.   docker build -t scavenger/operator:dev .
+# hack/images (`make images`) builds this same recipe without Docker, so it keeps to the instructions
+# that builder follows: FROM debian:bookworm-slim, RUN, COPY, ENV, USER, WORKDIR, ENTRYPOINT, CMD.
+FROM debian:bookworm-slim
 
-FROM python:3.11-slim
-RUN useradd --uid 10001 --create-home scavenger
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
-USER 10001
-ENTRYPOINT ["python", "-m", "sj_operator"]
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv \
+ && rm -rf /var/lib/apt/lists/*
+
+COPY pyproject.toml README.md /src/
+COPY sj_operator /src/sj_operator
+COPY gang /src/gang
+
+# The package and its dependencies from PyPI in a virtualenv; a fixed non-root user (the Deployment
+# runs as 10001 with a read-only root filesystem).
+RUN python3 -m venv /opt/scavenger \
+ && /opt/scavenger/bin/pip install --no-cache-dir --quiet /src \
+ && rm -rf /src \
+ && groupadd --system --gid 10001 scavenger \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin scavenger
+
+ENV PATH=/opt/scavenger/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+USER 10001:10001
+ENTRYPOINT ["python3", "-m", "sj_operator"]

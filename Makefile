@@ -11,7 +11,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup venv binaries mpi lint test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-e2e e2e-kind \
+.PHONY: setup venv binaries mpi lint images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-e2e e2e-kind \
 	mutation clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
@@ -31,7 +31,7 @@ binaries:
 mpi: venv
 	hack/install-mpi
 
-SHELL_SCRIPTS := hack/build-binaries hack/cluster hack/demo hack/e2e-kind hack/install-mpi .ci/run
+SHELL_SCRIPTS := hack/build-binaries hack/cluster hack/demo hack/e2e-kind hack/install-mpi hack/node .ci/run
 PY_TREES := sj_operator gang tests benchmarks demo
 
 lint: venv ## the gates: ruff, mypy --strict, import-linter layers, shellcheck
@@ -51,11 +51,22 @@ mutation: venv ## on demand: mutation testing of the pure core (policy, state ma
 unit: venv ## fast tests: no cluster
 	$(PY) -m pytest tests/unit tests/demo -q $(PYTEST_ARGS)
 
-e2e: setup ## e2e tests against a local cluster this target starts and stops
+e2e: setup ## e2e tests against a local cluster this target starts and stops, the real-node stage last
+	hack/node down >/dev/null 2>&1 || true
 	hack/cluster down >/dev/null 2>&1 || true
 	hack/cluster up
-	trap 'hack/cluster down' EXIT; \
+	trap 'hack/node down; hack/cluster down' EXIT; \
 	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) -m pytest tests/e2e -q $(PYTEST_ARGS)
+
+images: ## the operator and demo images, built without Docker, imported into the real node when it runs
+	@if hack/node status >/dev/null 2>&1; then hack/images pause operator generic-counter mpi-heat \
+	  --containerd .node/containerd/containerd.sock; else hack/images; fi
+
+node-up: setup ## join the real kubelet node to the running local cluster
+	hack/node up
+
+node-down:
+	hack/node down
 
 e2e-kind: ## with Docker and kind: both demos on a kind cluster, one interruption (hack/e2e-kind)
 	hack/e2e-kind

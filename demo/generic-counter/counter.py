@@ -426,6 +426,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=env_number("COUNTER_LOG_EVERY", int, 100),
         help="log progress every N steps, 0 for never (env COUNTER_LOG_EVERY, default 100)",
     )
+    parser.add_argument(
+        "--exit-zero-on-signal",
+        action="store_true",
+        default=os.environ.get("COUNTER_EXIT_ZERO_ON_SIGNAL", "") not in ("", "0", "false"),
+        help="exit 0 after the checkpoint a signal asked for, as many real apps do, instead of 128+signal "
+        "(env COUNTER_EXIT_ZERO_ON_SIGNAL)",
+    )
     args = parser.parse_args(argv)
     if args.target < 0:
         parser.error("--target must be >= 0")
@@ -552,7 +559,7 @@ def run(args: argparse.Namespace, stop: StopFlag) -> int:
         name = signal.Signals(stop.signum).name
         counter.checkpoint(name)
         log(f"stopped by {name} at step {counter.step}/{args.target}")
-        return stop.exit_code()
+        return EXIT_OK if args.exit_zero_on_signal else stop.exit_code()
     counter.checkpoint("done")
     print(json.dumps(counter.summary(), sort_keys=True), flush=True)
     return EXIT_OK

@@ -172,6 +172,24 @@ def test_settings_come_from_the_sj_environment(tmp_path: Path) -> None:
     assert [p.name for p in checkpoints(ckpt)][-1] == "ckpt-000000000060.json"
 
 
+@pytest.mark.parametrize(("flag", "env", "code"), [
+    ([], {}, 143),
+    (["--exit-zero-on-signal"], {}, 0),
+    ([], {"COUNTER_EXIT_ZERO_ON_SIGNAL": "1"}, 0),
+    ([], {"COUNTER_EXIT_ZERO_ON_SIGNAL": "0"}, 143),
+], ids=["default-143", "flag-exit-0", "env-exit-0", "env-off"])
+def test_exit_code_after_a_signal_checkpoint(tmp_path: Path, flag: list[str], env: dict[str, str],
+                                             code: int) -> None:
+    """Many real apps exit 0 once they saved their work on SIGTERM; the counter can do either."""
+    proc = start([*counter_argv(tmp_path, 10_000, 0.004, interval=3600), *flag], env=clean_env(env))
+    wait_for_step(proc, tmp_path, 5)
+    proc.send_signal(signal.SIGTERM)
+    exit_code, out, err = finish(proc, timeout=10)
+    assert exit_code == code, err
+    assert out == "" and "stopped by SIGTERM" in err
+    assert checkpoint_step(checkpoints(tmp_path)[-1]) >= 5
+
+
 def test_sigterm_checkpoints_and_repeated_restarts_give_the_exact_result(tmp_path: Path) -> None:
     target = 600
     reached = 0

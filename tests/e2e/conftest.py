@@ -20,6 +20,9 @@ USE_KIND = os.environ.get("SJ_E2E_CLUSTER", "local") == "kind"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The real-node stage runs last: it installs the operator in-cluster, which must not meet the
+    # in-process operators of the other modules.
+    items.sort(key=lambda item: item.get_closest_marker("real_node") is not None)
     for item in items:
         if "tests/e2e" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
@@ -29,6 +32,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kwok_only: needs the local cluster's simulated nodes")
+    config.addinivalue_line("markers", "real_node: needs the real kubelet node (hack/node; root)")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,329 @@
+"""Real containers on the real kubelet node (hack/node): the operator in-cluster from its own image and
+install recipe, the counter and the MPI gang preempted through the real scheduler, resumed from their
+checkpoints to the result of an uninterrupted run, a leader killed mid-run, and least privilege.
+
+These tests need root (containerd and the pod network); elsewhere they are skipped with one line. CI runs
+as root and never skips them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from tests.e2e.kube import unique, wait_for
+from tests.e2e.sj import create_sj, event_list, jobs_of, run_pods, sj_spec, status, wait_phase
+
+REPO = Path(__file__).resolve().parents[2]
+NODE = "scavenger-real-node"
+SYSTEM = "scavenger-system"
+SA = f"system:serviceaccount:{SYSTEM}:scavenger-operator"
+ON_NODE = {"nodeSelector": {"scavenger.dev/node": "real"}}
+
+pytestmark = [pytest.mark.real_node, pytest.mark.kwok_only]
+
+
+def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(REPO / ".bin/kubectl"), *args], capture_output=True, text=True, check=check,
+                          env={**os.environ})
+
+
+@pytest.fixture(scope="module")
+def real_node(api: client.ApiClient) -> Iterator[str]:
+    """The real node joined and the project's images imported into its containerd."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("the real-node stage needs root, and CI never skips it")
+        pytest.skip("the real-node stage needs root (containerd, the pod network): run the tests as root")
+    subprocess.run([str(REPO / "hack/node"), "up"], check=True)
+    subprocess.run([str(REPO / "hack/images"), "--containerd", str(REPO / ".node/containerd/containerd.sock"),
+                    "pause", "operator", "generic-counter", "mpi-heat"], check=True)
+    yield NODE
+
+
+@pytest.fixture(scope="module")
+def cluster_operator(api: client.ApiClient, crd: None, real_node: str) -> Iterator[None]:
+    """The operator in-cluster: its image, ServiceAccount, RBAC, two replicas, one elected by a Lease."""
+    kubectl("apply", "-k", str(REPO / "deploy/local"))
+    apps = client.AppsV1Api(api)
+    wait_for("both operator replicas ready", lambda: (d := apps.read_namespaced_deployment(
+        "scavenger-operator", SYSTEM)).status.ready_replicas == 2 and d, timeout=120)
+    wait_for("a leader", lambda: _leader(api), timeout=60)
+    yield
+    kubectl("delete", "-k", str(REPO / "deploy/local"), "--wait=true", "--timeout=120s", check=False)
+
+
+def _leader(api: client.ApiClient) -> str | None:
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease("scavenger", SYSTEM)
+    except client.ApiException:
+        return None
+    return lease.spec.holder_identity or None
+
+
+def _owner_class(api: client.ApiClient) -> str:
+    """A PriorityClass above every SJ band: its pods preempt SJ pods for their room."""
+    sched = client.SchedulingV1Api(api)
+    name = "e2e-owner"
+    try:
+        sched.create_priority_class({"metadata": {"name": name}, "value": 1000, "preemptionPolicy":
+                                     "PreemptLowerPriority", "description": "e2e: an ordinary workload"})
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    return name
+
+
+def _free_cpu_without(api: client.ApiClient, sj: str) -> int:
+    """mCPU of the real node left for new pods once the SJ's pods are gone."""
+    from sj_operator.observed import pod_requests
+    core = client.CoreV1Api(api)
+    node = core.read_node(NODE)
+    from sj_operator.resources import to_milli
+    allocatable = to_milli(node.status.allocatable["cpu"])
+    used = 0
+    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items:
+        if pod.status.phase in ("Succeeded", "Failed") or (pod.metadata.labels or {}).get(
+                "scavenger.dev/job-name") == sj:
+            continue
+        used += pod_requests(api.sanitize_for_serialization(pod.spec)).get("cpu", 0)
+    return allocatable - used
+
+
+def _preempt(api: client.ApiClient, namespace: str, sj: str, leave: int) -> str:
+    """A default workload that needs all but ``leave`` mCPU of the room the SJ holds: the scheduler
+    preempts the SJ's pods for it."""
+    cpu = _free_cpu_without(api, sj) - leave
+    client.CoreV1Api(api).create_namespaced_pod(namespace, {
+        "metadata": {"name": "owner"},
+        "spec": {"priorityClassName": _owner_class(api), **ON_NODE, "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "owner", "image": "scavenger/pause:dev",
+                                 "resources": {"requests": {"cpu": f"{cpu}m"}, "limits": {"cpu": f"{cpu}m"}}}]},
+    })
+    return "owner"
+
+
+class LogFollower:
+    """Follows one container's log in a thread, so what it printed before its pod is removed is kept."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, pod: str) -> None:
+        self.lines: list[str] = []
+        core = client.CoreV1Api(api)
+
+        def follow() -> None:
+            try:
+                for line in watch.Watch().stream(core.read_namespaced_pod_log, pod, namespace):
+                    self.lines.append(line)
+            except Exception as exc:  # the pod went away: what was read is kept
+                self.lines.append(f"<log ended: {exc}>")
+
+        self.thread = threading.Thread(target=follow, daemon=True)
+        self.thread.start()
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _pod_log(api: client.ApiClient, namespace: str, pod: str) -> str:
+    return client.CoreV1Api(api).read_namespaced_pod_log(pod, namespace)
+
+
+def _summary(log: str) -> dict[str, Any]:
+    done = [json.loads(line) for line in log.splitlines() if line.startswith("{") and '"done"' in line]
+    assert done, f"no summary line in the log:\n{log[-2000:]}"
+    return done[-1]
+
+
+def _pvc(api: client.ApiClient, namespace: str, name: str, mode: str) -> None:
+    client.CoreV1Api(api).create_namespaced_persistent_volume_claim(namespace, {
+        "metadata": {"name": name},
+        "spec": {"accessModes": [mode], "storageClassName": "scavenger-local",
+                 "resources": {"requests": {"storage": "64Mi"}}},
+    })
+
+
+def _running_pod(api: client.ApiClient, namespace: str, run: str, index: int = 0) -> str:
+    def probe() -> str | None:
+        for pod in run_pods(api, namespace, run):
+            labels = pod.metadata.annotations or {}
+            if pod.status.phase == "Running" and int(labels.get(
+                    "batch.kubernetes.io/job-completion-index", "0")) == index:
+                return str(pod.metadata.name)
+        return None
+    return wait_for(f"pod {index} of {run} running", probe, timeout=120)
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_counter_preempted_for_real_checkpoints_on_sigterm_and_resumes_to_the_same_result(
+        api: client.ApiClient, namespace: str, cluster_operator: None) -> None:
+    """The counter exits 0 after its SIGTERM checkpoint, as many real apps do: still an interruption."""
+    seed, target = unique("seed"), 160
+    _pvc(api, namespace, "counter-ckpt", "ReadWriteOnce")
+    create_sj(api, namespace, "counter", {
+        "image": "scavenger/generic-counter:dev", "args": ["--log-every", "10", "--exit-zero-on-signal"],
+        "env": [{"name": "COUNTER_TARGET", "value": str(target)}, {"name": "COUNTER_STEP_SECONDS", "value": "0.2"},
+                {"name": "COUNTER_SEED", "value": seed}],
+        "volumes": [{"name": "ckpt", "mountPath": "/checkpoints",
+                     "persistentVolumeClaim": {"claimName": "counter-ckpt"}}],
+        "checkpointVolume": "ckpt", "resources": {"requests": {"cpu": "500m", "memory": "128Mi"}},
+        "duration": "10m", "terminationGracePeriodSeconds": 15, "runAsUser": 10001, "runAsGroup": 10001,
+        **ON_NODE,
+    })
+    first = _running_pod(api, namespace, "counter-r1")
+    log = LogFollower(api, namespace, first)
+    wait_for("the counter past step 30", lambda: "step 30/" in log.text(), timeout=120)
+
+    _preempt(api, namespace, "counter", leave=100)
+    st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "counter")).get(
+        "interruptedCount") == 1 and s, timeout=90)
+    assert st.get("finishedTimestamp") is None, "an app that exits 0 after SIGTERM has not finished"
+    reasons = [m for r, m in event_list(api, namespace, "counter") if r == "Interrupted"]
+    assert reasons and "PreemptionByScheduler" in reasons[0]
+    wait_for("the first run's log ended", lambda: "<log ended" in log.text() or not log.thread.is_alive(),
+             timeout=60)
+    stopped = [line for line in log.lines if "stopped by SIGTERM" in line]
+    assert stopped, f"the container got no SIGTERM:\n{log.text()[-2000:]}"
+    saved = [line for line in log.lines if "written (SIGTERM)" in line]
+    assert saved, "it checkpointed on SIGTERM"
+
+    client.CoreV1Api(api).delete_namespaced_pod("owner", namespace, grace_period_seconds=0)
+    st = wait_phase(api, namespace, "counter", "Succeeded", timeout=240)
+    assert st["interruptedCount"] == 1 and st["jobName"] == "counter-r2"
+    second = next(p.metadata.name for p in run_pods(api, namespace, "counter-r2"))
+    result = _summary(_pod_log(api, namespace, second))
+    checkpoint_step = int(saved[-1].split("ckpt-")[1].split(".json")[0])
+    assert result["resumed_from"] == checkpoint_step > 30, "resumed from the SIGTERM checkpoint, not from zero"
+
+    with_no_interruption = subprocess.run(
+        [sys.executable, str(REPO / "demo/generic-counter/counter.py"), "--target", str(target), "--step-seconds",
+         "0", "--seed", seed, "--checkpoint-dir", str(Path(os.environ.get("TMPDIR", "/tmp")) / unique("ref"))],
+        capture_output=True, text=True, check=True)
+    assert result["result"] == _summary(with_no_interruption.stdout)["result"], "bit for bit"
+
+
+def test_mpi_gang_across_pods_loses_a_member_and_resumes_to_the_same_result(
+        api: client.ApiClient, namespace: str, cluster_operator: None) -> None:
+    heat = ["--nx", "96", "--ny", "64", "--steps", "600", "--step-seconds", "0.05", "--checkpoint-every", "50",
+            "--log-every", "50"]
+    _pvc(api, namespace, "heat-ckpt", "ReadWriteMany")
+    create_sj(api, namespace, "heat", {
+        "image": "scavenger/mpi-heat:dev", "parallelism": 3, "mpi": {"slotsPerWorker": 1},
+        "command": ["mpirun"],
+        "args": ["--hostfile", "/etc/mpi/hostfile", "--bind-to", "none", "python3", "/app/heat.py", *heat],
+        "volumes": [{"name": "ckpt", "mountPath": "/checkpoints", "persistentVolumeClaim": {"claimName": "heat-ckpt"}}],
+        "checkpointVolume": "ckpt", "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}},
+        "duration": "10m", "terminationGracePeriodSeconds": 30, "runAsUser": 1000, "runAsGroup": 1000, **ON_NODE,
+    })
+    launcher = _running_pod(api, namespace, "heat-r1", 0)
+    log = LogFollower(api, namespace, launcher)
+    wait_for("the gang past step 150", lambda: "step 150/" in log.text(), timeout=240)
+    assert "2 ranks" in log.text(), "two ranks on two worker pods, started over ssh"
+
+    _preempt(api, namespace, "heat", leave=450)  # room for two of the three members: one must go
+    st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "heat")).get(
+        "interruptedCount") == 1 and s, timeout=120)
+    reasons = [m for r, m in event_list(api, namespace, "heat") if r == "Interrupted"]
+    assert reasons and "PreemptionByScheduler" in reasons[0]
+    wait_for("the whole first gang gone", lambda: not run_pods(api, namespace, "heat-r1"), timeout=90)
+
+    client.CoreV1Api(api).delete_namespaced_pod("owner", namespace, grace_period_seconds=0)
+    st = wait_phase(api, namespace, "heat", "Succeeded", timeout=300)
+    assert st["jobName"] == "heat-r2"
+    launcher = _running_or_done(api, namespace, "heat-r2")
+    result = _summary(_pod_log(api, namespace, launcher))
+    assert result["resumed_from"] and result["resumed_from"] >= 150
+    reference = subprocess.run([sys.executable, str(REPO / "demo/mpi-checkpoint/heat.py"),
+                                *[a for a in heat if a not in ("--step-seconds", "0.05")],
+                                "--checkpoint-dir", str(Path("/tmp") / unique("heat-ref"))],
+                               capture_output=True, text=True, check=True)
+    assert result["checksum"] == _summary(reference.stdout)["checksum"], "bit for bit"
+
+
+def _running_or_done(api: client.ApiClient, namespace: str, run: str) -> str:
+    pods = [p for p in run_pods(api, namespace, run)
+            if int((p.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "0")) == 0]
+    assert pods, f"no launcher pod of {run}"
+    return str(pods[0].metadata.name)
+
+
+def test_killing_the_active_operator_hands_over_without_losing_or_doubling_an_sj(
+        api: client.ApiClient, namespace: str, cluster_operator: None) -> None:
+    names = [f"sim-{i}" for i in range(4)]
+    for name in names[:2]:
+        create_sj(api, namespace, name, sj_spec(run_for="20s"))
+    wait_for("first SJs running", lambda: all(status(api, namespace, n).get("phase") == "Running"
+                                              for n in names[:2]), timeout=60)
+    leader = _leader(api)
+    assert leader is not None
+    started = time.monotonic()
+    client.CoreV1Api(api).delete_namespaced_pod(leader, SYSTEM, grace_period_seconds=0)
+    for name in names[2:]:
+        create_sj(api, namespace, name, sj_spec(run_for="5s"))
+    lease = client.CoordinationV1Api(api).read_namespaced_lease("scavenger", SYSTEM)
+    new = wait_for("another replica leads", lambda: (h := _leader(api)) not in (None, leader) and h,
+                   timeout=(lease.spec.lease_duration_seconds or 15) + 15)
+    took = time.monotonic() - started
+    assert took <= (lease.spec.lease_duration_seconds or 15) + 10, f"take-over took {took:.0f}s"
+    assert new != leader
+    for name in names:
+        wait_phase(api, namespace, name, "Succeeded", timeout=120)
+        assert [j.metadata.name for j in jobs_of(api, namespace, name)] == [f"{name}-r1"], "launched once"
+
+
+# What the operator's ServiceAccount may and may not do (kubectl auth can-i).
+MAY = [
+    ("patch", "scavengerjobs.scavenger.dev/status", "team-a"), ("watch", "scavengerjobs.scavenger.dev", ""),
+    ("create", "jobs.batch", "team-a"), ("delete", "jobs.batch", "team-a"), ("watch", "pods", ""),
+    ("patch", "pods", "team-a"), ("create", "services", "team-a"), ("create", "secrets", "team-a"),
+    ("create", "poddisruptionbudgets.policy", "team-a"), ("create", "events", "team-a"),
+    ("create", "priorityclasses.scheduling.k8s.io", ""), ("update", "leases.coordination.k8s.io", SYSTEM),
+    ("watch", "nodes", ""),
+]
+MAY_NOT = [
+    ("create", "pods", "team-a"), ("delete", "pods", "team-a"), ("list", "secrets", "team-a"),
+    ("watch", "secrets", ""), ("update", "nodes", ""), ("delete", "nodes", ""),
+    ("create", "scavengerjobs.scavenger.dev", "team-a"), ("delete", "scavengerjobs.scavenger.dev", "team-a"),
+    ("update", "customresourcedefinitions.apiextensions.k8s.io", ""),
+    ("create", "clusterrolebindings.rbac.authorization.k8s.io", ""),
+    ("escalate", "clusterroles.rbac.authorization.k8s.io", ""), ("impersonate", "serviceaccounts", ""),
+    ("delete", "namespaces", ""), ("delete", "priorityclasses.scheduling.k8s.io", ""),
+    ("create", "pods/exec", "team-a"),
+]
+
+
+@pytest.mark.parametrize(("verb", "resource", "ns", "allowed"),
+                         [(*row, True) for row in MAY] + [(*row, False) for row in MAY_NOT],
+                         ids=[f"may-{v}-{r.split('.')[0]}" for v, r, _ in MAY]
+                         + [f"may-not-{v}-{r.split('.')[0]}" for v, r, _ in MAY_NOT])
+def test_least_privilege(cluster_operator: None, verb: str, resource: str, ns: str, allowed: bool) -> None:
+    args = ["auth", "can-i", verb, resource, f"--as={SA}"]
+    args += ["-n", ns] if ns else ["--all-namespaces"]
+    answer = kubectl(*args, check=False).stdout.strip()
+    assert answer == ("yes" if allowed else "no"), f"{verb} {resource}: {answer}"
+
+
+def test_operator_pods_meet_the_restricted_pod_security_standard(api: client.ApiClient,
+                                                                 cluster_operator: None) -> None:
+    ns = client.CoreV1Api(api).read_namespace(SYSTEM)
+    assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    pods = client.CoreV1Api(api).list_namespaced_pod(SYSTEM, label_selector="app.kubernetes.io/name=scavenger-operator")
+    assert len([p for p in pods.items if p.status.phase == "Running"]) == 2
+    assert all(p.spec.node_name == NODE for p in pods.items)
+    # A pod that breaks the standard is refused in that namespace.
+    with pytest.raises(client.ApiException) as refused:
+        client.CoreV1Api(api).create_namespaced_pod(SYSTEM, {
+            "metadata": {"name": "root-pod"},
+            "spec": {"containers": [{"name": "c", "image": "scavenger/pause:dev"}]}})
+    assert refused.value.status == 403 and "restricted" in refused.value.body
+
