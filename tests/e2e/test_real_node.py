@@ -37,6 +37,30 @@ def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
                           env={**os.environ})
 
 
+def host_state() -> dict[str, Any]:
+    """What `hack/node down` must leave as `up` found it: processes, mounts, links, sysctls."""
+    def read(path: str) -> str:
+        try:
+            return Path(path).read_text().strip()
+        except OSError:
+            return "absent"
+    processes = subprocess.run(["pgrep", "-a", "-f", "kubelet|containerd|coredns"], capture_output=True,
+                               text=True, check=False).stdout.splitlines()
+    return {
+        "processes": sorted(line.split(" ", 1)[1] for line in processes if "pgrep" not in line),
+        "mounts": sorted(line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()),
+        "links": sorted(line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
+            ["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout.strip().splitlines()),
+        "ip_forward": read("/proc/sys/net/ipv4/ip_forward"),
+        "bridge_nf": read("/proc/sys/net/bridge/bridge-nf-call-iptables"),
+        "netns": sorted(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                       check=False).stdout.split()),
+    }
+
+
+BEFORE: dict[str, Any] = {}
+
+
 @pytest.fixture(scope="module")
 def real_node(api: client.ApiClient) -> Iterator[str]:
     """The real node joined and the project's images imported into its containerd."""
@@ -44,6 +68,8 @@ def real_node(api: client.ApiClient) -> Iterator[str]:
         if os.environ.get("CI"):
             pytest.fail("the real-node stage needs root, and CI never skips it")
         pytest.skip("the real-node stage needs root (containerd, the pod network): run the tests as root")
+    if subprocess.run([str(REPO / "hack/node"), "status"], capture_output=True, check=False).returncode != 0:
+        BEFORE.update(host_state())
     subprocess.run([str(REPO / "hack/node"), "up"], check=True)
     subprocess.run([str(REPO / "hack/images"), "--containerd", str(REPO / ".node/containerd/containerd.sock"),
                     "pause", "operator", "generic-counter", "mpi-heat"], check=True)
@@ -53,13 +79,13 @@ def real_node(api: client.ApiClient) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def cluster_operator(api: client.ApiClient, crd: None, real_node: str) -> Iterator[None]:
     """The operator in-cluster: its image, ServiceAccount, RBAC, two replicas, one elected by a Lease."""
-    kubectl("apply", "-k", str(REPO / "deploy/local"))
+    kubectl("apply", "-k", str(REPO / "hack/local-install"))
     apps = client.AppsV1Api(api)
     wait_for("both operator replicas ready", lambda: (d := apps.read_namespaced_deployment(
         "scavenger-operator", SYSTEM)).status.ready_replicas == 2 and d, timeout=120)
     wait_for("a leader", lambda: _leader(api), timeout=60)
     yield
-    kubectl("delete", "-k", str(REPO / "deploy/local"), "--wait=true", "--timeout=120s", check=False)
+    kubectl("delete", "-k", str(REPO / "hack/local-install"), "--wait=false", check=False)
 
 
 def _leader(api: client.ApiClient) -> str | None:
@@ -238,23 +264,18 @@ def test_mpi_gang_across_pods_loses_a_member_and_resumes_to_the_same_result(
     wait_for("the whole first gang gone", lambda: not run_pods(api, namespace, "heat-r1"), timeout=90)
 
     client.CoreV1Api(api).delete_namespaced_pod("owner", namespace, grace_period_seconds=0)
+    # The operator removes a finished gang's run: its launcher's log is followed while it runs.
+    resumed = LogFollower(api, namespace, _running_pod(api, namespace, "heat-r2", 0))
     st = wait_phase(api, namespace, "heat", "Succeeded", timeout=300)
     assert st["jobName"] == "heat-r2"
-    launcher = _running_or_done(api, namespace, "heat-r2")
-    result = _summary(_pod_log(api, namespace, launcher))
+    result = wait_for("the launcher's summary", lambda: '"done"' in resumed.text() and _summary(resumed.text()),
+                      timeout=30)
     assert result["resumed_from"] and result["resumed_from"] >= 150
     reference = subprocess.run([sys.executable, str(REPO / "demo/mpi-checkpoint/heat.py"),
                                 *[a for a in heat if a not in ("--step-seconds", "0.05")],
                                 "--checkpoint-dir", str(Path("/tmp") / unique("heat-ref"))],
                                capture_output=True, text=True, check=True)
     assert result["checksum"] == _summary(reference.stdout)["checksum"], "bit for bit"
-
-
-def _running_or_done(api: client.ApiClient, namespace: str, run: str) -> str:
-    pods = [p for p in run_pods(api, namespace, run)
-            if int((p.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "0")) == 0]
-    assert pods, f"no launcher pod of {run}"
-    return str(pods[0].metadata.name)
 
 
 def test_killing_the_active_operator_hands_over_without_losing_or_doubling_an_sj(
@@ -327,3 +348,18 @@ def test_operator_pods_meet_the_restricted_pod_security_standard(api: client.Api
             "spec": {"containers": [{"name": "c", "image": "scavenger/pause:dev"}]}})
     assert refused.value.status == 403 and "restricted" in refused.value.body
 
+
+def test_node_down_leaves_the_host_as_up_found_it_and_both_are_idempotent(real_node: str) -> None:
+    """Last of the stage: the node goes, and with it every process, mount, link and sysctl it made."""
+    if not BEFORE:
+        pytest.skip("the node was already up when this stage started: there is no 'before' to compare with")
+    node = str(REPO / "hack/node")
+    subprocess.run([node, "up"], check=True, capture_output=True)  # a second up changes nothing
+    assert subprocess.run([node, "status"], check=False, capture_output=True).returncode == 0
+    subprocess.run([node, "down"], check=True, capture_output=True)
+    after = host_state()
+    for key, value in BEFORE.items():
+        assert after[key] == value, f"{key} differs after hack/node down"
+    assert not (REPO / ".node").exists()
+    subprocess.run([node, "down"], check=True, capture_output=True)  # and a second down too
+    assert subprocess.run([node, "status"], check=False, capture_output=True).returncode == 1

@@ -1,0 +1,107 @@
+"""hack/images: the Dockerfiles are the one recipe; the registry-free builder follows them or refuses."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+import tarfile
+from importlib.machinery import SourceFileLoader
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def images() -> ModuleType:
+    loader = SourceFileLoader("hack_images", str(REPO / "hack/images"))
+    spec = importlib.util.spec_from_loader("hack_images", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["hack_images"] = module  # its dataclasses look themselves up there
+    loader.exec_module(module)
+    return module
+
+
+def test_every_dockerfile_is_one_the_builder_follows(images: ModuleType) -> None:
+    recipes = {name: images.parse(path) for name, path in images.IMAGES.items()}
+    assert recipes["operator"].entrypoint == ["python3", "-m", "sj_operator"]
+    assert recipes["operator"].user == "10001:10001"
+    assert recipes["generic-counter"].entrypoint == ["python3", "/app/counter.py"]
+    assert recipes["generic-counter"].env["SJ_CHECKPOINT_DIR"] == "/checkpoints"
+    assert recipes["mpi-heat"].user == "1000:1000" and recipes["mpi-heat"].workdir == "/home/mpiuser"
+    for recipe in recipes.values():
+        assert all(path.is_file() for path in images.copied_files(recipe)), recipe.path
+
+
+def test_the_deploy_manifest_runs_what_the_operator_image_holds(images: ModuleType) -> None:
+    """The Deployment's user and the image's agree, and the image's entrypoint is the package's."""
+    recipe = images.parse(images.IMAGES["operator"])
+    deployment = (REPO / "deploy/operator.yaml").read_text()
+    uid = recipe.user.split(":")[0]
+    assert f"runAsUser: {uid}" in deployment
+    assert "image: scavenger/operator:dev" in deployment
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "message"),
+    [
+        ("FROM python:3.11-slim\n", "builds on debian:bookworm-slim only"),
+        ("FROM debian:bookworm-slim AS build\n", "builds on debian:bookworm-slim only"),
+        ("FROM debian:bookworm-slim\nADD x.tar /\n", "ADD is not supported"),
+        ("FROM debian:bookworm-slim\nARG VERSION\n", "ARG is not supported"),
+        ("FROM debian:bookworm-slim\nHEALTHCHECK CMD true\n", "HEALTHCHECK is not supported"),
+    ],
+)
+def test_what_the_builder_cannot_follow_is_refused(images: ModuleType, tmp_path: Path, dockerfile: str,
+                                                     message: str) -> None:
+    path = tmp_path / "Dockerfile"
+    path.write_text(dockerfile)
+    with pytest.raises(ValueError, match=message):
+        images.parse(path)
+
+
+def test_instructions_join_continuations_and_skip_comments(images: ModuleType) -> None:
+    text = "# c\nFROM debian:bookworm-slim\n\nRUN a \\\n # inside\n && b\nENV A=1 \\\n    B=\"two words\"\n"
+    assert images.instructions(text) == [("FROM", "debian:bookworm-slim"), ("RUN", "a  && b"),
+                                         ("ENV", 'A=1  B="two words"')]
+    assert images.parse_env('A=1  B="two words"') == {"A": "1", "B": "two words"}
+
+
+def test_inputs_hash_follows_the_copied_files_only(images: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text("print(1)\n")
+    (tmp_path / "notes.txt").write_text("not copied\n")
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM debian:bookworm-slim\nCOPY app.py /app/app.py\n")
+    recipe = images.parse(dockerfile)
+    first = images.input_hash(recipe)
+    (tmp_path / "notes.txt").write_text("changed\n")
+    assert images.input_hash(recipe) == first
+    (tmp_path / "app.py").write_text("print(2)\n")
+    assert images.input_hash(recipe) != first
+
+
+def test_archive_is_an_oci_layout_that_names_the_image(images: ModuleType, tmp_path: Path) -> None:
+    layer = tmp_path / "layer.tar"
+    with tarfile.open(layer, "w") as out:
+        payload = tmp_path / "hello"
+        payload.write_text("hi\n")
+        out.add(payload, arcname="hello")
+    archive = tmp_path / "x.oci.tar"
+    images.write_archive("demo", layer, {"Entrypoint": ["/hello"]}, archive)
+    with tarfile.open(archive) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+    assert json.loads(files["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
+    index = json.loads(files["index.json"])
+    [manifest_desc] = index["manifests"]
+    assert manifest_desc["annotations"]["io.containerd.image.name"] == "docker.io/scavenger/demo:dev"
+    for name, data in files.items():
+        if name.startswith("blobs/sha256/"):
+            assert hashlib.sha256(data).hexdigest() == name.rsplit("/", 1)[1], "content-addressed"
+    manifest = json.loads(files[f"blobs/sha256/{manifest_desc['digest'].split(':')[1]}"])
+    config = json.loads(files[f"blobs/sha256/{manifest['config']['digest'].split(':')[1]}"])
+    assert config["config"]["Entrypoint"] == ["/hello"]
+    assert config["rootfs"]["diff_ids"] == [manifest["layers"][0]["digest"]]
