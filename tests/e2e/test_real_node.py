@@ -44,10 +44,10 @@ def host_state() -> dict[str, Any]:
             return Path(path).read_text().strip()
         except OSError:
             return "absent"
-    processes = subprocess.run(["pgrep", "-a", "-f", "kubelet|containerd|coredns"], capture_output=True,
+    processes = subprocess.run(["pgrep", "-a", "-x", "kubelet|containerd|coredns|containerd-shim-runc-v2"], capture_output=True,
                                text=True, check=False).stdout.splitlines()
     return {
-        "processes": sorted(line.split(" ", 1)[1] for line in processes if "pgrep" not in line),
+        "processes": sorted(line.split(" ", 1)[1] for line in processes),
         "mounts": sorted(line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()),
         "links": sorted(line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
             ["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout.strip().splitlines()),
