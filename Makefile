@@ -32,7 +32,7 @@ mpi: venv
 	hack/install-mpi
 
 SHELL_SCRIPTS := hack/build-binaries hack/cluster hack/demo hack/e2e-kind hack/install-mpi hack/node .ci/run
-PY_TREES := sj_operator gang tests benchmarks demo
+PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-score
 
 lint: venv ## the gates: ruff, mypy --strict, import-linter layers, shellcheck
 	@echo "[lint] ruff"; $(VENV)/bin/ruff check $(PY_TREES)

@@ -44,8 +44,8 @@ def host_state() -> dict[str, Any]:
             return Path(path).read_text().strip()
         except OSError:
             return "absent"
-    processes = subprocess.run(["pgrep", "-a", "-x", "kubelet|containerd|coredns|containerd-shim-runc-v2"], capture_output=True,
-                               text=True, check=False).stdout.splitlines()
+    processes = subprocess.run(["pgrep", "-a", "-x", "kubelet|containerd|coredns|containerd-shim-runc-v2"],
+                               capture_output=True, text=True, check=False).stdout.splitlines()
     return {
         "processes": sorted(line.split(" ", 1)[1] for line in processes),
         "mounts": sorted(line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()),
