@@ -1,9 +1,11 @@
-"""The pure decision core: plain functions over immutable snapshots, no I/O, time injected.
+"""The pure decision core: plain functions over immutable values, no I/O, time injected.
 
-- ``snapshot``: resources in milli-units and the immutable inputs (nodes, queue, in-flight runs).
-- ``admission``: queue order and which waiting ScavengerJobs start now, on which nodes.
-- ``priority``: running priority inside a checkpoint period and the PriorityClass band.
+- ``lifecycle``: the ScavengerJob state machine (what a run's outcome is, what to do about it);
+  ``outcomes`` holds what it reads and decides, ``conditions`` the standard conditions it sets;
+- ``queue``: queue order, waiting time and starvation;
+- ``admission``: which waiting ScavengerJobs start now, on which nodes (with ``gang.placement``);
+- ``priority``: running level inside a checkpoint period, victim steering, the PriorityClass band;
+- ``snapshot``: the immutable inputs of admission (nodes, queue, runs in flight).
 
-Import the submodules directly; this package deliberately re-exports nothing, so that
-``gang.placement`` (which ``admission`` uses) can import ``snapshot`` without an import cycle.
+Import the submodules directly; this package re-exports nothing.
 """
