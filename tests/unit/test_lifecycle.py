@@ -31,6 +31,8 @@ from sj_operator.policy.lifecycle import (
     Run,
     SetProtection,
     Step,
+    launch_refused,
+    launched,
     retry_delay,
     step,
 )
@@ -989,6 +991,65 @@ def test_running_priority(
     assert st.running_timestamps == before.running_timestamps
     if expected == (T0, level, protected):
         assert result == Step(before)
+
+
+def test_a_new_period_at_the_same_level_moves_the_period_start() -> None:
+    """30 min and 10 s after the run began, its second period is 10 s old: still level 0, new start."""
+    before = running(NOW - 30 * M - 10 * S, level=0)
+    result = decide(spec(duration="30m"), before, run_of(job(), pod(0)))
+    assert result.status.priority_start_over_timestamp == NOW - 10 * S
+    assert result.status.running_priority == 0
+    assert result.actions == () and result.events == ()
+
+
+def test_an_exempted_run_is_left_unprotected_and_says_why() -> None:
+    """Level 2 of 3 asks for protection; steering exempts the run: no budget, and an Event saying so."""
+    before = running(NOW - 21 * M, level=2, protected=True)
+    result = step(spec(duration="30m"), before, run_of(job(), pod(0)), NOW, CFG, sj_name=SJ, exempt=True)
+    assert result.status.protected is False
+    assert result.actions == (SetProtection(RUN1, False),)
+    assert result.events == (Event("Normal", "Unprotected", f"run {RUN1} has the least unsaved work on its "
+                                   "node(s): left unprotected so that a preemption there loses the least"),)
+
+
+def test_a_run_past_its_period_loses_its_protection_with_a_reason() -> None:
+    before = running(NOW - 30 * M - 10 * S, level=2, protected=True)
+    result = decide(spec(duration="30m"), before, run_of(job(), pod(0)))
+    assert result.status.protected is False and result.status.running_priority == 0
+    assert result.actions == (SetProtection(RUN1, False),)
+    assert result.events == (Event("Normal", "Unprotected", f"checkpoint period of 30m ended: run {RUN1} is no "
+                                   "longer protected"),)
+
+
+# ----------------------------------------------------------------------------- launch-time transitions
+
+
+@pytest.mark.parametrize("interrupted", [0, 4])
+def test_launched_records_the_new_run(interrupted: int) -> None:
+    before = status(Phase.PENDING if not interrupted else Phase.INTERRUPTED, attempt=interrupted,
+                    interrupted_count=interrupted, not_before=NOW - S)
+    run_name = run_job_name(SJ, interrupted + 1)
+    result = launched(before, NOW, job_name=run_name, priority_class_name="scavenger-band-1", pods=3)
+    st = result.status
+    assert (st.phase, st.attempt, st.job_name, st.launched_timestamp) == (Phase.STARTING, interrupted + 1,
+                                                                          run_name, NOW)
+    assert st.priority_class_name == "scavenger-band-1" and st.not_before is None
+    message = f"run {run_name} launched (3 pod(s), priority class scavenger-band-1)"
+    assert st.message == message
+    assert result.events == (Event("Normal", "Launched", message),)
+    assert result.actions == () and result.waiting is False
+    assert condition(st, "Running").status == "False" and condition(st, "Running").reason == "Launched"
+
+
+@pytest.mark.parametrize("reason", ["MissingReference", "InvalidSpec", "InvalidRun"])
+def test_a_refused_launch_fails_the_sj_naming_why(reason: str) -> None:
+    before = status(Phase.PENDING)
+    result = launch_refused(before, NOW, reason, "persistentVolumeClaim \"data\" not found")  # type: ignore[arg-type]
+    st = result.status
+    assert st.phase == Phase.FAILED and st.finished_timestamp == NOW
+    assert st.message == 'persistentVolumeClaim "data" not found'
+    assert result.events == (Event("Warning", reason, 'persistentVolumeClaim "data" not found'),)
+    assert true_conditions(st) == ["Failed"] and condition(st, "Failed").reason == reason
 
 
 def test_running_priority_starts_its_period_when_none_is_recorded() -> None:
