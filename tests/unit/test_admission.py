@@ -267,6 +267,13 @@ CASES = [
         NO_THRESHOLD,
         id="gang-over-the-scarcest-resource-does-not-place",
     ),
+    # --- a gang that had to be split placed: the same shape may place again where room is left
+    case(
+        snapshot([node(n, cpu=1500) for n in "abcd"], [sj("ns/g1", pods=2, age_min=2), sj("ns/g2", pods=2)]),
+        [("ns/g1", ("a", "b")), ("ns/g2", ("c", "d"))],
+        NO_THRESHOLD,
+        id="split-gangs-of-one-shape-both-place",
+    ),
     # --- the first-fit search resumes per gang size: a big gang passing a node keeps it for a small one
     case(
         snapshot([node("a", used={"cpu": 8000}), node("b")],

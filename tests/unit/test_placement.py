@@ -42,6 +42,8 @@ NO_SCHEDULE = Taint("dedicated", "batch", "NoSchedule")
     ("toleration", "taint", "expected"),
     [
         pytest.param(Tol("dedicated", "Equal", "batch", "NoSchedule"), NO_SCHEDULE, True, id="equal-all-match"),
+        pytest.param(Tol("dedicated", "Equal", "", "NoSchedule"), Taint("dedicated", "", "NoSchedule"), True,
+                     id="equal-empty-value-matches-empty-value"),
         pytest.param(
             Tol("dedicated", "Equal", "other", "NoSchedule"), NO_SCHEDULE, False, id="equal-value-differs"
         ),
@@ -100,6 +102,8 @@ def test_node_accepts(candidate: NodeView, selector: dict, tolerations: tuple, e
         ({"nvidia.com/gpu": 1000}, {"cpu": 8000}, 0),
         ({"cpu": 1000}, {"cpu": -500}, 0),
         ({}, {"cpu": 0}, UNBOUNDED),
+        ({"nvidia.com/gpu": 1}, {"cpu": 8000}, 0),  # one milli-unit of what the node lacks: no room
+        ({"cpu": 1}, {"cpu": 0}, 0),  # the smallest request still counts
     ],
 )
 def test_pods_that_fit(request_: dict, free: dict, expected: int) -> None:
