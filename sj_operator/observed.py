@@ -155,9 +155,11 @@ DisruptedKey = tuple[str, str, str]
 
 
 def remember_disrupted(seen: dict[DisruptedKey, PodView], pod: PodView) -> None:
-    """Keeps the last view of a run member that was told to stop. A preempted pod that exits 0 is
-    removed moments later; a pass that sees only the Complete Job must still know it was disrupted."""
-    if pod.run is not None and pod.disruption is not None:
+    """Keeps the last view of a run member that was told to stop: disrupted (preempted, evicted) or
+    deleted from outside. Such a pod may be gone before a pass looks (a preempted pod that exits 0 is
+    removed moments later; a deleted one after its grace period), and a pass that sees only its Job,
+    Complete or Failed, must still know why the run ended."""
+    if pod.run is not None and (pod.disruption is not None or pod.deleting):
         seen[(pod.namespace, pod.run, pod.uid)] = pod
 
 

@@ -1410,3 +1410,15 @@ def test_run_that_finished_between_two_looks_records_when_its_pods_ran() -> None
     seen = running(NOW - M)
     result = decide(spec(), seen, run_of(job(complete=True), ran))
     assert result.status.running_timestamps == seen.running_timestamps
+
+
+def test_a_member_deleted_from_outside_and_gone_before_a_pass_is_still_the_cause() -> None:
+    """The pass sees the Job Failed (its backoff limit) and the deleted member only as remembered."""
+    from sj_operator.observed import remember_disrupted, with_disrupted
+
+    seen: dict[Any, PodView] = {}
+    remember_disrupted(seen, pod(1, deleting=True))
+    failed = job(failed=True, failure="BackoffLimitExceeded: Job has reached the specified backoff limit")
+    pods, _ = with_disrupted({("work", RUN1): (pod(0), pod(2))}, seen, {("work", RUN1): failed})
+    result = decide(spec(parallelism=3), running(NOW - M), run_of(failed, *pods[("work", RUN1)]))
+    assert result.actions == (DeleteRun(RUN1, f"pod {RUN1}-1 was deleted"),)

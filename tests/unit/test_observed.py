@@ -365,11 +365,15 @@ def member(uid: str, run: str = "demo-r1", **fields: Any) -> PodView:
 PREEMPTION = ("PreemptionByScheduler", "Preempted in order to admit critical pod")
 
 
-def test_remember_disrupted_keeps_only_disrupted_run_members() -> None:
+def test_remember_disrupted_keeps_only_run_members_told_to_stop() -> None:
     seen: dict[Any, PodView] = {}
     remember_disrupted(seen, member("a", phase="Running"))
     remember_disrupted(seen, view(uid="x", run=None, disruption=PREEMPTION))
     assert seen == {}
+    deleted = member("b", phase="Running", deleting=True)
+    remember_disrupted(seen, deleted)
+    assert seen == {("work", "demo-r1", "b"): deleted}
+    seen.clear()
     first = member("a", phase="Running", disruption=PREEMPTION)
     remember_disrupted(seen, first)
     last = member("a", phase="Succeeded", disruption=PREEMPTION)
