@@ -116,11 +116,9 @@ _MPI_ENV: Final[Mapping[MPIImplementation, tuple[tuple[str, str], ...]]] = {
     ),
 }
 
-BASE_FORWARDED_ENV: Final = (
-    "PATH",
-    "LD_LIBRARY_PATH",
-    *(name for implementation in MPIImplementation for name, _ in _MPI_ENV[implementation]),
-)
+_POD_ENV: Final = ("PATH", "LD_LIBRARY_PATH")
+_MPI_VARS: Final = tuple(name for implementation in MPIImplementation for name, _ in _MPI_ENV[implementation])
+BASE_FORWARDED_ENV: Final = (*_POD_ENV, *_MPI_VARS)
 """Variables the workers' sshd always passes on to ssh sessions (when set and representable in
 sshd_config); the caller adds its own (the SJ's checkpoint variables). Rank processes on workers are
 started through ssh and would otherwise not see the pod's environment."""
@@ -161,7 +159,7 @@ def entrypoint_script(
         ("sshd", sshd),
         ("default_wait_seconds", str(default_wait_seconds)),
         ("launcher_index", str(LAUNCHER_INDEX)),
-        ("forward_env", " ".join((*BASE_FORWARDED_ENV[:2], *forward_env, *BASE_FORWARDED_ENV[2:]))),
+        ("forward_env", " ".join((*_POD_ENV, *forward_env, *_MPI_VARS))),
     )
     header = "".join(f"{name}={shlex.quote(value)}\n" for name, value in settings)
     title = f"# {ENTRYPOINT_NAME}: the launcher (pod 0) runs the command, workers run sshd.\n"

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
+from sj_operator.observed import pod_requests
+from sj_operator.resources import to_milli
 from tests.e2e.kube import unique, wait_for
 from tests.e2e.sj import create_sj, event_list, jobs_of, run_pods, sj_spec, status, wait_phase
 
@@ -111,10 +113,8 @@ def _owner_class(api: client.ApiClient) -> str:
 
 def _free_cpu_without(api: client.ApiClient, sj: str) -> int:
     """mCPU of the real node left for new pods once the SJ's pods are gone."""
-    from sj_operator.observed import pod_requests
     core = client.CoreV1Api(api)
     node = core.read_node(NODE)
-    from sj_operator.resources import to_milli
     allocatable = to_milli(node.status.allocatable["cpu"])
     used = 0
     for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items:
