@@ -10,11 +10,15 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from sj_operator.api import SpecLimits
 from sj_operator.api.fields import parse_duration
+from sj_operator.api.spec import MIN_DURATION
 from sj_operator.settings import (
     DEFAULT_MAX_RETRY_BACKOFF,
+    DEFAULT_MAX_TERMINATION_GRACE,
+    DEFAULT_MIN_DURATION,
     DEFAULT_PROTECT_LEVEL,
     DEFAULT_RETRY_BACKOFF,
     DEFAULT_START_TIMEOUT,
@@ -22,10 +26,12 @@ from sj_operator.settings import (
     DEFAULT_THRESHOLD,
     DEFAULT_TICK,
     check_backoff_cap,
+    check_non_negative,
     check_positive,
-    check_protect_level,
     check_threshold,
 )
+
+_SERVICE_REF = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 
 class ConfigError(ValueError):
@@ -60,16 +66,45 @@ class OperatorConfig(BaseModel):
     verbose: bool = False
     identity: str = Field(default_factory=lambda: os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}")
     liveness_port: int | None = Field(None, ge=1, le=65535)
+    max_termination_grace: int = DEFAULT_MAX_TERMINATION_GRACE
+    """The most seconds of grace an SJ may ask for (spec.terminationGracePeriodSeconds)."""
+    min_duration: timedelta = DEFAULT_MIN_DURATION
+    """The shortest spec.duration accepted."""
+    webhook_port: int | None = Field(None, ge=1, le=65535)
+    """Serve the validating admission webhook (HTTPS) on this port."""
+    webhook_service: str | None = Field(None, pattern=_SERVICE_REF)
+    """NAMESPACE/NAME of the Service in front of the webhook (in a cluster)."""
+    webhook_host: str | None = Field(None, pattern=r"^[A-Za-z0-9.:-]+$")
+    """Host (address or DNS name) the API server reaches this process at (outside a cluster)."""
+    webhook_secret: str = Field("scavenger-webhook-tls", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    """Secret (in the lease namespace) holding the webhook's CA and serving certificate."""
+
+    @property
+    def spec_limits(self) -> SpecLimits:
+        return SpecLimits(max_termination_grace=self.max_termination_grace, min_duration=self.min_duration)
+
+    @model_validator(mode="after")
+    def _webhook_reachable(self) -> OperatorConfig:
+        if self.webhook_port is not None and (self.webhook_service is None) == (self.webhook_host is None):
+            raise ValueError("the webhook needs exactly one of --webhook-service and --webhook-host")
+        return self
 
     @field_validator("threshold")
     @classmethod
     def _threshold(cls, value: float) -> float:
         return check_threshold(value)
 
-    @field_validator("protect_level")
+    @field_validator("protect_level", "max_termination_grace")
     @classmethod
-    def _protect_level(cls, value: int) -> int:
-        return check_protect_level(value)
+    def _non_negative(cls, value: int) -> int:
+        return check_non_negative(value)
+
+    @field_validator("min_duration")
+    @classmethod
+    def _min_duration(cls, value: timedelta) -> timedelta:
+        if value <= MIN_DURATION:
+            raise ValueError("must be longer than 1s")
+        return value
 
     @field_validator("start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after")
     @classmethod
@@ -104,9 +139,20 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
     ("--lease-namespace", "SJ_LEASE_NAMESPACE", "lease_namespace",
      "namespace of that Lease (default: $POD_NAMESPACE, else default)"),
     ("--liveness-port", "SJ_LIVENESS_PORT", "liveness_port", "serve /healthz on this port (default off)"),
+    ("--max-termination-grace", "SJ_MAX_TERMINATION_GRACE", "max_termination_grace",
+     "the most seconds an SJ may hold its room after SIGTERM (spec.terminationGracePeriodSeconds; default 300)"),
+    ("--min-duration", "SJ_MIN_DURATION", "min_duration", "the shortest spec.duration accepted (default 10s)"),
+    ("--webhook-port", "SJ_WEBHOOK_PORT", "webhook_port",
+     "serve the validating admission webhook over HTTPS on this port (default off)"),
+    ("--webhook-service", "SJ_WEBHOOK_SERVICE", "webhook_service",
+     "NAMESPACE/NAME of the Service in front of the webhook, when running in the cluster"),
+    ("--webhook-host", "SJ_WEBHOOK_HOST", "webhook_host",
+     "address the API server reaches this process at, when running outside the cluster"),
+    ("--webhook-secret", "SJ_WEBHOOK_SECRET", "webhook_secret",
+     "Secret in the lease namespace holding the webhook's certificates (default scavenger-webhook-tls)"),
 )
 
-_DURATIONS = {"start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after"}
+_DURATIONS = {"start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after", "min_duration"}
 
 
 def _convert(field: str, raw: str) -> object:
@@ -151,7 +197,9 @@ def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] |
         return OperatorConfig(**values)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = str(err["loc"][0]) if err["loc"] else "?"
+        if not err["loc"]:  # a rule across settings
+            raise ConfigError(str(err["msg"]).removeprefix("Value error, ")) from None
+        field = str(err["loc"][0])
         flag, env = next(((f, e) for f, e, name, _ in _SETTINGS if name == field), (field, field))
         message = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"{flag} / {env}: {message} (got {given.get(field, err.get('input'))!r})") from None

@@ -130,7 +130,7 @@ class Controller:
         parsed = self._specs.get(key)
         if parsed is None:
             try:
-                parsed = parse_spec(sj.spec)
+                parsed = parse_spec(sj.spec, self.config.spec_limits)
             except InvalidSpec as exc:
                 parsed = exc
             if len(self._specs) > 50_000:

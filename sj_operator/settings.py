@@ -18,6 +18,10 @@ DEFAULT_MAX_RETRY_BACKOFF: Final = timedelta(minutes=10)
 DEFAULT_TICK: Final = timedelta(seconds=5)
 DEFAULT_PROTECT_LEVEL: Final = 1
 DEFAULT_STARVATION_AFTER: Final = timedelta(minutes=10)
+DEFAULT_MAX_TERMINATION_GRACE: Final = 300
+"""The most seconds an SJ may hold its room after being told to give it back (its grace period)."""
+DEFAULT_MIN_DURATION: Final = timedelta(seconds=10)
+"""The shortest ``spec.duration`` accepted: shorter periods make checkpointing the main work."""
 
 
 def check_threshold(value: float) -> float:
@@ -39,7 +43,8 @@ def check_backoff_cap(cap: timedelta, first: timedelta) -> timedelta:
     return cap
 
 
-def check_protect_level(value: int) -> int:
+def check_non_negative(value: int) -> int:
+    """A count or number of seconds: zero or more."""
     if value < 0:
         raise ValueError(f"must not be negative, got {value}")
     return value

@@ -8,7 +8,7 @@
 """
 
 from sj_operator.api.fields import InvalidSpec, format_duration, format_timestamp, parse_duration
-from sj_operator.api.parse import parse_spec, parse_status
+from sj_operator.api.parse import DEFAULT_LIMITS, SpecLimits, parse_spec, parse_status
 from sj_operator.api.spec import (
     EnvVar,
     LocalObjectReference,
@@ -22,6 +22,7 @@ from sj_operator.api.spec import (
 from sj_operator.api.status import Condition, Phase, ScavengerJobStatus
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "Condition",
     "EnvVar",
     "InvalidSpec",
@@ -31,6 +32,7 @@ __all__ = [
     "ResourceRequirements",
     "ScavengerJobSpec",
     "ScavengerJobStatus",
+    "SpecLimits",
     "Toleration",
     "Volume",
     "checkpoint_interval_seconds",

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from sj_operator.api.spec import ScavengerJobSpec
+from sj_operator.api.spec import MAX_NAME_LENGTH, ScavengerJobSpec
 from sj_operator.api.status import ScavengerJobStatus
 from sj_operator.names import CRD_NAME, GROUP, KIND, LIST_KIND, PLURAL, SHORT_NAME, SINGULAR, VERSION
 
@@ -137,6 +137,11 @@ def open_api_schema() -> dict[str, Any]:
             "status": model_schema(ScavengerJobStatus, with_defaults=False),
         },
         "required": ["spec"],
+        "x-kubernetes-validations": [{
+            "rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
+            "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters (a DNS label, so that the "
+                       "names of its runs, pods and Services derive from it)",
+        }],
     }
 
 

@@ -8,13 +8,36 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from sj_operator.api.fields import InvalidSpec
-from sj_operator.api.spec import ScavengerJobSpec
+from sj_operator.api.fields import InvalidSpec, format_duration
+from sj_operator.api.spec import MIN_DURATION, ScavengerJobSpec
 from sj_operator.api.status import ScavengerJobStatus
+from sj_operator.settings import DEFAULT_MAX_TERMINATION_GRACE, DEFAULT_MIN_DURATION, check_non_negative
+
+
+@dataclass(frozen=True)
+class SpecLimits:
+    """Bounds the cluster's operator sets on every SJ (operator flags), on top of the model's rules.
+
+    They protect the product's promise: an SJ gives its room back within ``max_termination_grace``
+    seconds of being told to, and its ``duration`` is long enough to be worth scavenging.
+    """
+
+    max_termination_grace: int = DEFAULT_MAX_TERMINATION_GRACE
+    min_duration: timedelta = DEFAULT_MIN_DURATION
+
+    def __post_init__(self) -> None:
+        check_non_negative(self.max_termination_grace)
+        if self.min_duration <= MIN_DURATION:
+            raise ValueError(f"the minimum duration must be longer than {format_duration(MIN_DURATION)}")
+
+
+DEFAULT_LIMITS = SpecLimits()
 
 
 def _plain(value: Any) -> Any:
@@ -26,14 +49,25 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def parse_spec(raw: Mapping[str, Any] | None) -> ScavengerJobSpec:
-    """Default and validate a raw ``spec``; raise :class:`InvalidSpec` naming the first bad field."""
+def parse_spec(raw: Mapping[str, Any] | None, limits: SpecLimits = DEFAULT_LIMITS) -> ScavengerJobSpec:
+    """Default and validate a raw ``spec``; raise :class:`InvalidSpec` naming the first bad field.
+
+    The admission webhook and the decision loop both call this, with the operator's ``limits``.
+    """
     if raw is not None and not isinstance(raw, Mapping):
         raise InvalidSpec("spec", "must be an object")
     try:
-        return ScavengerJobSpec.model_validate(_plain(raw or {}))
+        spec = ScavengerJobSpec.model_validate(_plain(raw or {}))
     except ValidationError as exc:
         raise _as_invalid_spec(exc) from None
+    if spec.termination_grace_period_seconds > limits.max_termination_grace:
+        raise InvalidSpec("spec.terminationGracePeriodSeconds",
+                          f"must be at most {limits.max_termination_grace} (the cluster's maximum grace period, "
+                          "set by the operator's --max-termination-grace)")
+    if spec.duration < limits.min_duration:
+        raise InvalidSpec("spec.duration", f"must be at least {format_duration(limits.min_duration)} "
+                          "(the cluster's minimum, set by the operator's --min-duration)")
+    return spec
 
 
 def parse_status(raw: Mapping[str, Any] | None) -> ScavengerJobStatus:

@@ -37,6 +37,29 @@ MAX_PARALLELISM = 1000
 MAX_PRIORITY_LEVELS = 100
 DEFAULT_DURATION = "30m"
 MIN_DURATION = timedelta(seconds=1)
+MAX_NAME_LENGTH = 63
+"""An SJ's name is a DNS label, so its runs, pods, Services and label values derive from it readably."""
+MAX_VOLUMES = 64
+MAX_ENV = 512
+MAX_TOLERATIONS = 64
+MAX_ARGS = 1024
+VOLUME_SOURCES = ("persistentVolumeClaim", "configMap", "secret", "emptyDir")
+
+
+def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+    """One ``x-kubernetes-validations`` entry: a CEL rule the API server checks at the door."""
+    entry = {"rule": rule, "message": message}
+    if field_path:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+def _cel_rules(*rules: dict[str, str]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": list(rules)}
+
+
+def _cel_list(values: frozenset[str] | tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{value}'" for value in sorted(values)) + "]"
 
 
 class _SpecModel(BaseModel):
@@ -47,6 +70,11 @@ class _SpecModel(BaseModel):
 
 class EnvVar(_SpecModel):
     """An environment variable of the container, as in a Kubernetes EnvVar."""
+
+    model_config = ConfigDict(json_schema_extra=_cel_rules(
+        _cel(f"!(self.name in {_cel_list(RESERVED_ENV_NAMES)})", "is set by the operator", ".name"),
+        _cel("!has(self.value) || !has(self.valueFrom)", "cannot be set together with value", ".valueFrom"),
+    ))
 
     name: NonEmptyStr = Field(description="Name of the variable.")
     value: StrictStr | None = Field(default=None, description="Literal value.")
@@ -124,6 +152,12 @@ class EmptyDirSource(_SpecModel):
 
 class Volume(_SpecModel):
     """A volume mounted into the container; exactly one source must be set."""
+
+    model_config = ConfigDict(json_schema_extra=_cel_rules(
+        _cel("[" + ", ".join(f"has(self.{source})" for source in VOLUME_SOURCES) + "].filter(x, x).size() == 1",
+             "must set exactly one of " + ", ".join(VOLUME_SOURCES)),
+        _cel("self.mountPath.startsWith('/')", "must be an absolute path", ".mountPath"),
+    ))
 
     name: DNSLabel = Field(description="Name of the volume, unique within the SJ.")
     mount_path: NonEmptyStr = Field(description="Absolute path of the mount in the container.")
@@ -223,10 +257,26 @@ class MPISpec(_SpecModel):
 class ScavengerJobSpec(_SpecModel):
     """Desired state of a ScavengerJob: a checkpointing workload run on idle capacity."""
 
+    model_config = ConfigDict(json_schema_extra=_cel_rules(
+        _cel("!has(self.checkpointVolume) || (has(self.volumes) && "
+             "self.volumes.exists(v, v.name == self.checkpointVolume))",
+             "must be the name of one of spec.volumes", ".checkpointVolume"),
+        _cel("!has(self.mpi) || (has(self.parallelism) && self.parallelism >= 2)",
+             "requires parallelism of at least 2 (pod 0 is the launcher)", ".mpi"),
+        _cel("!has(self.mpi) || has(self.command)",
+             "is required with spec.mpi (pod 0 runs it; the image's entrypoint is not known)", ".command"),
+    ))
+
     image: NonEmptyStr = Field(description="Container image.")
-    command: tuple[StrictStr, ...] | None = Field(default=None, description="Entrypoint; the image's by default.")
-    args: tuple[StrictStr, ...] | None = Field(default=None, description="Arguments to the entrypoint.")
-    env: tuple[EnvVar, ...] = Field(default=(), description="Environment variables of the container.")
+    command: tuple[StrictStr, ...] | None = Field(
+        default=None, max_length=MAX_ARGS, description="Entrypoint; the image's by default."
+    )
+    args: tuple[StrictStr, ...] | None = Field(
+        default=None, max_length=MAX_ARGS, description="Arguments to the entrypoint."
+    )
+    env: tuple[EnvVar, ...] = Field(
+        default=(), max_length=MAX_ENV, description="Environment variables of the container."
+    )
     working_dir: NonEmptyStr | None = Field(default=None, description="Working directory of the container.")
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements,
@@ -235,8 +285,11 @@ class ScavengerJobSpec(_SpecModel):
     parallelism: StrictInt = Field(
         default=1, ge=1, le=MAX_PARALLELISM, description="Pods in the gang; every pod gets the same resources."
     )
-    volumes: tuple[Volume, ...] = Field(default=(), description="Volumes mounted into the container.")
-    checkpoint_volume: NonEmptyStr | None = Field(
+    volumes: tuple[Volume, ...] = Field(
+        default=(), max_length=MAX_VOLUMES, description="Volumes mounted into the container; names are unique.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    checkpoint_volume: DNSLabel | None = Field(
         default=None, description="Name of the volume holding checkpoints; exported as SJ_CHECKPOINT_DIR."
     )
     duration: Duration = Field(
@@ -253,10 +306,12 @@ class ScavengerJobSpec(_SpecModel):
         default=30, ge=0, description="Seconds the app gets after SIGTERM to checkpoint."
     )
     node_selector: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="Node selector of the pods.")
-    tolerations: tuple[Toleration, ...] = Field(default=(), description="Tolerations of the pods.")
+    tolerations: tuple[Toleration, ...] = Field(
+        default=(), max_length=MAX_TOLERATIONS, description="Tolerations of the pods."
+    )
     service_account_name: DNSSubdomain | None = Field(default=None, description="Service account of the pods.")
     image_pull_secrets: tuple[LocalObjectReference, ...] = Field(
-        default=(), description="Secrets used to pull the image."
+        default=(), max_length=MAX_TOLERATIONS, description="Secrets used to pull the image."
     )
     pod_labels: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="Labels copied onto every pod.")
     pod_annotations: dict[StrictStr, StrictStr] = Field(

@@ -46,8 +46,8 @@ from sj_operator.settings import (
     DEFAULT_RETRY_BACKOFF,
     DEFAULT_START_TIMEOUT,
     check_backoff_cap,
+    check_non_negative,
     check_positive,
-    check_protect_level,
 )
 
 __all__ = [
@@ -74,7 +74,7 @@ class LifecycleConfig:
         check_positive(self.start_timeout)
         check_positive(self.retry_backoff)
         check_backoff_cap(self.max_retry_backoff, self.retry_backoff)
-        check_protect_level(self.protect_level)
+        check_non_negative(self.protect_level)
 
 
 @dataclass

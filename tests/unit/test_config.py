@@ -34,6 +34,12 @@ DEFAULTS: dict[str, Any] = {
     "lease_namespace": "default",
     "verbose": False,
     "liveness_port": None,
+    "max_termination_grace": 300,
+    "min_duration": 10 * S,
+    "webhook_port": None,
+    "webhook_service": None,
+    "webhook_host": None,
+    "webhook_secret": "scavenger-webhook-tls",
 }
 
 
@@ -59,20 +65,26 @@ VALID: list[tuple[str, list[str], dict[str, str], dict[str, Any]]] = [
         "--threshold", "0.9", "--start-timeout", "2m", "--retry-backoff", "5s", "--max-retry-backoff", "1h",
         "--tick", "500ms", "--namespaces", "team-a,team-b", "--protect-level", "2", "--starvation-after", "30m",
         "--peering", "sj-lease", "--lease-namespace", "ops", "--liveness-port", "8080", "--verbose",
+        "--max-termination-grace", "60", "--min-duration", "1m", "--webhook-port", "9443",
+        "--webhook-service", "ops/sj-webhook", "--webhook-secret", "sj-tls",
     ], {}, {
         "threshold": 0.9, "start_timeout": 2 * M, "retry_backoff": 5 * S, "max_retry_backoff": 60 * M,
         "tick": timedelta(milliseconds=500), "namespaces": ("team-a", "team-b"), "protect_level": 2,
         "starvation_after": 30 * M, "peering": "sj-lease", "lease_namespace": "ops", "liveness_port": 8080,
-        "verbose": True,
+        "verbose": True, "max_termination_grace": 60, "min_duration": 1 * M, "webhook_port": 9443,
+        "webhook_service": "ops/sj-webhook", "webhook_secret": "sj-tls",
     }),
     ("every environment variable", [], {
         "SJ_THRESHOLD": "0.5", "SJ_START_TIMEOUT": "90s", "SJ_RETRY_BACKOFF": "1m", "SJ_MAX_RETRY_BACKOFF": "20m",
         "SJ_TICK": "2s", "SJ_NAMESPACES": "x", "SJ_PROTECT_LEVEL": "0", "SJ_STARVATION_AFTER": "1h",
         "SJ_PEERING": "other", "SJ_LEASE_NAMESPACE": "kube-system", "SJ_LIVENESS_PORT": "9000",
+        "SJ_MAX_TERMINATION_GRACE": "0", "SJ_MIN_DURATION": "2s", "SJ_WEBHOOK_PORT": "8443",
+        "SJ_WEBHOOK_HOST": "192.0.2.2", "SJ_WEBHOOK_SECRET": "other-tls",
     }, {
         "threshold": 0.5, "start_timeout": 90 * S, "retry_backoff": 1 * M, "max_retry_backoff": 20 * M,
         "tick": 2 * S, "namespaces": ("x",), "protect_level": 0, "starvation_after": 60 * M, "peering": "other",
-        "lease_namespace": "kube-system", "liveness_port": 9000,
+        "lease_namespace": "kube-system", "liveness_port": 9000, "max_termination_grace": 0,
+        "min_duration": 2 * S, "webhook_port": 8443, "webhook_host": "192.0.2.2", "webhook_secret": "other-tls",
     }),
     ("flags beat the environment", ["--threshold", "0.8", "--tick", "3s", "--namespaces", "flag-ns"],
      {"SJ_THRESHOLD": "0.4", "SJ_TICK": "9s", "SJ_NAMESPACES": "env-ns"},
@@ -130,6 +142,10 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("--protect-level", "SJ_PROTECT_LEVEL", "-1", "must not be negative"),
     ("--protect-level", "SJ_PROTECT_LEVEL", "1.5", "valid integer"),
     ("--liveness-port", "SJ_LIVENESS_PORT", "http", "valid integer"),
+    ("--max-termination-grace", "SJ_MAX_TERMINATION_GRACE", "-1", "must not be negative"),
+    ("--min-duration", "SJ_MIN_DURATION", "1s", "must be longer than 1s"),
+    ("--min-duration", "SJ_MIN_DURATION", "soon", "invalid duration 'soon'"),
+    ("--webhook-port", "SJ_WEBHOOK_PORT", "0", "greater than or equal to 1"),
 ]
 INVALID_IDS = [f"{flag} {value}" for flag, _, value, _ in INVALID]
 
@@ -209,11 +225,27 @@ def test_command_rejects_an_unknown_flag() -> None:
         (["--liveness-port=-3"], "--liveness-port", "SJ_LIVENESS_PORT"),
         (["--liveness-port", "70000"], "--liveness-port", "SJ_LIVENESS_PORT"),
         (["--retry-backoff", "5m", "--max-retry-backoff", "1m"], "--max-retry-backoff", "SJ_MAX_RETRY_BACKOFF"),
+        (["--webhook-service", "no-slash"], "--webhook-service", "SJ_WEBHOOK_SERVICE"),
+        (["--webhook-host", "a b"], "--webhook-host", "SJ_WEBHOOK_HOST"),
     ],
     ids=["empty-peering", "bad-peering", "bad-lease-namespace", "negative-port", "port-too-high",
-         "backoff-cap-below-first"],
+         "backoff-cap-below-first", "webhook-service-without-namespace", "webhook-host-with-space"],
 )
 def test_more_nonsense_is_rejected_naming_flag_and_env(argv: list[str], flag: str, env: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(argv, {})
     assert flag in str(err.value) and env in str(err.value)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--webhook-port", "9443"],
+    ["--webhook-port", "9443", "--webhook-service", "ops/x", "--webhook-host", "10.0.0.1"],
+], ids=["neither-service-nor-host", "both-service-and-host"])
+def test_the_webhook_needs_exactly_one_way_to_be_reached(argv: list[str]) -> None:
+    with pytest.raises(ConfigError, match="exactly one of --webhook-service and --webhook-host"):
+        parse_config(argv, {})
+
+
+def test_spec_limits_come_from_the_settings() -> None:
+    limits = parse_config(["--max-termination-grace", "45", "--min-duration", "2m"], {}).spec_limits
+    assert (limits.max_termination_grace, limits.min_duration) == (45, 2 * M)

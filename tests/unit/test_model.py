@@ -16,6 +16,7 @@ from sj_operator.api import (
     Phase,
     ScavengerJobSpec,
     ScavengerJobStatus,
+    SpecLimits,
     checkpoint_interval_seconds,
     format_duration,
     format_timestamp,
@@ -487,7 +488,9 @@ def test_duration_round_trip(value: timedelta) -> None:
     ],
 )
 def test_checkpoint_interval(duration: str, levels: int, seconds: int) -> None:
-    spec = parse_spec(spec_with(duration=duration, priorityLevels=levels))
+    # The model's own floor (over 1s), below the operator's configurable minimum.
+    lowest = SpecLimits(min_duration=timedelta(seconds=1, microseconds=1))
+    spec = parse_spec(spec_with(duration=duration, priorityLevels=levels), lowest)
     interval = checkpoint_interval_seconds(spec)
     assert interval == seconds
     assert 1 <= interval < spec.duration.total_seconds()
