@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
+from sj_operator.admission import VALIDATE_PATH
 from sj_operator.builders.priority_classes import priority_class_objects
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
@@ -30,6 +32,7 @@ from sj_operator.observed import (
     sj_object,
     with_disrupted,
 )
+from sj_operator.webhook import WebhookServer, webhook_hosts
 
 log = logging.getLogger("sj_operator")
 
@@ -55,9 +58,21 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         asyncio.create_task(memo.elector.run(), name="leader election"),
         asyncio.create_task(_decision_loop(memo), name="decision loop"),
     ]
+    if config.webhook_port is not None:
+        memo.tasks.append(asyncio.create_task(_webhook(memo.kube, config).run(), name="admission webhook"))
     log.info("scavenger operator starting (identity %s, threshold %.2f, start timeout %ss, tick %ss, namespaces %s)",
              config.identity, config.threshold, config.start_timeout.total_seconds(), config.tick.total_seconds(),
              ",".join(config.namespaces) or "all")
+
+
+def _webhook(kube: Kube, config: OperatorConfig) -> WebhookServer:
+    """Every replica serves the webhook (the Service spreads requests); only the leader decides."""
+    assert config.webhook_port is not None
+    url = None if config.webhook_host is None else f"https://{config.webhook_host}:{config.webhook_port}"
+    return WebhookServer(
+        kube, port=config.webhook_port, hosts=webhook_hosts(config.webhook_service, config.webhook_host),
+        service=config.webhook_service, url=url and url + VALIDATE_PATH, secret_namespace=config.lease_namespace,
+        secret_name=config.webhook_secret, limits=config.spec_limits, clock=lambda: datetime.now(UTC))
 
 
 @kopf.on.cleanup()

@@ -85,6 +85,7 @@ class Kube:
         self.policy = client.PolicyV1Api(self.api)
         self.scheduling = client.SchedulingV1Api(self.api)
         self.coordination = client.CoordinationV1Api(self.api)
+        self.admission = client.AdmissionregistrationV1Api(self.api)
         self.retry_for = retry_for
         self.stop = stop if stop is not None else stop_after_delay(retry_for)
         self.sleep = sleep if sleep is not None else asyncio.sleep
@@ -192,6 +193,28 @@ class Kube:
             return True
         except NotFound:
             return False
+
+    # --- the webhook's certificates and configuration ----------------------------
+    async def read_secret(self, namespace: str, name: str) -> Any:
+        return await self._call(self.core.read_namespaced_secret, name, namespace)
+
+    async def create_secret(self, secret: Mapping[str, Any]) -> None:
+        """Fails with Conflict when a Secret of that name exists."""
+        await self._call(self.core.create_namespaced_secret, secret["metadata"]["namespace"], secret)
+
+    async def replace_secret(self, secret: Mapping[str, Any]) -> None:
+        """Fails with Conflict when the Secret changed since ``secret``'s resourceVersion was read."""
+        meta = secret["metadata"]
+        await self._call(self.core.replace_namespaced_secret, meta["name"], meta["namespace"], secret)
+
+    async def apply_validating_webhook(self, configuration: Mapping[str, Any]) -> None:
+        """Creates the ValidatingWebhookConfiguration, or replaces its webhooks when it exists."""
+        name = configuration["metadata"]["name"]
+        try:
+            await self._call(self.admission.create_validating_webhook_configuration, configuration)
+        except Conflict:
+            await self._call(self.admission.patch_validating_webhook_configuration, name,
+                             {"webhooks": configuration["webhooks"]})
 
     # --- pods and budgets ------------------------------------------------------
     async def label_pod(self, namespace: str, name: str, labels: Mapping[str, str | None]) -> None:

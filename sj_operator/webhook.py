@@ -1,0 +1,192 @@
+"""The validating admission webhook: an HTTPS server every replica runs, with certificates it keeps itself.
+
+On start and every ``REFRESH`` the replica reads the shared Secret, renews what is due
+(:mod:`sj_operator.certs`; replicas race with resourceVersions, the loser takes the winner's), loads
+the serving pair into its TLS context (new connections get it at once, no restart), and makes the
+ValidatingWebhookConfiguration trust the current CAs. Answers come from :func:`admission.review`.
+
+The configuration's failure policy is ``Ignore``: SJs can be submitted while no replica answers (an
+upgrade, a crash), and the decision loop applies the same validation, so an SJ that slips in then is
+set ``Failed`` naming the same field. Its timeout is 5 s, well under the API server's own 10 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import ssl
+import tempfile
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+from aiohttp import web
+
+from sj_operator.admission import VALIDATE_PATH, review
+from sj_operator.api import SpecLimits
+from sj_operator.certs import TLSBundle, not_after, renew, renewal_due
+from sj_operator.kube import Conflict, Kube, KubeError, NotFound
+from sj_operator.names import GROUP, MANAGED_BY, PLURAL
+
+log = logging.getLogger(__name__)
+
+CONFIGURATION_NAME: Final = f"{PLURAL}.{GROUP}"
+WEBHOOK_NAME: Final = f"validate.{PLURAL}.{GROUP}"
+TIMEOUT_SECONDS: Final = 5
+FAILURE_POLICY: Final = "Ignore"
+REFRESH: Final = timedelta(minutes=10)
+_SECRET_KEYS: Final = {"ca_bundle": "ca.crt", "ca_key": "ca.key", "cert": "tls.crt", "key": "tls.key"}
+
+
+def webhook_configuration(*, ca_bundle: bytes, service: str | None, url: str | None) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration sending SJ creates and updates to this operator."""
+    client_config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
+    if service is not None:
+        namespace, name = service.split("/", 1)
+        client_config["service"] = {"namespace": namespace, "name": name, "path": VALIDATE_PATH, "port": 443}
+    else:
+        client_config["url"] = url
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": CONFIGURATION_NAME, "labels": dict(MANAGED_BY)},
+        "webhooks": [{
+            "name": WEBHOOK_NAME,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": FAILURE_POLICY,
+            "timeoutSeconds": TIMEOUT_SECONDS,
+            "matchPolicy": "Equivalent",
+            "rules": [{"apiGroups": [GROUP], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+                       "resources": [PLURAL], "scope": "Namespaced"}],
+            "clientConfig": client_config,
+        }],
+    }
+
+
+def bundle_from_secret(secret: Any) -> TLSBundle | None:
+    data = getattr(secret, "data", None) or {}
+    try:
+        return TLSBundle(**{field: base64.b64decode(data[key]) for field, key in _SECRET_KEYS.items()})
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def secret_of(bundle: TLSBundle, *, namespace: str, name: str, resource_version: str | None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)}
+    if resource_version:
+        metadata["resourceVersion"] = resource_version
+    return {
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": metadata,
+        "data": {key: base64.b64encode(getattr(bundle, field)).decode() for field, key in _SECRET_KEYS.items()},
+    }
+
+
+class WebhookServer:
+    """Serves :data:`VALIDATE_PATH` and ``/healthz`` over HTTPS and keeps its certificates current."""
+
+    def __init__(self, kube: Kube, *, port: int, hosts: list[str], service: str | None, url: str | None,
+                 secret_namespace: str, secret_name: str, limits: SpecLimits,
+                 clock: Callable[[], datetime], refresh: timedelta = REFRESH) -> None:
+        self.kube, self.port, self.hosts = kube, port, hosts
+        self.service, self.url = service, url
+        self.secret_namespace, self.secret_name = secret_namespace, secret_name
+        self.limits, self.clock, self.refresh = limits, clock, refresh
+        self.bundle: TLSBundle | None = None
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._runner: web.AppRunner | None = None
+
+    async def run(self) -> None:
+        """Serve until cancelled; certificate trouble is logged and retried, never fatal."""
+        while self.bundle is None:
+            await self._refresh_logged()
+            if self.bundle is None:
+                await asyncio.sleep(5)
+        app = web.Application(client_max_size=4 * 1024 * 1024)
+        app.router.add_post(VALIDATE_PATH, self._validate)
+        app.router.add_get("/healthz", self._healthz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host="0.0.0.0", port=self.port, ssl_context=self.context).start()
+        log.info("admission webhook serving on :%d (certificate valid until %s)", self.port,
+                 not_after(self.bundle.cert).isoformat())
+        try:
+            while True:
+                await asyncio.sleep(self.refresh.total_seconds())
+                await self._refresh_logged()
+        finally:
+            await self._runner.cleanup()
+
+    async def _refresh_logged(self) -> None:
+        try:
+            await self.refresh_once()
+        except (KubeError, ValueError, OSError) as exc:
+            log.warning("webhook certificates: %s; retrying", exc)
+
+    async def refresh_once(self) -> None:
+        """Read (and renew when due) the shared bundle, load it, and have the API server trust it."""
+        bundle = await self._shared_bundle()
+        if bundle != self.bundle:
+            self._load(bundle)
+            self.bundle = bundle
+        await self.kube.apply_validating_webhook(
+            webhook_configuration(ca_bundle=bundle.ca_bundle, service=self.service, url=self.url))
+
+    async def _shared_bundle(self) -> TLSBundle:
+        for _ in range(5):
+            try:
+                secret = await self.kube.read_secret(self.secret_namespace, self.secret_name)
+            except NotFound:
+                secret = None
+            current = bundle_from_secret(secret) if secret is not None else None
+            now = self.clock()
+            if current is not None and not renewal_due(current, self.hosts, now):
+                return current
+            renewed = renew(current, self.hosts, now)
+            version = secret.metadata.resource_version if secret is not None else None
+            body = secret_of(renewed, namespace=self.secret_namespace, name=self.secret_name,
+                             resource_version=version)
+            try:
+                await (self.kube.replace_secret(body) if secret is not None else self.kube.create_secret(body))
+            except Conflict:
+                continue  # another replica renewed first: take theirs
+            log.info("webhook certificate renewed for %s (valid until %s)", ", ".join(self.hosts),
+                     not_after(renewed.cert).isoformat())
+            return renewed
+        raise ValueError(f"Secret {self.secret_namespace}/{self.secret_name} kept changing while being renewed")
+
+    def _load(self, bundle: TLSBundle) -> None:
+        # load_cert_chain reads files only; they live for this call and are private to the process.
+        with tempfile.TemporaryDirectory(prefix="sj-webhook-") as tmp:
+            cert, key = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
+            cert.write_bytes(bundle.cert)
+            key.touch(mode=0o600)
+            key.write_bytes(bundle.key)
+            self.context.load_cert_chain(cert, key)
+
+    async def _validate(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            answer = review(body, self.limits)
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        response = answer["response"]
+        if not response["allowed"]:
+            log.info("refused %s %s/%s: %s", body["request"].get("operation"), body["request"].get("namespace"),
+                     body["request"].get("name"), response["status"]["message"])
+        return web.json_response(answer)
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+
+def webhook_hosts(service: str | None, host: str | None) -> list[str]:
+    """The names the serving certificate is for: the Service's DNS names, or the given host."""
+    if service is not None:
+        namespace, name = service.split("/", 1)
+        return [f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local", f"{name}.{namespace}"]
+    assert host is not None
+    return [host]
