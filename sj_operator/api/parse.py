@@ -15,7 +15,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from sj_operator.api.fields import InvalidSpec, format_duration
-from sj_operator.api.spec import MIN_DURATION, ScavengerJobSpec
+from sj_operator.api.spec import DURATION_FLOOR_MESSAGE, MIN_DURATION, ScavengerJobSpec
 from sj_operator.api.status import ScavengerJobStatus
 from sj_operator.settings import DEFAULT_MAX_TERMINATION_GRACE, DEFAULT_MIN_DURATION, check_non_negative
 
@@ -59,15 +59,21 @@ def parse_spec(raw: Mapping[str, Any] | None, limits: SpecLimits = DEFAULT_LIMIT
     try:
         spec = ScavengerJobSpec.model_validate(_plain(raw or {}))
     except ValidationError as exc:
-        raise _as_invalid_spec(exc) from None
+        error = _as_invalid_spec(exc)
+        # Below the model's own floor is below the cluster's minimum too: say the one that applies.
+        raise (_too_short(limits) if error.message == DURATION_FLOOR_MESSAGE else error) from None
     if spec.termination_grace_period_seconds > limits.max_termination_grace:
         raise InvalidSpec("spec.terminationGracePeriodSeconds",
                           f"must be at most {limits.max_termination_grace} (the cluster's maximum grace period, "
                           "set by the operator's --max-termination-grace)")
     if spec.duration < limits.min_duration:
-        raise InvalidSpec("spec.duration", f"must be at least {format_duration(limits.min_duration)} "
-                          "(the cluster's minimum, set by the operator's --min-duration)")
+        raise _too_short(limits)
     return spec
+
+
+def _too_short(limits: SpecLimits) -> InvalidSpec:
+    return InvalidSpec("spec.duration", f"must be at least {format_duration(limits.min_duration)} "
+                       "(the cluster's minimum, set by the operator's --min-duration)")
 
 
 def parse_status(raw: Mapping[str, Any] | None) -> ScavengerJobStatus:

@@ -37,6 +37,7 @@ MAX_PARALLELISM = 1000
 MAX_PRIORITY_LEVELS = 100
 DEFAULT_DURATION = "30m"
 MIN_DURATION = timedelta(seconds=1)
+DURATION_FLOOR_MESSAGE = f"must be longer than {format_duration(MIN_DURATION)}"
 MAX_NAME_LENGTH = 63
 """An SJ's name is a DNS label, so its runs, pods, Services and label values derive from it readably."""
 MAX_VOLUMES = 64
@@ -334,7 +335,7 @@ class ScavengerJobSpec(_SpecModel):
     @classmethod
     def _duration_long_enough(cls, duration: timedelta) -> timedelta:
         if duration <= MIN_DURATION:
-            raise invalid(f"must be longer than {format_duration(MIN_DURATION)}")
+            raise invalid(DURATION_FLOOR_MESSAGE)
         return duration
 
     @field_validator("resources")

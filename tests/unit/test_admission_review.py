@@ -39,7 +39,8 @@ def test_a_valid_create_is_allowed_without_warnings() -> None:
 
 @pytest.mark.parametrize(("spec", "message"), [
     ({**GOOD, "duration": "5s"}, "spec.duration: must be at least 10s"),
-    ({**GOOD, "terminationGracePeriodSeconds": 1_000_000_000}, "spec.terminationGracePeriodSeconds: must be at most 300"),
+    ({**GOOD, "terminationGracePeriodSeconds": 1_000_000_000},
+     "spec.terminationGracePeriodSeconds: must be at most 300"),
     ({**GOOD, "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}},
      "spec.resources.limits[cpu]: must be at least the request (2)"),
     ({**GOOD, "parallelism": 2, "mpi": {}}, "spec.command: is required with spec.mpi"),

@@ -1,0 +1,205 @@
+"""The webhook server (sj_operator.webhook): real HTTPS on loopback, a fake Kubernetes API.
+
+It answers reviews over TLS that the API server's trust (the CA bundle it registered) accepts; it
+takes a renewed certificate without a restart; replicas racing to renew end up on one bundle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import socket
+import ssl
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import pytest
+from cryptography import x509
+
+from sj_operator.admission import VALIDATE_PATH
+from sj_operator.api import DEFAULT_LIMITS
+from sj_operator.certs import SERVING_VALIDITY
+from sj_operator.kube import Conflict, NotFound
+from sj_operator.webhook import CONFIGURATION_NAME, FAILURE_POLICY, WebhookServer, webhook_configuration
+
+
+class FakeKube:
+    """The calls the webhook makes, kept in memory with resourceVersions like the API server's."""
+
+    def __init__(self) -> None:
+        self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.version = 0
+        self.configurations: list[dict[str, Any]] = []
+        self.before_write: list[Any] = []
+
+    async def read_secret(self, namespace: str, name: str) -> Any:
+        stored = self.secrets.get((namespace, name))
+        if stored is None:
+            raise NotFound(404, "NotFound")
+        return SimpleNamespace(data=dict(stored["data"]),
+                               metadata=SimpleNamespace(resource_version=stored["metadata"]["resourceVersion"]))
+
+    async def _write(self, secret: dict[str, Any], *, create: bool) -> None:
+        while self.before_write:
+            await self.before_write.pop(0)()
+        meta = secret["metadata"]
+        key = (meta["namespace"], meta["name"])
+        stored = self.secrets.get(key)
+        if create and stored is not None:
+            raise Conflict(409, "AlreadyExists")
+        if not create and (stored is None or stored["metadata"]["resourceVersion"] != meta.get("resourceVersion")):
+            raise Conflict(409, "Conflict")
+        self.version += 1
+        self.secrets[key] = {**secret, "metadata": {**meta, "resourceVersion": str(self.version)}}
+
+    async def create_secret(self, secret: dict[str, Any]) -> None:
+        await self._write(secret, create=True)
+
+    async def replace_secret(self, secret: dict[str, Any]) -> None:
+        await self._write(secret, create=False)
+
+    async def apply_validating_webhook(self, configuration: dict[str, Any]) -> None:
+        self.configurations.append(configuration)
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Clock:
+    """Starts at the real time: the TLS client checks validity against the real clock."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def server(kube: FakeKube, clock: Clock, port: int = 0) -> WebhookServer:
+    return WebhookServer(kube, port=port or _port(), hosts=["127.0.0.1"], service=None,  # type: ignore[arg-type]
+                         url=f"https://127.0.0.1:{port}{VALIDATE_PATH}", secret_namespace="ops",
+                         secret_name="tls", limits=DEFAULT_LIMITS, clock=clock, refresh=timedelta(hours=1))
+
+
+def trusted_by_api_server(kube: FakeKube) -> ssl.SSLContext:
+    """A client context trusting exactly the CAs the last registered configuration carries."""
+    bundle = base64.b64decode(kube.configurations[-1]["webhooks"][0]["clientConfig"]["caBundle"])
+    context = ssl.create_default_context(cadata=bundle.decode())
+    return context
+
+
+async def post(port: int, context: ssl.SSLContext, body: Any) -> tuple[int, Any, x509.Certificate]:
+    """POST over a new TLS connection verified with ``context``; also returns the certificate served."""
+    async with aiohttp.ClientSession() as session, session.post(
+            f"https://127.0.0.1:{port}{VALIDATE_PATH}", json=body, ssl=context) as response:
+        status, answer = response.status, await response.json()
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    peer = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    writer.close()
+    return status, answer, x509.load_der_x509_certificate(peer)
+
+
+@contextlib.contextmanager
+def running(webhook: WebhookServer) -> Iterator[asyncio.Task[None]]:
+    task = asyncio.get_event_loop().create_task(webhook.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+
+
+def review_of(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-7", "operation": "CREATE", "object": {"spec": spec}}}
+
+
+async def _started(port: int) -> None:
+    for _ in range(200):
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the webhook did not start listening")
+
+
+def test_it_answers_over_tls_trusted_by_the_registered_ca_bundle() -> None:
+    async def scenario() -> None:
+        kube, clock, port = FakeKube(), Clock(), _port()
+        webhook = server(kube, clock, port)
+        with running(webhook):
+            await _started(port)
+            context = trusted_by_api_server(kube)
+            code, answer, _ = await post(port, context, review_of({"image": "x", "duration": "5s"}))
+            assert code == 200
+            assert answer["response"]["uid"] == "u-7" and answer["response"]["allowed"] is False
+            assert answer["response"]["status"]["message"].startswith("spec.duration: must be at least 10s")
+            code, answer, _ = await post(port, context, review_of({"image": "x"}))
+            assert answer["response"]["allowed"] is True
+            code, answer, _ = await post(port, context, {"not": "a review"})
+            assert code == 400
+        [configuration] = kube.configurations
+        assert configuration["metadata"]["name"] == CONFIGURATION_NAME
+        hook = configuration["webhooks"][0]
+        assert hook["failurePolicy"] == FAILURE_POLICY == "Ignore" and hook["timeoutSeconds"] == 5
+        assert hook["clientConfig"]["url"] == f"https://127.0.0.1:{port}{VALIDATE_PATH}"
+        assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+        assert hook["rules"][0]["resources"] == ["scavengerjobs"], "status writes never go through it"
+
+    asyncio.run(scenario())
+
+
+def test_a_renewed_certificate_is_served_without_a_restart() -> None:
+    async def scenario() -> None:
+        kube, clock, port = FakeKube(), Clock(), _port()
+        webhook = server(kube, clock, port)
+        with running(webhook):
+            await _started(port)
+            _, _, first = await post(port, trusted_by_api_server(kube), review_of({"image": "x"}))
+            # The Secret is lost (or a new CA wanted): the next refresh makes and serves a new bundle.
+            kube.secrets.clear()
+            clock.now += timedelta(minutes=1)
+            await webhook.refresh_once()
+            _, answer, second = await post(port, trusted_by_api_server(kube), review_of({"image": "x"}))
+            assert answer["response"]["allowed"] is True
+            assert second.serial_number != first.serial_number
+            assert second.not_valid_after_utc == (clock.now + SERVING_VALIDITY).replace(microsecond=0)
+
+    asyncio.run(scenario())
+
+
+def test_replicas_racing_to_make_the_certificate_share_one() -> None:
+    async def scenario() -> None:
+        kube, clock = FakeKube(), Clock()
+        one, other = server(kube, clock), server(kube, clock)
+
+        async def other_replica_first() -> None:
+            await other.refresh_once()
+        kube.before_write.append(other_replica_first)  # `other` writes between `one`'s read and write
+        await one.refresh_once()
+        assert one.bundle == other.bundle
+        assert len(kube.secrets) == 1 and kube.version == 1, "the loser took the winner's Secret"
+
+    asyncio.run(scenario())
+
+
+def test_the_service_form_points_the_api_server_at_the_service() -> None:
+    configuration = webhook_configuration(ca_bundle=b"CA", service="scavenger-system/scavenger-webhook", url=None)
+    client_config = configuration["webhooks"][0]["clientConfig"]
+    assert client_config["service"] == {"namespace": "scavenger-system", "name": "scavenger-webhook",
+                                        "path": VALIDATE_PATH, "port": 443}
+    assert "url" not in client_config and base64.b64decode(client_config["caBundle"]) == b"CA"
+
+
+@pytest.mark.parametrize("service", ["scavenger-system/scavenger-webhook"])
+def test_service_hosts_cover_the_names_the_api_server_dials(service: str) -> None:
+    from sj_operator.webhook import webhook_hosts
+    assert "scavenger-webhook.scavenger-system.svc" in webhook_hosts(service, None)
+    assert webhook_hosts(None, "192.0.2.2") == ["192.0.2.2"]
