@@ -39,7 +39,7 @@ from sj_operator.decide import (
     observe,
     queued,
 )
-from sj_operator.kube import Conflict, Invalid, Kube, KubeError, NotFound
+from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotFound
 from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
 from sj_operator.observed import SJObject
 from sj_operator.policy.admission import PolicyConfig
@@ -47,14 +47,19 @@ from sj_operator.policy.admission import decide as admit
 from sj_operator.policy.lifecycle import (
     DeleteRun,
     LifecycleConfig,
+    NamespaceRefusal,
     Run,
     SetProtection,
     Step,
+    launch_forbidden,
     launch_refused,
     launched,
+    retry_delay,
 )
 from sj_operator.policy.priority import launch_class
 from sj_operator.policy.snapshot import InFlightRun
+from sj_operator.policy.tenancy import quota_shortfall, quota_view
+from sj_operator.resources import resources_milli
 
 __all__ = ["ClusterView", "Controller", "utcnow"]
 
@@ -109,6 +114,8 @@ class Controller:
     written: dict[str, _Written] = field(default_factory=dict)
     launched: dict[tuple[str, str], _Launched] = field(default_factory=dict)
     _specs: dict[tuple[str, int], ScavengerJobSpec | InvalidSpec] = field(default_factory=dict)
+    held: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """SJs (by uid) whose namespace refused their pods: when to try again, and how many refusals in a row."""
 
     @property
     def lifecycle_config(self) -> LifecycleConfig:
@@ -270,6 +277,9 @@ class Controller:
     # --- admission ---------------------------------------------------------------------
     async def _admit(self, view: ClusterView, waiting: list[_Waiting], runs: tuple[InFlightRun, ...],
                      now: datetime) -> None:
+        # SJs their namespace refused wait out their retry delay without holding room for the others.
+        clock = self.monotonic()
+        waiting = [w for w in waiting if self.held.get(w.sj.uid, (0.0, 0))[0] <= clock]
         by_key = {w.sj.key: w for w in waiting}
         snapshot = admission_snapshot(view, tuple(queued(w.sj, w.spec, w.status, now) for w in waiting), runs)
         started = time.perf_counter()
@@ -301,6 +311,9 @@ class Controller:
         except ValueError as exc:
             return launch_refused(status, now, "InvalidSpec", f"invalid spec: {exc}")
         try:
+            refusal = await self._namespace_refusal(sj, spec, job)
+            if refusal is not None:
+                return self._hold(w, now, *refusal)
             await self._create_children(sj, spec, job_name)
             await self.kube.create_or_keep(lambda: self.kube.create_job(job))
         except Invalid as exc:
@@ -308,8 +321,38 @@ class Controller:
         except KubeError as exc:
             log.warning("could not launch %s: %s (retried on a later pass)", sj.key, exc)
             return None
+        self.held.pop(sj.uid, None)
         self.launched[(sj.namespace, job_name)] = _Launched(in_flight(sj, spec, 0), self.monotonic())
         return launched(status, now, job_name=job_name, priority_class_name=priority_class, pods=spec.parallelism)
+
+    async def _namespace_refusal(self, sj: SJObject, spec: ScavengerJobSpec,
+                                 job: Mapping[str, Any]) -> tuple[NamespaceRefusal, str] | None:
+        """Why the SJ's namespace would refuse the run's pods, before anything is made: one pod goes through
+        every admission rule as a dry run; a gang's sum is checked against the namespace's quotas."""
+        template = job["spec"]["template"]
+        pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
+               "metadata": {**template["metadata"], "generateName": f"{job['metadata']['name']}-",
+                            "namespace": sj.namespace}}
+        try:
+            await self.kube.dry_run_pod(pod)
+        except Forbidden as exc:
+            reason: NamespaceRefusal = "QuotaExceeded" if "exceeded quota" in exc.message else "BackingOff"
+            return reason, f"namespace {sj.namespace} refuses this SJ's pods: {exc.message}"
+        if spec.is_gang:
+            quotas = [quota_view(q) for q in await self.kube.resource_quotas(sj.namespace)]
+            shortfall = quota_shortfall(quotas, resources_milli(spec.resources.requests),
+                                        resources_milli(spec.resources.limits), spec.parallelism)
+            if shortfall is not None:
+                return "QuotaExceeded", f"namespace {sj.namespace} has no room for the whole gang: {shortfall}"
+        return None
+
+    def _hold(self, w: _Waiting, now: datetime, reason: NamespaceRefusal, message: str) -> Step:
+        """The SJ waits, saying why; it is tried again after a delay that doubles per refusal in a row."""
+        refusals = self.held.get(w.sj.uid, (0.0, 0))[1] + 1
+        delay = retry_delay(refusals, self.lifecycle_config)
+        self.held[w.sj.uid] = (self.monotonic() + delay.total_seconds(), refusals)
+        log.info("%s waits: %s (trying again in %ss)", w.sj.key, message, delay.total_seconds())
+        return launch_forbidden(w.status, now, reason, f"{message} (trying again in {int(delay.total_seconds())}s)")
 
     async def _create_children(self, sj: SJObject, spec: ScavengerJobSpec, job_name: str) -> None:
         """What a run needs before its Job: MPI objects, the gang's Service, the protection budget."""

@@ -55,6 +55,10 @@ class Invalid(KubeError):
     pass
 
 
+class Forbidden(KubeError):
+    """Refused by authorization or an admission rule (Pod Security, a ResourceQuota, a policy)."""
+
+
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, ApiException):
         return exc.status in (0, 429, 500, 502, 503, 504)
@@ -67,7 +71,7 @@ def _typed(exc: ApiException) -> KubeError:
         message = json.loads(exc.body or "{}").get("message", "")
     except (ValueError, AttributeError):
         message = str(exc.body or "")
-    cls = {404: NotFound, 409: Conflict, 422: Invalid}.get(exc.status, KubeError)
+    cls = {403: Forbidden, 404: NotFound, 409: Conflict, 422: Invalid}.get(exc.status, KubeError)
     return cls(exc.status, exc.reason or "", message)
 
 
@@ -215,6 +219,16 @@ class Kube:
         except Conflict:
             await self._call(self.admission.patch_validating_webhook_configuration, name,
                              {"webhooks": configuration["webhooks"]})
+
+    # --- what the namespace allows ---------------------------------------------------
+    async def dry_run_pod(self, pod: Mapping[str, Any]) -> None:
+        """Creates ``pod`` as a server-side dry run: every admission rule of its namespace is applied and
+        nothing is stored. Raises Forbidden (or Invalid) with the API server's reason when refused."""
+        await self._call(self.core.create_namespaced_pod, pod["metadata"]["namespace"], pod, dry_run="All")
+
+    async def resource_quotas(self, namespace: str) -> list[dict[str, Any]]:
+        found = await self._call(self.core.list_namespaced_resource_quota, namespace)
+        return [cast(dict[str, Any], self.api.sanitize_for_serialization(item)) for item in found.items]
 
     # --- pods and budgets ------------------------------------------------------
     async def label_pod(self, namespace: str, name: str, labels: Mapping[str, str | None]) -> None:

@@ -121,6 +121,19 @@ def launch_refused(status: ScavengerJobStatus, now: datetime, reason: LaunchRefu
     return b.done()
 
 
+NamespaceRefusal = Literal["QuotaExceeded", "BackingOff"]
+
+
+def launch_forbidden(status: ScavengerJobStatus, now: datetime, reason: NamespaceRefusal, message: str) -> Step:
+    """The SJ's namespace would refuse the run's pods (a ResourceQuota, Pod Security, another admission
+    rule): no run is made; the SJ keeps waiting in its place, saying why. Nothing is written again while
+    the refusal stays the same, so a refusal repeated at every retry costs no writes."""
+    b = _Builder(status, now)
+    if status.message != message:
+        b.transition(waiting_phase(status), reason, message, warning=True)
+    return b.done(waiting=True)
+
+
 def waiting_phase(status: ScavengerJobStatus) -> Phase:
     return Phase.INTERRUPTED if status.interrupted_count > 0 else Phase.PENDING
 

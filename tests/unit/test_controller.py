@@ -26,6 +26,8 @@ class FakeKube:
         self.events: list[tuple[str, str]] = []
         self.absent: set[tuple[str, str]] = set()
         self.rv = 100
+        self.dry_runs: list[dict[str, Any]] = []
+        self.quotas: list[dict[str, Any]] = []
 
     def _maybe_fail(self, name: str) -> None:
         errors = self.fail.get(name)
@@ -37,6 +39,13 @@ class FakeKube:
         self.calls.append(("status", dict(status)))
         self.rv += 1
         return {"metadata": {"resourceVersion": str(self.rv)}, "status": dict(status)}
+
+    async def dry_run_pod(self, pod):
+        self.dry_runs.append(pod)  # every attempt, refused or not
+        self._maybe_fail("dry_run_pod")
+
+    async def resource_quotas(self, namespace):
+        return self.quotas
 
     async def create_job(self, job):
         self._maybe_fail("create_job")
@@ -238,3 +247,93 @@ def test_mpi_launch_writes_the_hostfile_the_spec_asks_for(controller, kube, mpi,
     assert configmaps[0]["data"]["hostfile"] == hostfile
     assert ("secret", "work-mpi-ssh") in kube.calls
     assert launched(kube) == ["work-r1"]
+
+
+# ----------------------------------------------------------------------------- what the namespace allows
+
+def stored_status(kube: FakeKube) -> dict[str, Any]:
+    """The status as the API server holds it after every merge patch written so far."""
+    merged: dict[str, Any] = {}
+    for kind, body in kube.calls:
+        if kind == "status":
+            merged.update(body)
+    return {k: v for k, v in merged.items() if v is not None}
+
+
+FORBIDDEN_PSS = ('pods "work-r1-x" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true '
+                 '(pod or container "main" must set securityContext.runAsNonRoot=true)')
+
+
+def test_the_run_is_tried_as_a_dry_run_pod_before_anything_is_made(controller, kube):
+    run(controller, view(sj()))
+    [pod] = kube.dry_runs
+    assert pod["kind"] == "Pod" and pod["metadata"]["namespace"] == "ns"
+    assert pod["metadata"]["generateName"] == "work-r1-"
+    assert pod["spec"]["priorityClassName"] == "scavenger-band-0"
+    assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
+
+
+@pytest.mark.parametrize(("message", "reason"), [
+    (FORBIDDEN_PSS, "BackingOff"),
+    ('pods "work-r1-x" is forbidden: exceeded quota: small, requested: cpu=1, used: cpu=0, limited: cpu=500m',
+     "QuotaExceeded"),
+])
+def test_a_namespace_that_refuses_the_pods_makes_the_sj_wait_saying_why(controller, kube, message, reason):
+    from sj_operator.kube import Forbidden
+    kube.fail["dry_run_pod"] = [Forbidden(403, "Forbidden", message)]
+    run(controller, view(sj()))
+    assert "job" not in kube.kinds() and "pdb" not in kube.kinds(), "nothing is made"
+    status = stored_status(kube)
+    assert status["phase"] == "Pending"
+    assert status["message"] == f"namespace ns refuses this SJ's pods: {message} (trying again in 10s)"
+    queued = next(c for c in status["conditions"] if c["type"] == "Queued")
+    assert (queued["status"], queued["reason"]) == ("True", reason)
+    assert ("work", reason) in kube.events
+
+
+def test_a_refused_sj_is_not_tried_again_before_its_delay_and_costs_no_writes(kube):
+    from sj_operator.kube import Forbidden
+    clock = [0.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    kube.fail["dry_run_pod"] = [Forbidden(403, "Forbidden", FORBIDDEN_PSS)]
+    run(controller, view(sj()))
+    written = sj(status=stored_status(kube), rv=str(kube.rv))
+    kube.calls.clear()
+    clock[0] = 9.0
+    run(controller, view(written))
+    assert kube.calls == [] and len(kube.dry_runs) == 1, "held: no dry run, no write"
+    clock[0] = 10.5
+    run(controller, view(written))
+    assert len(kube.dry_runs) == 2 and "job" in kube.kinds(), "tried again after 10s, and it now fits"
+    assert controller.held == {}
+
+
+def test_the_retry_delay_doubles_per_refusal_in_a_row(kube):
+    from sj_operator.kube import Forbidden
+    clock = [0.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    delays = []
+    for _ in range(4):
+        kube.fail["dry_run_pod"] = [Forbidden(403, "Forbidden", FORBIDDEN_PSS)]
+        run(controller, view(sj()))
+        retry_at, _ = controller.held["u-work"]
+        delays.append(retry_at - clock[0])
+        clock[0] = retry_at
+    assert delays == [10, 20, 40, 80]
+
+
+def test_a_gang_that_does_not_fit_the_namespace_quota_waits_with_the_numbers(controller, kube):
+    kube.quotas = [{"metadata": {"name": "team"}, "status": {"hard": {"requests.cpu": "4", "pods": "10"},
+                                                              "used": {"requests.cpu": "1500m", "pods": "2"}}}]
+    run(controller, view(sj(parallelism=3)))
+    assert "job" not in kube.kinds()
+    status = stored_status(kube)
+    assert status["message"].startswith("namespace ns has no room for the whole gang: ResourceQuota team: "
+                                        "3 pod(s) need requests.cpu 3, 2500m of 4 is free")
+
+
+def test_a_gang_that_fits_the_namespace_quota_launches(controller, kube):
+    kube.quotas = [{"metadata": {"name": "team"}, "status": {"hard": {"requests.cpu": "4"},
+                                                              "used": {"requests.cpu": "1"}}}]
+    run(controller, view(sj(parallelism=3)))
+    assert "job" in kube.kinds()

@@ -18,9 +18,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from tenacity import stop_after_attempt
 
-from sj_operator.kube import Conflict, Invalid, Kube, KubeError, NotFound
+from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotFound
 
-REASONS = {0: "", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 409: "Conflict",
+REASONS = {0: "", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 409: "Conflict",
            422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error",
            502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
@@ -137,6 +137,7 @@ TYPED: list[tuple[int, type[KubeError], str]] = [
                      "modified; please apply your changes to the latest version and try again")),
     (409, Conflict, 'jobs.batch "demo-r1" already exists'),
     (422, Invalid, 'Job.batch "demo-r1" is invalid: spec.template.spec.containers[0].image: Required value'),
+    (403, Forbidden, 'pods "x" is forbidden: exceeded quota: small, requested: cpu=2, used: cpu=0, limited: cpu=1'),
 ]
 
 
@@ -151,7 +152,7 @@ def test_client_errors_are_typed_at_once(status: int, cls: type[KubeError], mess
     assert str(err.value) == f"{status} {REASONS[status]}: {message}"
 
 
-@pytest.mark.parametrize("status", [400, 403])
+@pytest.mark.parametrize("status", [400, 401])
 def test_other_client_errors_are_plain_kube_errors_at_once(status: int) -> None:
     fn = Flaky(api_error(status, "denied"))
     with pytest.raises(KubeError) as err:
