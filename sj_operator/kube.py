@@ -228,7 +228,8 @@ class Kube:
 
     async def resource_quotas(self, namespace: str) -> list[dict[str, Any]]:
         found = await self._call(self.core.list_namespaced_resource_quota, namespace)
-        return [cast(dict[str, Any], self.api.sanitize_for_serialization(item)) for item in found.items]
+        return [cast(dict[str, Any], self.api.sanitize_for_serialization(item))  # type: ignore[no-untyped-call]
+                for item in found.items]
 
     # --- pods and budgets ------------------------------------------------------
     async def label_pod(self, namespace: str, name: str, labels: Mapping[str, str | None]) -> None:
