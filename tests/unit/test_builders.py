@@ -9,6 +9,7 @@ import pytest
 
 from sj_operator.api import parse_spec
 from sj_operator.builders.job import build_run_job
+from sj_operator.builders.mpi import mpi_job_options
 from sj_operator.builders.service import build_gang_service
 from sj_operator.names import run_job_name, sj_label_value
 
@@ -98,7 +99,8 @@ EXPECTED_SINGLE_POD_JOB: dict[str, Any] = {
                 "priorityClassName": "scavenger-1",
                 "terminationGracePeriodSeconds": 45,
                 "serviceAccountName": "counter",
-                "securityContext": {"runAsUser": 1000, "runAsGroup": 3000},
+                "securityContext": {"runAsUser": 1000, "runAsGroup": 3000, "runAsNonRoot": True,
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
                 "nodeSelector": {"kubernetes.io/arch": "amd64"},
                 "tolerations": [
                     {"key": "dedicated", "operator": "Equal", "value": "batch", "effect": "NoSchedule"},
@@ -139,6 +141,7 @@ EXPECTED_SINGLE_POD_JOB: dict[str, Any] = {
                             {"name": "scratch", "mountPath": "/scratch"},
                             {"name": "tmp", "mountPath": "/tmp"},
                         ],
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                     }
                 ],
             },
@@ -355,3 +358,45 @@ def test_run_job_name_rejects_negative_attempt() -> None:
 def test_sj_label_value(sj_name: str, expected: str) -> None:
     assert sj_label_value(sj_name) == expected
     assert len(sj_label_value(sj_name)) <= 63
+
+
+# ----------------------------------------------------------------------------- privileges
+
+
+@pytest.mark.parametrize(("run_as_user", "hardened"), [(None, False), (0, False), (1, True), (65534, True)])
+def test_a_non_root_sj_meets_the_restricted_pod_security_standard(run_as_user: int | None, hardened: bool) -> None:
+    extra = {} if run_as_user is None else {"runAsUser": run_as_user}
+    pod = build_run_job(sj_name="x", namespace="ns", sj_uid="u", spec=parse_spec({"image": "i", **extra}),
+                        status_interrupted_count=0, attempt=1, priority_class_name="scavenger-band-0",
+                        extra_pod_labels={})["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    if hardened:
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    else:
+        assert "runAsNonRoot" not in pod.get("securityContext", {}) and "securityContext" not in container
+
+
+_PRIVILEGED_POD_FIELDS = ("hostNetwork", "hostPID", "hostIPC", "hostUsers", "shareProcessNamespace")
+
+
+def test_the_operator_never_adds_privileges_or_reaches_outside_the_namespace() -> None:
+    """Whatever the spec, the run's pods get no host access, no added capability, no privileged mode, no
+    host path, and refer only to objects of the SJ's own namespace (by name, never namespace-qualified)."""
+    from tests.specgen import RandomPicker, valid_spec
+    for seed in range(300):
+        spec = parse_spec(valid_spec(RandomPicker(seed)))
+        mpi = mpi_job_options(sj_name="x", mpi=spec.mpi) if spec.mpi else None
+        job = build_run_job(sj_name="x", namespace="ns", sj_uid="u", spec=spec, status_interrupted_count=0,
+                            attempt=1, priority_class_name="scavenger-band-0", extra_pod_labels={}, mpi=mpi)
+        assert job["metadata"]["namespace"] == "ns"
+        pod = job["spec"]["template"]["spec"]
+        assert not any(pod.get(name) for name in _PRIVILEGED_POD_FIELDS), seed
+        assert all("hostPath" not in volume for volume in pod.get("volumes", [])), seed
+        for container in pod["containers"]:
+            context = container.get("securityContext", {})
+            assert not context.get("privileged") and not context.get("capabilities", {}).get("add"), seed
+            assert context.get("allowPrivilegeEscalation") is not True, seed
+            assert "ports" not in container or all("hostPort" not in p for p in container["ports"]), seed
+        assert "namespace" not in repr(pod.get("volumes", [])), seed

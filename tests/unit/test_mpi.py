@@ -303,6 +303,8 @@ EXPECTED_MPI_JOB: dict[str, Any] = {
                 "securityContext": {
                     "runAsUser": 1000,
                     "runAsGroup": 1000,
+                    "runAsNonRoot": True,
+                    "seccompProfile": {"type": "RuntimeDefault"},
                     "fsGroup": 1000,
                     "fsGroupChangePolicy": "OnRootMismatch",
                 },
@@ -375,6 +377,7 @@ EXPECTED_MPI_JOB: dict[str, Any] = {
                             {"name": "sj-mpi-ssh", "mountPath": "/etc/mpi/ssh", "readOnly": True},
                             {"name": "sj-mpi-run", "mountPath": "/run/sj-mpi"},
                         ],
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                     }
                 ],
             },
@@ -439,7 +442,8 @@ def test_root_pods_get_no_fs_group() -> None:
 def test_fs_group_defaults_to_the_user() -> None:
     raw = {k: v for k, v in MPI_SPEC.items() if k != "runAsGroup"}
     assert mpi_job(raw)["spec"]["template"]["spec"]["securityContext"] == {
-        "runAsUser": 1000, "fsGroup": 1000, "fsGroupChangePolicy": "OnRootMismatch",
+        "runAsUser": 1000, "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}, "fsGroup": 1000,
+        "fsGroupChangePolicy": "OnRootMismatch",
     }  # fmt: skip
 
 
