@@ -323,7 +323,10 @@ class Controller:
             return None
         self.held.pop(sj.uid, None)
         self.launched[(sj.namespace, job_name)] = _Launched(in_flight(sj, spec, 0), self.monotonic())
-        return launched(status, now, job_name=job_name, priority_class_name=priority_class, pods=spec.parallelism)
+        # The start timeout counts from the Job's creation, not from the pass's start (which may be long
+        # before it when API calls were retried).
+        return launched(status, self.clock(), job_name=job_name, priority_class_name=priority_class,
+                        pods=spec.parallelism)
 
     async def _namespace_refusal(self, sj: SJObject, spec: ScavengerJobSpec,
                                  job: Mapping[str, Any]) -> tuple[NamespaceRefusal, str] | None:
@@ -336,6 +339,9 @@ class Controller:
         try:
             await self.kube.dry_run_pod(pod)
         except Forbidden as exc:
+            if "cannot create resource" in exc.message:  # the operator's own RBAC, not the namespace's rules
+                log.warning("cannot try %s's pods as a dry run (%s); launching without it", sj.key, exc.message)
+                return None
             reason: NamespaceRefusal = "QuotaExceeded" if "exceeded quota" in exc.message else "BackingOff"
             return reason, f"namespace {sj.namespace} refuses this SJ's pods: {exc.message}"
         if spec.is_gang:

@@ -76,14 +76,15 @@ class InProcessOperator:
 class OperatorProcess:
     """The operator as a separate process (`python -m sj_operator`), for kill/restart tests."""
 
-    def __init__(self, *args: str, log: Path) -> None:
+    def __init__(self, *args: str, log: Path, env: dict[str, str] | None = None) -> None:
         self.args, self.log = args, log
+        self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
         out = self.log.open("ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "sj_operator", *self.args], stdout=out,
-                                     stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ))
+                                     stderr=subprocess.STDOUT, cwd=REPO, env=self.env)
         return self
 
     def kill(self) -> None:

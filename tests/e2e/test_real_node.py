@@ -34,9 +34,9 @@ ON_NODE = {"nodeSelector": {"scavenger.dev/node": "real"}}
 pytestmark = [pytest.mark.real_node, pytest.mark.kwok_only]
 
 
-def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def kubectl(*args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(REPO / ".bin/kubectl"), *args], capture_output=True, text=True, check=check,
-                          env={**os.environ})
+                          env={**os.environ}, input=input)
 
 
 def host_state() -> dict[str, Any]:
@@ -193,7 +193,10 @@ def _running_pod(api: client.ApiClient, namespace: str, run: str, index: int = 0
 
 def test_counter_preempted_for_real_checkpoints_on_sigterm_and_resumes_to_the_same_result(
         api: client.ApiClient, namespace: str, cluster_operator: None) -> None:
-    """The counter exits 0 after its SIGTERM checkpoint, as many real apps do: still an interruption."""
+    """The counter exits 0 after its SIGTERM checkpoint, as many real apps do: still an interruption. Its
+    namespace enforces the restricted Pod Security Standard, which a non-root SJ's pods meet for real."""
+    client.CoreV1Api(api).patch_namespace(namespace, {"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}})
     seed, target = unique("seed"), 160
     _pvc(api, namespace, "counter-ckpt", "ReadWriteOnce")
     create_sj(api, namespace, "counter", {
@@ -309,10 +312,11 @@ MAY = [
     ("patch", "pods", "team-a"), ("create", "services", "team-a"), ("create", "secrets", "team-a"),
     ("create", "poddisruptionbudgets.policy", "team-a"), ("create", "events", "team-a"),
     ("create", "priorityclasses.scheduling.k8s.io", ""), ("update", "leases.coordination.k8s.io", SYSTEM),
-    ("watch", "nodes", ""),
+    ("watch", "nodes", ""), ("create", "pods", "team-a"), ("list", "resourcequotas", "team-a"),
+    ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io", ""),
 ]
 MAY_NOT = [
-    ("create", "pods", "team-a"), ("delete", "pods", "team-a"), ("list", "secrets", "team-a"),
+    ("delete", "pods", "team-a"), ("list", "secrets", "team-a"),
     ("watch", "secrets", ""), ("update", "nodes", ""), ("delete", "nodes", ""),
     ("create", "scavengerjobs.scavenger.dev", "team-a"), ("delete", "scavengerjobs.scavenger.dev", "team-a"),
     ("update", "customresourcedefinitions.apiextensions.k8s.io", ""),
@@ -347,6 +351,22 @@ def test_operator_pods_meet_the_restricted_pod_security_standard(api: client.Api
             "metadata": {"name": "root-pod"},
             "spec": {"containers": [{"name": "c", "image": "scavenger/pause:dev"}]}})
     assert refused.value.status == 403 and "restricted" in refused.value.body
+
+
+def test_the_in_cluster_webhook_refuses_an_invalid_sj_naming_the_field(api: client.ApiClient, namespace: str,
+                                                                       cluster_operator: None) -> None:
+    """The replicas serve the webhook behind their Service, with the certificates they made themselves."""
+    hook = client.AdmissionregistrationV1Api(api).read_validating_webhook_configuration(
+        "scavengerjobs.scavenger.dev").webhooks[0]
+    assert hook.client_config.service.namespace == SYSTEM and hook.client_config.service.name == "scavenger-webhook"
+    assert client.CoreV1Api(api).read_namespaced_secret("scavenger-webhook-tls", SYSTEM).type == "kubernetes.io/tls"
+    manifest = json.dumps({"apiVersion": "scavenger.dev/v1alpha1", "kind": "ScavengerJob",
+                           "metadata": {"name": "too-short", "namespace": namespace},
+                           "spec": {"image": "scavenger/generic-counter:dev", "duration": "5s"}})
+    proc = kubectl("apply", "-f", "-", input=manifest, check=False)
+    assert proc.returncode != 0
+    assert ('admission webhook "validate.scavengerjobs.scavenger.dev" denied the request: spec.duration: '
+            "must be at least 10s") in proc.stderr
 
 
 def test_node_down_leaves_the_host_as_up_found_it_and_both_are_idempotent(real_node: str) -> None:

@@ -337,3 +337,26 @@ def test_a_gang_that_fits_the_namespace_quota_launches(controller, kube):
                                                               "used": {"requests.cpu": "1"}}}]
     run(controller, view(sj(parallelism=3)))
     assert "job" in kube.kinds()
+
+
+def test_the_start_timeout_counts_from_the_jobs_creation_not_from_the_pass(kube):
+    # A pass whose API calls were retried for a while launches late: the launch is stamped when it happened.
+    times = iter([NOW, NOW + timedelta(seconds=40), NOW + timedelta(seconds=41)])
+    current = [NOW]
+
+    def clock() -> datetime:
+        current[0] = next(times, current[0])
+        return current[0]
+
+    controller = Controller(kube, OperatorConfig(), clock=clock)  # type: ignore[arg-type]
+    run(controller, view(sj()))
+    assert stored_status(kube)["launchedTimestamp"] == "2026-11-22T12:00:40Z"
+
+
+def test_without_rbac_for_the_dry_run_the_sj_is_launched_anyway(controller, kube):
+    # The operator's own permissions are not the namespace's rules: never hold an SJ for them.
+    from sj_operator.kube import Forbidden
+    kube.fail["dry_run_pod"] = [Forbidden(403, "Forbidden", 'pods is forbidden: User "system:serviceaccount:'
+                                          'scavenger-system:scavenger-operator" cannot create resource "pods"')]
+    run(controller, view(sj()))
+    assert "job" in kube.kinds() and controller.held == {}
