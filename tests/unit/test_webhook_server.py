@@ -11,7 +11,7 @@ import base64
 import contextlib
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -130,12 +130,19 @@ async def _started(port: int) -> None:
     raise AssertionError("the webhook did not start listening")
 
 
+@contextlib.asynccontextmanager
+async def serving() -> AsyncIterator[tuple[FakeKube, Clock, int, WebhookServer]]:
+    """A webhook listening on a free loopback port, its first certificates made and registered."""
+    kube, clock, port = FakeKube(), Clock(), _port()
+    webhook = server(kube, clock, port)
+    with running(webhook):
+        await _started(port)
+        yield kube, clock, port, webhook
+
+
 def test_it_answers_over_tls_trusted_by_the_registered_ca_bundle() -> None:
     async def scenario() -> None:
-        kube, clock, port = FakeKube(), Clock(), _port()
-        webhook = server(kube, clock, port)
-        with running(webhook):
-            await _started(port)
+        async with serving() as (kube, _, port, _):
             context = trusted_by_api_server(kube)
             code, answer, _ = await post(port, context, review_of({"image": "x", "duration": "5s"}))
             assert code == 200
@@ -158,10 +165,7 @@ def test_it_answers_over_tls_trusted_by_the_registered_ca_bundle() -> None:
 
 def test_a_renewed_certificate_is_served_without_a_restart() -> None:
     async def scenario() -> None:
-        kube, clock, port = FakeKube(), Clock(), _port()
-        webhook = server(kube, clock, port)
-        with running(webhook):
-            await _started(port)
+        async with serving() as (kube, clock, port, webhook):
             _, _, first = await post(port, trusted_by_api_server(kube), review_of({"image": "x"}))
             # The Secret is lost (or a new CA wanted): the next refresh makes and serves a new bundle.
             kube.secrets.clear()
