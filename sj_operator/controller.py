@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from gang.ssh import generate_ssh_keypair
-from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus, parse_spec
+from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus
 from sj_operator.builders.budget import protection_budget
 from sj_operator.builders.job import build_run_job
 from sj_operator.builders.mpi import build_hostfile_configmap, build_mpi_secret, mpi_job_options
@@ -37,9 +37,9 @@ from sj_operator.decide import (
     decide,
     in_flight,
     observe,
-    queued,
 )
 from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotFound
+from sj_operator.memo import PassMemo
 from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
 from sj_operator.observed import SJObject
 from sj_operator.policy.admission import PolicyConfig
@@ -74,6 +74,11 @@ LAUNCHED_TTL = 60.0
 
 
 _NO_RUN = Run(job=None)
+
+
+def _writes(d: Decided) -> bool:
+    """Whether a decision has anything to carry out: a new status, an Event or an action."""
+    return bool(d.step.events or d.step.actions) or d.step.status != d.observed.status
 
 
 def utcnow() -> datetime:
@@ -113,9 +118,12 @@ class Controller:
     monotonic: Callable[[], float] = time.monotonic
     written: dict[str, _Written] = field(default_factory=dict)
     launched: dict[tuple[str, str], _Launched] = field(default_factory=dict)
-    _specs: dict[tuple[str, int], ScavengerJobSpec | InvalidSpec] = field(default_factory=dict)
+    memo: PassMemo = field(init=False)
     held: dict[str, tuple[float, int]] = field(default_factory=dict)
     """SJs (by uid) whose namespace refused their pods: when to try again, and how many refusals in a row."""
+
+    def __post_init__(self) -> None:
+        self.memo = PassMemo(self.config.spec_limits)
 
     @property
     def lifecycle_config(self) -> LifecycleConfig:
@@ -131,20 +139,6 @@ class Controller:
         return not self.config.namespaces or namespace in self.config.namespaces
 
     # --- reading -------------------------------------------------------------------
-    def spec_of(self, sj: SJObject) -> ScavengerJobSpec | InvalidSpec:
-        """The parsed spec, once per generation."""
-        key = (sj.uid, sj.generation)
-        parsed = self._specs.get(key)
-        if parsed is None:
-            try:
-                parsed = parse_spec(sj.spec, self.config.spec_limits)
-            except InvalidSpec as exc:
-                parsed = exc
-            if len(self._specs) > 50_000:
-                self._specs.clear()
-            self._specs[key] = parsed
-        return parsed
-
     def fresh(self, sj: SJObject) -> tuple[str, Mapping[str, Any]]:
         """The SJ's resourceVersion and raw status, preferring what this process just wrote."""
         mine = self.written.get(sj.uid)
@@ -158,15 +152,20 @@ class Controller:
     # --- one pass --------------------------------------------------------------------
     async def reconcile(self, view: ClusterView) -> None:
         now = self.clock()
-        observation = observe(view, handles=self.handles, fresh=self.fresh, spec_of=self.spec_of)
+        self.memo.forget_gone(view.sjs)
+        observation = observe(view, handles=self.handles, fresh=self.fresh, spec_of=self.memo.spec_of,
+                              status_of=self.memo.status_of)
         decided = decide(observation.sjs, now, self.lifecycle_config,
                          on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc))
-        # SJs are independent of each other: their writes go out concurrently.
-        applied = await self._concurrently(self._apply(d.observed, d.step) for d in decided)
+        # SJs are independent of each other: their writes go out concurrently; an SJ with nothing to
+        # write costs no task.
+        writing = [d for d in decided if _writes(d)]
+        applied = dict(zip((id(d) for d in writing),
+                           await self._concurrently(self._apply(d.observed, d.step) for d in writing), strict=True))
         waiting: list[_Waiting] = []
         runs: dict[tuple[str, str], InFlightRun] = {}
-        for d, ok in zip(decided, applied, strict=True):
-            if ok:
+        for d in decided:
+            if applied.get(id(d), True):
                 self._follow(d, waiting, runs)
         await self._delete_strays(view, observation.known_runs)
         self._add_launched(view, runs)
@@ -281,7 +280,8 @@ class Controller:
         clock = self.monotonic()
         waiting = [w for w in waiting if self.held.get(w.sj.uid, (0.0, 0))[0] <= clock]
         by_key = {w.sj.key: w for w in waiting}
-        snapshot = admission_snapshot(view, tuple(queued(w.sj, w.spec, w.status, now) for w in waiting), runs)
+        queue = tuple(self.memo.queued(w.sj, w.spec, w.status, w.rv, now) for w in waiting)
+        snapshot = admission_snapshot(view, queue, runs)
         started = time.perf_counter()
         admissions = admit(snapshot, now, self.policy_config)
         log.debug("admission pass over %d waiting SJ(s), %d node(s): %d admitted in %.1f ms", len(waiting),

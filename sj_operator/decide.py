@@ -73,15 +73,19 @@ class Observation:
 
 def observe(view: ClusterView, *, handles: Callable[[str], bool],
             fresh: Callable[[SJObject], tuple[str, Mapping[str, Any]]],
-            spec_of: Callable[[SJObject], ScavengerJobSpec | InvalidSpec]) -> Observation:
-    """Pairs each handled SJ with its status, spec and current run."""
+            spec_of: Callable[[SJObject], ScavengerJobSpec | InvalidSpec],
+            status_of: Callable[[SJObject, str, Mapping[str, Any]], ScavengerJobStatus] | None = None,
+            ) -> Observation:
+    """Pairs each handled SJ with its status, spec and current run.
+
+    ``status_of(sj, resource_version, raw)`` parses a status (the controller caches it by version)."""
     observed: list[Observed] = []
     known: set[RunKey] = set()
     for sj in view.sjs:
         if sj.deleting or not handles(sj.namespace):
             continue
         rv, raw_status = fresh(sj)
-        status = parse_status(raw_status)
+        status = parse_status(raw_status) if status_of is None else status_of(sj, rv, raw_status)
         current = status.job_name
         if status.phase is None or status.phase in WAITING:
             current = run_job_name(sj.name, status.attempt + 1)

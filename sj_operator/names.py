@@ -8,6 +8,7 @@ and followed by a short hash of the full name, so distinct SJs keep distinct chi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from types import MappingProxyType
@@ -71,6 +72,7 @@ def short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
 
 
+@functools.lru_cache(maxsize=65_536)  # asked for every SJ on every pass
 def run_job_name(sj_name: str, attempt: int) -> str:
     """The deterministic name of run ``attempt`` of an SJ: ``<sj>-r<attempt>``.
 

@@ -1,0 +1,159 @@
+"""Time one steady-state pass of the decision loop (``Controller.reconcile``) at scale.
+
+Run: ``python benchmarks/bench_loop.py [--waiting N] [--running N] [--nodes N] [--passes N]``.
+
+A simulated API takes the operator's writes and feeds them back into the next pass's view (statuses
+patched, Jobs created, their pods Running on the nodes the pure placement would pick), so the cluster
+settles exactly as the operator itself leaves it: ``--running`` SJs running and ``--waiting`` SJs
+queued behind a full threshold. Once a pass writes nothing, the passes timed are steady-state ones:
+what the operator spends on every watch event at that size. Printed: median, p95 and max of a pass,
+and the API calls the timed passes made (none is expected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from sj_operator.config import OperatorConfig
+from sj_operator.controller import Controller
+from sj_operator.decide import ClusterView
+from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view, pod_view
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+CORE = 1000
+
+
+class SimulatedAPI:
+    """The calls the controller makes, applied to an in-memory cluster."""
+
+    def __init__(self) -> None:
+        self.sjs: dict[tuple[str, str], SJObject] = {}
+        self.jobs: dict[tuple[str, str], JobView] = {}
+        self.pods: dict[tuple[str, str], tuple[PodView, ...]] = {}
+        self.rv = 1000
+        self.calls = 0
+        self.free_node = 0
+        self.nodes: list[NodeInfo] = []
+
+    async def patch_sj_status(self, namespace: str, name: str, status: dict[str, Any], rv: str | None) -> Any:
+        self.calls += 1
+        sj = self.sjs[(namespace, name)]
+        merged = {k: v for k, v in {**sj.status, **status}.items() if v is not None}
+        self.rv += 1
+        self.sjs[(namespace, name)] = SJObject(namespace=namespace, name=name, uid=sj.uid, generation=sj.generation,
+                                               resource_version=str(self.rv), created=sj.created, deleting=False,
+                                               spec=sj.spec, status=merged)
+        return {"metadata": {"resourceVersion": str(self.rv)}, "status": merged}
+
+    async def create_job(self, job: dict[str, Any]) -> None:
+        self.calls += 1
+        meta = job["metadata"]
+        key = (meta["namespace"], meta["name"])
+        self.jobs[key] = job_view({"metadata": {**meta, "uid": f"job-{meta['name']}",
+                                                "creationTimestamp": "2026-11-23T12:00:00Z"}, "status": {"active": 1}})
+        node = self.nodes[self.free_node % len(self.nodes)].name  # spread as evenly as the placement
+        self.free_node += 1
+        template = job["spec"]["template"]
+        self.pods[key] = (pod_view({
+            "metadata": {"namespace": meta["namespace"], "name": f"{meta['name']}-0", "uid": f"pod-{meta['name']}",
+                         "labels": template["metadata"]["labels"]},
+            "spec": {"nodeName": node, "containers": template["spec"]["containers"]},
+            "status": {"phase": "Running", "startTime": "2026-11-23T12:00:01Z",
+                       "containerStatuses": [{"name": "main", "state": {"running": {}}}]}}),)
+
+    async def dry_run_pod(self, pod: dict[str, Any]) -> None:
+        self.calls += 1
+
+    async def resource_quotas(self, namespace: str) -> list[Any]:
+        self.calls += 1
+        return []
+
+    async def create_or_keep(self, create: Any) -> bool:
+        await create()
+        return True
+
+    async def apply_pdb(self, pdb: dict[str, Any]) -> None:
+        self.calls += 1
+
+    async def create_service(self, svc: dict[str, Any]) -> None:
+        self.calls += 1
+
+    async def event(self, **_: Any) -> None:
+        self.calls += 1
+
+    async def label_pod(self, *_: Any) -> None:
+        self.calls += 1
+
+    async def delete_job(self, *_: Any) -> None:
+        self.calls += 1
+
+    async def delete_service(self, *_: Any) -> None:
+        self.calls += 1
+
+    async def exists(self, *_: Any) -> bool:
+        self.calls += 1
+        return True
+
+    def view(self) -> ClusterView:
+        active = tuple(p for pods in self.pods.values() for p in pods)
+        return ClusterView(sjs=tuple(self.sjs.values()), jobs=dict(self.jobs), run_pods=dict(self.pods),
+                           active_pods=active, nodes=tuple(self.nodes))
+
+
+def cluster(waiting: int, running: int, nodes: int) -> SimulatedAPI:
+    api = SimulatedAPI()
+    # Nodes sized so that `running` one-CPU SJs take the 70 % threshold, and the rest wait behind it.
+    cpu = -(-running * CORE * 10 // (7 * nodes))
+    api.nodes = [NodeInfo(name=f"node-{i:04d}", allocatable={"cpu": cpu, "memory": 256 * 2**30 * 1000,
+                                                              "pods": 110_000},
+                          labels={}, taints=(), unschedulable=False, ready=True) for i in range(nodes)]
+    for i in range(running + waiting):
+        name = f"sj-{i:05d}"
+        api.sjs[("bench", name)] = SJObject(
+            namespace="bench", name=name, uid=f"uid-{i}", generation=1, resource_version="1",
+            created=NOW.replace(second=i % 60), deleting=False, status={},
+            spec={"image": "busybox", "duration": "30m", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}})
+    return api
+
+
+async def settle(controller: Controller, api: SimulatedAPI, limit: int = 50) -> int:
+    for passes in range(1, limit + 1):
+        before = api.calls
+        await controller.reconcile(api.view())
+        if api.calls == before:
+            return passes
+    raise RuntimeError(f"the cluster did not settle in {limit} passes")
+
+
+async def main(args: argparse.Namespace) -> None:
+    api = cluster(args.waiting, args.running, args.nodes)
+    controller = Controller(api, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    started = time.perf_counter()
+    passes = await settle(controller, api)
+    running = sum(1 for sj in api.sjs.values() if sj.status.get("phase") == "Running")
+    print(f"settled in {passes} passes ({time.perf_counter() - started:.1f}s): {running} running, "
+          f"{len(api.sjs) - running} waiting, {len(api.nodes)} nodes")
+    view, calls, times = api.view(), api.calls, []
+    for _ in range(args.passes):
+        t0 = time.perf_counter()
+        await controller.reconcile(view)
+        times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
+    print(f"steady-state pass over {len(api.sjs)} SJs and {len(api.nodes)} nodes, {args.passes} passes: "
+          f"median {statistics.median(times):.0f} ms, p95 {p95:.0f} ms, max {times[-1]:.0f} ms; "
+          f"API calls {api.calls - calls}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--waiting", type=int, default=10_000)
+    parser.add_argument("--running", type=int, default=1_000)
+    parser.add_argument("--nodes", type=int, default=1_000)
+    parser.add_argument("--passes", type=int, default=20)
+    asyncio.run(main(parser.parse_args()))

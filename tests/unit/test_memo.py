@@ -1,0 +1,63 @@
+"""What a pass remembers (sj_operator.memo): parsed once per version, forgotten when gone; and a pass
+does nothing for an SJ with nothing to write."""
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from unittest import mock
+
+from sj_operator.api import DEFAULT_LIMITS, InvalidSpec, parse_spec
+from sj_operator.config import OperatorConfig
+from sj_operator.controller import Controller
+from sj_operator.memo import PassMemo
+from sj_operator.observed import SJObject
+from tests.unit.test_controller import FakeKube, stored_status, view
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def sj(generation: int = 1, rv: str = "1", spec: dict | None = None, uid: str = "u",
+       status: dict | None = None) -> SJObject:
+    return SJObject(namespace="ns", name="x", uid=uid, generation=generation, resource_version=rv, created=NOW,
+                    deleting=False, spec=spec or {"image": "busybox"}, status=status or {})
+
+
+def test_a_spec_is_parsed_once_per_generation() -> None:
+    memo = PassMemo(DEFAULT_LIMITS)
+    with mock.patch("sj_operator.memo.parse_spec", wraps=parse_spec) as parse:
+        first = memo.spec_of(sj())
+        assert memo.spec_of(sj(rv="2")) is first, "a new resourceVersion alone (a status write) reuses it"
+        assert parse.call_count == 1
+        changed = memo.spec_of(sj(generation=2, spec={"image": "other"}))
+        assert parse.call_count == 2 and not isinstance(changed, InvalidSpec) and changed.image == "other"
+
+
+def test_an_invalid_spec_is_remembered_too() -> None:
+    memo = PassMemo(DEFAULT_LIMITS)
+    assert isinstance(memo.spec_of(sj(spec={"image": ""})), InvalidSpec)
+    assert isinstance(memo.spec_of(sj(spec={"image": ""})), InvalidSpec)
+
+
+def test_a_status_is_parsed_once_per_version() -> None:
+    memo = PassMemo(DEFAULT_LIMITS)
+    one = memo.status_of(sj(), "5", {"phase": "Pending"})
+    assert memo.status_of(sj(), "5", {"phase": "Pending"}) is one
+    assert memo.status_of(sj(), "6", {"phase": "Running"}).phase == "Running"
+
+
+def test_entries_of_sjs_that_are_gone_are_forgotten() -> None:
+    memo = PassMemo(DEFAULT_LIMITS)
+    for i in range(2000):
+        memo.status_of(sj(uid=f"u{i}"), "1", {})
+    memo.forget_gone((sj(uid="u7"),))
+    assert set(memo._statuses) == {"u7"}
+
+
+def test_a_pass_does_not_carry_out_decisions_that_change_nothing() -> None:
+    kube = FakeKube()
+    controller = Controller(kube, OperatorConfig(threshold=0.0), clock=lambda: NOW)  # type: ignore[arg-type]
+    asyncio.run(controller.reconcile(view(sj())))  # queued: a status and an Event
+    settled = sj(status=stored_status(kube), rv=str(kube.rv))
+    with mock.patch.object(controller, "_apply", wraps=controller._apply) as apply:
+        asyncio.run(controller.reconcile(view(settled)))
+    assert apply.call_count == 0
