@@ -31,7 +31,7 @@ _MID_RUN = (Phase.STARTING, Phase.RUNNING)
 
 def review(body: Mapping[str, Any], limits: SpecLimits) -> dict[str, Any]:
     """The AdmissionReview answering ``body`` (an AdmissionReview request)."""
-    request = body.get("request")
+    request = body.get("request") if isinstance(body, Mapping) else None
     if not isinstance(request, Mapping):
         raise ValueError("not an AdmissionReview request: no request")
     uid = request.get("uid")

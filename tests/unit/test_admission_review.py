@@ -106,7 +106,7 @@ def test_every_run_field_is_a_spec_field() -> None:
 
 
 @pytest.mark.parametrize("body", [{}, {"request": None}, {"request": {"operation": "CREATE"}},
-                                  {"request": {"uid": ""}}])
-def test_a_malformed_review_is_not_answered(body: dict[str, Any]) -> None:
+                                  {"request": {"uid": ""}}, [], "review", None])
+def test_a_malformed_review_is_not_answered(body: Any) -> None:
     with pytest.raises(ValueError, match="not an AdmissionReview request"):
         review(body, DEFAULT_LIMITS)
