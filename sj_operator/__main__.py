@@ -41,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     logging.getLogger("kopf").setLevel(logging.INFO if config.verbose else logging.WARNING)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # probes every few seconds
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(operator_coroutine(config))
     return 0

@@ -46,7 +46,19 @@ def user_api(kubeconfig: str, api: client.ApiClient, namespace: str) -> client.A
     config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     user = client.ApiClient(configuration)
     user.set_default_header("Impersonate-User", f"system:serviceaccount:{namespace}:developer")
+    _wait_until_in_force(client.CoreV1Api(user), namespace)
     return user
+
+
+def _wait_until_in_force(core: client.CoreV1Api, namespace: str) -> None:
+    """A new policy takes effect once the API server has loaded it (a few seconds): dry runs tell when."""
+    def refused() -> bool:
+        try:
+            core.create_namespaced_pod(namespace, _pod("scavenger-band-0"), dry_run="All")
+            return False
+        except client.ApiException as exc:
+            return exc.status == 403 and "scavenger-band-guard" in exc.body
+    wait_for("the band guard in force", refused, timeout=60)
 
 
 def _pod(priority_class: str) -> dict[str, Any]:
