@@ -132,7 +132,12 @@ def _preempt(api: client.ApiClient, namespace: str, sj: str, leave: int) -> str:
     client.CoreV1Api(api).create_namespaced_pod(namespace, {
         "metadata": {"name": "owner"},
         "spec": {"priorityClassName": _owner_class(api), **ON_NODE, "terminationGracePeriodSeconds": 0,
+                 # It meets the restricted Pod Security Standard, as the counter's namespace enforces it.
+                 "securityContext": {"runAsNonRoot": True, "runAsUser": 65534,
+                                     "seccompProfile": {"type": "RuntimeDefault"}},
                  "containers": [{"name": "owner", "image": "scavenger/pause:dev",
+                                 "securityContext": {"allowPrivilegeEscalation": False,
+                                                     "capabilities": {"drop": ["ALL"]}},
                                  "resources": {"requests": {"cpu": f"{cpu}m"}, "limits": {"cpu": f"{cpu}m"}}}]},
     })
     return "owner"
