@@ -337,7 +337,9 @@ MAY_NOT = [
                          ids=[f"may-{v}-{r.split('.')[0]}" for v, r, _ in MAY]
                          + [f"may-not-{v}-{r.split('.')[0]}" for v, r, _ in MAY_NOT])
 def test_least_privilege(cluster_operator: None, verb: str, resource: str, ns: str, allowed: bool) -> None:
-    args = ["auth", "can-i", verb, resource, f"--as={SA}"]
+    # `can-i VERB TYPE/NAME` reads "pods/exec" as the pod named exec: a subresource is a flag of its own.
+    kind, _, subresource = resource.partition("/")
+    args = ["auth", "can-i", verb, kind, f"--as={SA}", *([f"--subresource={subresource}"] if subresource else [])]
     args += ["-n", ns] if ns else ["--all-namespaces"]
     answer = kubectl(*args, check=False).stdout.strip()
     assert answer == ("yes" if allowed else "no"), f"{verb} {resource}: {answer}"
