@@ -122,11 +122,10 @@ def _usable(bundle: TLSBundle, hosts: Sequence[str], now: datetime) -> tuple[boo
         serialization.load_pem_private_key(bundle.ca_key, password=None)
     except ValueError:
         return False, False
-    if not _same_key(serving.public_key(), key.public_key()):
-        return bool(cas) and cas[0].not_valid_after_utc - now > RENEW_CA_BEFORE, False
     ca_ok = bool(cas) and cas[0].not_valid_after_utc - now > RENEW_CA_BEFORE
     serving_ok = (
         ca_ok
+        and _same_key(serving.public_key(), key.public_key())
         and _signed_by(serving, cas[0])
         and serving.not_valid_after_utc - now > RENEW_SERVING_BEFORE
         and _hosts_of(serving) == {str(_san(host).value) for host in hosts}

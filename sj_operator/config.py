@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from sj_operator.api import SpecLimits
 from sj_operator.api.fields import parse_duration
-from sj_operator.api.spec import MIN_DURATION
+from sj_operator.api.parse import check_min_duration
 from sj_operator.settings import (
     DEFAULT_MAX_RETRY_BACKOFF,
     DEFAULT_MAX_TERMINATION_GRACE,
@@ -102,9 +102,7 @@ class OperatorConfig(BaseModel):
     @field_validator("min_duration")
     @classmethod
     def _min_duration(cls, value: timedelta) -> timedelta:
-        if value <= MIN_DURATION:
-            raise ValueError("must be longer than 1s")
-        return value
+        return check_min_duration(value)
 
     @field_validator("start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after")
     @classmethod

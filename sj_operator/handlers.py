@@ -68,10 +68,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 def _webhook(kube: Kube, config: OperatorConfig) -> WebhookServer:
     """Every replica serves the webhook (the Service spreads requests); only the leader decides."""
     assert config.webhook_port is not None
-    url = None if config.webhook_host is None else f"https://{config.webhook_host}:{config.webhook_port}"
+    url = (None if config.webhook_host is None
+           else f"https://{config.webhook_host}:{config.webhook_port}{VALIDATE_PATH}")
     return WebhookServer(
         kube, port=config.webhook_port, hosts=webhook_hosts(config.webhook_service, config.webhook_host),
-        service=config.webhook_service, url=url and url + VALIDATE_PATH, secret_namespace=config.lease_namespace,
+        service=config.webhook_service, url=url, secret_namespace=config.lease_namespace,
         secret_name=config.webhook_secret, limits=config.spec_limits, clock=lambda: datetime.now(UTC))
 
 

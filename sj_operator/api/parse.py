@@ -33,8 +33,14 @@ class SpecLimits:
 
     def __post_init__(self) -> None:
         check_non_negative(self.max_termination_grace)
-        if self.min_duration <= MIN_DURATION:
-            raise ValueError(f"the minimum duration must be longer than {format_duration(MIN_DURATION)}")
+        check_min_duration(self.min_duration)
+
+
+def check_min_duration(value: timedelta) -> timedelta:
+    """A cluster minimum for ``spec.duration`` must lie above the model's own floor."""
+    if value <= MIN_DURATION:
+        raise ValueError(DURATION_FLOOR_MESSAGE)
+    return value
 
 
 DEFAULT_LIMITS = SpecLimits()
