@@ -164,6 +164,13 @@ def events_for(api: client.ApiClient, namespace: str, name: str) -> list[str]:
     return [reason for reason, _ in event_list(api, namespace, name)]
 
 
+def event_messages(api: client.ApiClient, namespace: str, name: str, reason: str, timeout: float = 30) -> list[str]:
+    """The messages of the SJ's `reason` Events, waiting for the first: the operator records Events after the
+    status write they describe, so a test that has just seen the status may be a moment ahead of them."""
+    return wait_for(f"a {reason} Event of {name}", lambda: [m for r, m in event_list(api, namespace, name)
+                                                            if r == reason], timeout=timeout)
+
+
 def run_pods(api: client.ApiClient, namespace: str, run: str) -> list[Any]:
     return client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"scavenger.dev/run={run}").items
 

@@ -7,7 +7,7 @@ import pytest
 from kubernetes import client
 
 from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
-from tests.e2e.sj import create_sj, event_list, events_for, jobs_of, patch_sj, run_pods, sj_spec, status, wait_phase
+from tests.e2e.sj import create_sj, event_messages, events_for, jobs_of, patch_sj, run_pods, sj_spec, status, wait_phase
 
 
 def test_single_pod_sj_succeeds(api, namespace, operator):
@@ -47,7 +47,7 @@ def test_nonzero_exit_fails_with_the_code_and_is_not_retried(api, namespace, ope
     time.sleep(3)  # several decision passes: nothing new may be launched
     assert [j.metadata.name for j in jobs_of(api, namespace, "crash")] == ["crash-r1"]
     assert status(api, namespace, "crash")["phase"] == "Failed"
-    assert "Failed" in events_for(api, namespace, "crash")
+    assert event_messages(api, namespace, "crash", "Failed")
 
 
 @pytest.mark.kwok_only  # a dedicated simulated node
@@ -97,8 +97,7 @@ def test_preempted_sj_that_exits_zero_after_checkpointing_is_interrupted_not_suc
         st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "clean")).get(
             "interruptedCount") == 1 and s, timeout=60)
         assert st["phase"] != "Succeeded" and not st.get("finishedTimestamp")
-        assert any(reason == "Interrupted" and "PreemptionByScheduler" in message
-                   for reason, message in event_list(api, namespace, "clean"))
+        assert any("PreemptionByScheduler" in m for m in event_messages(api, namespace, "clean", "Interrupted"))
         # It is queued again; it starts once the owner's room is free.
         core.delete_namespaced_pod("owner", namespace, grace_period_seconds=0)
         st = wait_phase(api, namespace, "clean", "Running", timeout=60)
@@ -124,7 +123,7 @@ def test_gang_member_deleted_cancels_whole_gang_and_requeues(api, namespace, ope
     st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "gang")).get(
         "interruptedCount") == 1 and s, timeout=60)
     assert len(st["interruptedTimestamps"]) == 1
-    interrupted = [m for r, m in event_list(api, namespace, "gang") if r == "Interrupted"]
+    interrupted = event_messages(api, namespace, "gang", "Interrupted")
     assert len(interrupted) == 1 and f"pod {pods[1].metadata.name} was deleted" in interrupted[0]
     wait_for("old run's pods all gone", lambda: not run_pods(api, namespace, "gang-r1"), timeout=30)
     assert "gang-r1" not in [j.metadata.name for j in jobs_of(api, namespace, "gang")
@@ -197,6 +196,6 @@ def test_lost_node_interrupts_the_run(api, namespace, operator):
             {"key": "scavenger.dev/e2e-lost", "value": "true", "effect": "NoExecute"}]}})
         wait_for("interruption recorded", lambda: status(api, namespace, "stranded").get("interruptedCount") == 1,
                  timeout=60)
-        interrupted = [m for r, m in event_list(api, namespace, "stranded") if r == "Interrupted"]
+        interrupted = event_messages(api, namespace, "stranded", "Interrupted")
         assert interrupted and "DeletionByTaintManager" in interrupted[0]
         assert status(api, namespace, "stranded")["phase"] in ("Interrupted", "Starting")

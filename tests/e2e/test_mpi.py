@@ -11,7 +11,7 @@ from kubernetes import client
 
 from sj_operator.names import GROUP, PLURAL, VERSION
 from tests.e2e.kube import wait_for
-from tests.e2e.sj import create_sj, event_list, run_pods, sj_spec, status, wait_phase
+from tests.e2e.sj import create_sj, event_messages, run_pods, sj_spec, status, wait_phase
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.kwok_only
@@ -58,7 +58,7 @@ def test_mpi_sj_gets_its_wiring_and_a_lost_worker_requeues_the_gang(api, namespa
     core.delete_namespaced_pod(pods[2].metadata.name, namespace)  # a worker is lost
     wait_for("interruption recorded", lambda: (s := status(api, namespace, "heat")).get(
         "interruptedCount") == 1 and s, timeout=60)
-    assert any(r == "Interrupted" and pods[2].metadata.name in m for r, m in event_list(api, namespace, "heat"))
+    assert any(pods[2].metadata.name in m for m in event_messages(api, namespace, "heat", "Interrupted"))
     wait_for("the whole first gang gone", lambda: not run_pods(api, namespace, "heat-r1"), timeout=30)
     wait_phase(api, namespace, "heat", "Running", timeout=60)
     assert status(api, namespace, "heat")["jobName"] == "heat-r2"

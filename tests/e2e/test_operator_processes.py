@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.kube import unique, wait_for
-from tests.e2e.sj import OperatorProcess, create_sj, events_for, jobs_of, sj_spec, status, wait_phase
+from tests.e2e.sj import OperatorProcess, create_sj, event_messages, events_for, jobs_of, sj_spec, status, wait_phase
 
 pytestmark = pytest.mark.kwok_only
 
@@ -30,6 +30,7 @@ def test_kill_and_restart_mid_run_leaves_one_job_and_correct_status(api, namespa
     third = OperatorProcess(*FAST, "--peering", lease, log=log).start()
     try:
         st = wait_phase(api, namespace, "durable", "Succeeded", timeout=120)
+        event_messages(api, namespace, "durable", "Succeeded")  # recorded just after the status
     finally:
         third.stop()
     assert [j.metadata.name for j in jobs_of(api, namespace, "durable")] == ["durable-r1"], log.read_text()[-3000:]

@@ -23,7 +23,7 @@ from kubernetes import client, watch
 from sj_operator.observed import pod_requests
 from sj_operator.resources import to_milli
 from tests.e2e.kube import unique, wait_for
-from tests.e2e.sj import create_sj, event_list, jobs_of, run_pods, sj_spec, status, wait_phase
+from tests.e2e.sj import create_sj, event_messages, jobs_of, run_pods, sj_spec, status, wait_phase
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = "scavenger-real-node"
@@ -222,7 +222,7 @@ def test_counter_preempted_for_real_checkpoints_on_sigterm_and_resumes_to_the_sa
     st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "counter")).get(
         "interruptedCount") == 1 and s, timeout=90)
     assert st.get("finishedTimestamp") is None, "an app that exits 0 after SIGTERM has not finished"
-    reasons = [m for r, m in event_list(api, namespace, "counter") if r == "Interrupted"]
+    reasons = event_messages(api, namespace, "counter", "Interrupted")
     assert reasons and "PreemptionByScheduler" in reasons[0]
     wait_for("the first run's log ended", lambda: "<log ended" in log.text() or not log.thread.is_alive(),
              timeout=60)
@@ -267,7 +267,7 @@ def test_mpi_gang_across_pods_loses_a_member_and_resumes_to_the_same_result(
     _preempt(api, namespace, "heat", leave=450)  # room for two of the three members: one must go
     st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "heat")).get(
         "interruptedCount") == 1 and s, timeout=120)
-    reasons = [m for r, m in event_list(api, namespace, "heat") if r == "Interrupted"]
+    reasons = event_messages(api, namespace, "heat", "Interrupted")
     assert reasons and "PreemptionByScheduler" in reasons[0]
     wait_for("the whole first gang gone", lambda: not run_pods(api, namespace, "heat-r1"), timeout=90)
 

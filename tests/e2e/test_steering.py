@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
-from tests.e2e.sj import create_sj, event_list, run_pods, sj_spec, status, wait_phase
+from tests.e2e.sj import create_sj, event_messages, run_pods, sj_spec, status, wait_phase
 
 pytestmark = pytest.mark.kwok_only
 
@@ -65,7 +65,7 @@ def test_protection_steers_the_preemption_away_from_the_youngest_pod(api, namesp
         assert victims == ["steady-b"]
         for name in ("steady-a", "urgent"):
             assert status(api, namespace, name)["phase"] == "Running"
-        assert any(r == "Protected" for r, _ in event_list(api, namespace, "urgent"))
+        assert event_messages(api, namespace, "urgent", "Protected")
 
 
 def test_after_a_period_boundary_the_formerly_protected_sj_is_the_victim(api, namespace, operator):
@@ -91,7 +91,7 @@ def test_after_a_period_boundary_the_formerly_protected_sj_is_the_victim(api, na
         st = status(api, namespace, "first")
         assert st["runningPriority"] == 0
         assert st["priorityStartOverTimestamp"] > st["runningTimestamps"][-1]
-        assert any(r == "Unprotected" for r, _ in event_list(api, namespace, "first"))
+        assert event_messages(api, namespace, "first", "Unprotected")
 
         _owner(core, namespace, pinned)
         names = ["first", "second", "third"]
@@ -114,7 +114,7 @@ def test_gang_member_preempted_cancels_the_whole_gang(api, namespace, operator):
             "interruptedCount") == 1 and s, timeout=60)
         wait_for("every member of the preempted run gone", lambda: not run_pods(api, namespace, first_run),
                  timeout=30)
-        reasons = [m for r, m in event_list(api, namespace, "team") if r == "Interrupted"]
+        reasons = event_messages(api, namespace, "team", "Interrupted")
         assert reasons and "PreemptionByScheduler" in reasons[0]
 
 
