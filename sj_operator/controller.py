@@ -42,8 +42,9 @@ from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotF
 from sj_operator.memo import PassMemo
 from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
 from sj_operator.observed import SJObject
-from sj_operator.policy.admission import PolicyConfig
-from sj_operator.policy.admission import decide as admit
+from sj_operator.policy.admission import AdmissionPass, PolicyConfig
+from sj_operator.policy.admission import decide_pass as admit
+from sj_operator.policy.conditions import wait_changed
 from sj_operator.policy.lifecycle import (
     DeleteRun,
     LifecycleConfig,
@@ -55,6 +56,7 @@ from sj_operator.policy.lifecycle import (
     launch_refused,
     launched,
     retry_delay,
+    waiting_for_room,
 )
 from sj_operator.policy.priority import launch_class
 from sj_operator.policy.snapshot import InFlightRun
@@ -71,6 +73,8 @@ WRITTEN_TTL = 30.0
 """Seconds a status this process wrote is preferred over a watch that has not shown it yet."""
 LAUNCHED_TTL = 60.0
 """Seconds a launch is counted as in flight before the watch shows its run Starting."""
+WHY_REFRESH = 120.0
+"""Seconds between writes of a waiting SJ's Admitted message when only its numbers moved."""
 
 
 _NO_RUN = Run(job=None)
@@ -121,6 +125,8 @@ class Controller:
     memo: PassMemo = field(init=False)
     held: dict[str, tuple[float, int]] = field(default_factory=dict)
     """SJs (by uid) whose namespace refused their pods: when to try again, and how many refusals in a row."""
+    why_written: dict[str, float] = field(default_factory=dict)
+    """When this process last wrote each waiting SJ's reason (monotonic seconds), by uid."""
 
     def __post_init__(self) -> None:
         self.memo = PassMemo(self.config.spec_limits)
@@ -153,41 +159,68 @@ class Controller:
     async def reconcile(self, view: ClusterView) -> None:
         now = self.clock()
         self.memo.forget_gone(view.sjs)
+        if self.held or self.why_written:
+            present = {sj.uid for sj in view.sjs}
+            for table in (self.held, self.why_written):
+                for gone in table.keys() - present:
+                    del table[gone]
         observation = observe(view, handles=self.handles, fresh=self.fresh, spec_of=self.memo.spec_of,
                               status_of=self.memo.status_of)
         decided = decide(observation.sjs, now, self.lifecycle_config,
                          on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc))
+        runs = self._in_flight(decided)
+        self._add_launched(view, runs)
+        # Admission is decided on the statuses about to be written, so a waiting SJ's reason (Admitted=False)
+        # goes out in the same write as its transition, and only the admitted ones are written twice.
+        admitted = self._admission(view, decided, tuple(runs.values()), now)
+        decided = [self._explained(d, admitted, now) for d in decided]
         # SJs are independent of each other: their writes go out concurrently; an SJ with nothing to
         # write costs no task.
         writing = [d for d in decided if _writes(d)]
         applied = dict(zip((id(d) for d in writing),
                            await self._concurrently(self._apply(d.observed, d.step) for d in writing), strict=True))
-        waiting: list[_Waiting] = []
+        await self._delete_strays(view, observation.known_runs)
+        by_key = {d.observed.sj.key: d for d in decided}
+        launching = [w for a in admitted.admitted if applied.get(id(d := by_key[a.key]), True)
+                     and (w := self._waiting(d)) is not None]
+        await self._concurrently(self.launch(w, now) for w in launching)
+
+    def _in_flight(self, decided: list[Decided]) -> dict[tuple[str, str], InFlightRun]:
+        """Runs that are Starting and not fully scheduled: their pods' room is spoken for."""
         runs: dict[tuple[str, str], InFlightRun] = {}
         for d in decided:
-            if applied.get(id(d), True):
-                self._follow(d, waiting, runs)
-        await self._delete_strays(view, observation.known_runs)
-        self._add_launched(view, runs)
-        if waiting:
-            await self._admit(view, waiting, tuple(runs.values()), now)
-
-    def _follow(self, d: Decided, waiting: list[_Waiting], runs: dict[tuple[str, str], InFlightRun]) -> None:
-        """After a decision was written: a Starting run counts as in flight; a waiting SJ may be admitted."""
-        o, result = d.observed, d.step
-        if isinstance(o.spec, InvalidSpec):
-            return
-        if result.status.phase == Phase.STARTING and result.status.job_name:
+            o, result = d.observed, d.step
+            if isinstance(o.spec, InvalidSpec) or result.status.phase != Phase.STARTING or not result.status.job_name:
+                continue
             scheduled = sum(1 for p in o.run.pods if p.node)
             if scheduled < o.spec.parallelism:
                 runs[(o.sj.namespace, result.status.job_name)] = in_flight(o.sj, o.spec, scheduled)
-        if not result.waiting:
-            return
+        return runs
+
+    def _waiting(self, d: Decided) -> _Waiting | None:
+        """After its decision was written, a waiting SJ with the status and version a launch writes over."""
+        o, result = d.observed, d.step
+        assert not isinstance(o.spec, InvalidSpec)
         if result.status == o.status:
-            waiting.append(_Waiting(o.sj, o.spec, o.status, o.raw_status, o.resource_version))
-        elif (mine := self.written.get(o.sj.uid)) is not None:
-            # Queued in this very pass: admissible now, on top of the status just written.
-            waiting.append(_Waiting(o.sj, o.spec, result.status, mine.status, mine.resource_version))
+            return _Waiting(o.sj, o.spec, o.status, o.raw_status, o.resource_version)
+        if (mine := self.written.get(o.sj.uid)) is not None:
+            # Queued in this very pass: launched on top of the status just written.
+            return _Waiting(o.sj, o.spec, result.status, mine.status, mine.resource_version)
+        return None
+
+    def _explained(self, d: Decided, admission: AdmissionPass, now: datetime) -> Decided:
+        """A waiting SJ that was not admitted says why in its Admitted condition, when that changed (the
+        numbers alone refresh at most every `WHY_REFRESH` seconds)."""
+        why = admission.waiting.get(d.observed.sj.key)
+        if why is None:
+            return d
+        status, uid = d.step.status, d.observed.sj.uid
+        written = self.why_written.get(uid)
+        if not wait_changed(status.conditions, why.reason, why.message, refresh=WHY_REFRESH,
+                            since_written=None if written is None else self.monotonic() - written):
+            return d
+        self.why_written[uid] = self.monotonic()
+        return replace(d, step=replace(d.step, status=waiting_for_room(status, now, why.reason, why.message)))
 
     def _add_launched(self, view: ClusterView, runs: dict[tuple[str, str], InFlightRun]) -> None:
         """Runs this process launched that the cache does not show as Starting yet."""
@@ -274,19 +307,22 @@ class Controller:
                 await self.kube.label_pod(o.sj.namespace, pod.name, {LABEL_PROTECTED: value})
 
     # --- admission ---------------------------------------------------------------------
-    async def _admit(self, view: ClusterView, waiting: list[_Waiting], runs: tuple[InFlightRun, ...],
-                     now: datetime) -> None:
-        # SJs their namespace refused wait out their retry delay without holding room for the others.
+    def _admission(self, view: ClusterView, decided: list[Decided], runs: tuple[InFlightRun, ...],
+                   now: datetime) -> AdmissionPass:
+        """Which waiting SJs start now, and why the others wait. SJs their namespace refused wait out their
+        retry delay without holding room for the others (their reason is already written)."""
         clock = self.monotonic()
-        waiting = [w for w in waiting if self.held.get(w.sj.uid, (0.0, 0))[0] <= clock]
-        by_key = {w.sj.key: w for w in waiting}
-        queue = tuple(self.memo.queued(w.sj, w.spec, w.status, w.rv, now) for w in waiting)
+        queue = tuple(self.memo.queued(o.sj, o.spec, d.step.status, o.resource_version, now) for d in decided
+                      if d.step.waiting and not isinstance((o := d.observed).spec, InvalidSpec)
+                      and self.held.get(o.sj.uid, (0.0, 0))[0] <= clock)
+        if not queue:
+            return AdmissionPass([], {})
         snapshot = admission_snapshot(view, queue, runs)
         started = time.perf_counter()
-        admissions = admit(snapshot, now, self.policy_config)
-        log.debug("admission pass over %d waiting SJ(s), %d node(s): %d admitted in %.1f ms", len(waiting),
-                  len(snapshot.nodes), len(admissions), (time.perf_counter() - started) * 1000)
-        await self._concurrently(self.launch(by_key[a.key], now) for a in admissions)
+        admission = admit(snapshot, now, self.policy_config)
+        log.debug("admission pass over %d waiting SJ(s), %d node(s): %d admitted in %.1f ms", len(queue),
+                  len(snapshot.nodes), len(admission.admitted), (time.perf_counter() - started) * 1000)
+        return admission
 
     async def launch(self, w: _Waiting, now: datetime) -> None:
         """Creates the next run of an admitted SJ (idempotent), then records what the state machine says."""

@@ -19,8 +19,10 @@ from gang.placement import Resources
 
 EMPTY: Resources = MappingProxyType({})
 
-__all__ = ["EMPTY", "Resources", "accumulate", "freeze", "parse_quantity", "resources_milli", "sub", "to_milli",
-           "total"]
+__all__ = ["EMPTY", "Resources", "accumulate", "format_amount", "freeze", "parse_quantity", "resources_milli", "sub",
+           "to_milli", "total"]
+
+_BINARY = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
 
 
 def parse_quantity(quantity: str | int | float | Decimal) -> Decimal:
@@ -80,3 +82,16 @@ def sub(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
     for name, amount in b.items():
         diff[name] = diff.get(name, 0) - amount
     return freeze(diff)
+
+
+def format_amount(resource: str, milli: int) -> str:
+    """An amount for people: ``format_amount("cpu", 1500)`` is ``"1.5 CPU"``, memory in binary units
+    (``"1.5Gi"``), anything else as a number with its resource name (``"2 nvidia.com/gpu"``)."""
+    if resource in ("memory", "ephemeral-storage"):
+        units = milli / 1000
+        for suffix, size in _BINARY:
+            if abs(units) >= size:
+                return f"{units / size:.3g}{suffix}" if units % size else f"{int(units) // size}{suffix}"
+        return f"{units:g}"
+    number = f"{milli / 1000:.3f}".rstrip("0").rstrip(".")
+    return f"{number} CPU" if resource == "cpu" else f"{number} {resource}"

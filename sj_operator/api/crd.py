@@ -172,6 +172,8 @@ def build_crd() -> dict[str, Any]:
                         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                         {"name": "Interruptions", "type": "integer", "jsonPath": ".status.interruptedCount"},
                         {"name": "Priority", "type": "integer", "jsonPath": ".status.runningPriority"},
+                        {"name": "Admitted", "type": "string", "description": "Launched, or why the SJ waits",
+                         "jsonPath": '.status.conditions[?(@.type=="Admitted")].reason'},
                         {"name": "Job", "type": "string", "jsonPath": ".status.jobName", "priority": 1},
                         {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -13,7 +13,10 @@
     with the same heuristic, as many of them as fit) and minus the placements of SJs admitted earlier
     in this pass. So one pass never admits two SJs into the same room.
 
-An SJ that is not admitted is skipped, and SJs behind it may still start (backfill).
+An SJ that is not admitted is skipped, and SJs behind it may still start (backfill). ``decide_pass``
+also says why each one waits (``Waiting``): ``ThresholdReached`` when (a) fails, ``NoNodeFitsGang`` when
+(b) fails or a starving head keeps the room that frees up, each with the numbers (what the SJ needs,
+what is free) as this pass saw them.
 
 **Starvation rule.** The *head* is the first SJ in queue order that is eligible (``not_before``
 reached, no run in flight), is not admitted in this pass, and could run on this cluster at all
@@ -45,10 +48,12 @@ from datetime import datetime
 from fractions import Fraction
 from itertools import repeat
 from operator import attrgetter, floordiv, mul
+from typing import Literal
 
 from gang.placement import UNBOUNDED, node_accepts, place_identical
-from sj_operator.policy.queue import DEFAULT_POLICY, PolicyConfig, is_starving, queue_order
-from sj_operator.policy.snapshot import ClusterSnapshot, NodeView, Resources, Toleration
+from sj_operator.policy.queue import DEFAULT_POLICY, PolicyConfig, is_starving, queue_order, waiting_since
+from sj_operator.policy.snapshot import ClusterSnapshot, NodeView, QueuedSJ, Resources, Toleration
+from sj_operator.resources import format_amount
 
 _Need = tuple[tuple[str, int], ...]
 _EligibilityKey = tuple[frozenset[tuple[str, str]], tuple[Toleration, ...]]
@@ -62,8 +67,33 @@ class Admission:
     nodes: tuple[str, ...]
 
 
+RoomReason = Literal["ThresholdReached", "NoNodeFitsGang"]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Why the SJ ``key`` was not admitted in this pass, with the numbers."""
+
+    key: str
+    reason: RoomReason
+    message: str
+
+
+@dataclass(frozen=True)
+class AdmissionPass:
+    admitted: list[Admission]
+    waiting: dict[str, Waiting]
+    """Every eligible SJ of the queue that was not admitted, by key."""
+
+
 def decide(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig = DEFAULT_POLICY) -> list[Admission]:
     """The SJs to start now, in queue order, each with a node per pod (see the module docstring)."""
+    return decide_pass(snapshot, now, config, explain=False).admitted
+
+
+def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig = DEFAULT_POLICY, *,
+                explain: bool = True) -> AdmissionPass:
+    """``decide``, and (``explain``) why each eligible SJ that is not admitted waits."""
     if now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware, got {now!r}")
     state = _PassState(snapshot.nodes, snapshot.cluster_requested, Fraction(str(config.threshold)))
@@ -73,9 +103,14 @@ def decide(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig = DEFA
         state.reserve_in_flight(run.unscheduled_pods, _need(run.request), run.node_selector, run.tolerations)
 
     admissions: list[Admission] = []
+    waiting: dict[str, Waiting] = {}
     head_found = False
+    head: QueuedSJ | None = None
     for sj in queue_order(snapshot.queue):
         if sj.key in taken or (sj.not_before is not None and sj.not_before > now):
+            continue
+        if head is not None:
+            waiting[sj.key] = _kept_for(sj, head)
             continue
         need = _need(sj.request)
         placement = state.try_place(sj.pods, need, sj.node_selector, sj.tolerations)
@@ -84,11 +119,32 @@ def decide(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig = DEFA
             taken.add(sj.key)
             admissions.append(Admission(sj.key, placement))
             continue
+        if explain:
+            waiting[sj.key] = state.why_not(sj, need)
         if not head_found and state.could_ever_fit(sj.pods, need, sj.node_selector, sj.tolerations):
             head_found = True
-            if is_starving(sj, now, config):
+            head = sj if is_starving(sj, now, config) else None
+            if head is not None and not explain:
                 break
-    return admissions
+    return AdmissionPass(admissions, waiting)
+
+
+def _kept_for(sj: QueuedSJ, head: QueuedSJ) -> Waiting:
+    """Behind a starving head: the room that frees up is kept for it."""
+    return Waiting(sj.key, "NoNodeFitsGang", f"{_gang(sj)}; the room that frees up is kept for {head.key}, first in "
+                   f"the queue and waiting since {waiting_since(head).isoformat()}")
+
+
+def _amount(resource: str, milli: int) -> str:
+    """``4 CPU``, ``8Gi memory``, ``1 nvidia.com/gpu``."""
+    text = format_amount(resource, milli)
+    return f"{text} {resource}" if resource in ("memory", "ephemeral-storage") else text
+
+
+def _gang(sj: QueuedSJ) -> str:
+    """``needs 3 pods of 4 CPU, 8Gi memory``: what one SJ asks for."""
+    each = ", ".join(_amount(r, amount) for r, amount in sorted(sj.request.items()) if amount > 0)
+    return f"needs {sj.pods} pod{'s' if sj.pods != 1 else ''} of {each or 'no resources'}"
 
 
 def _need(request: Resources) -> _Need:
@@ -119,6 +175,10 @@ class _PassState:
             r: sum(column) * threshold.numerator // threshold.denominator for r, column in self._allocatable.items()
         }
         self._used = dict(cluster_requested)
+        self._threshold = threshold
+        self._reserved = 0
+        """Reservations made so far in the pass: a cached explanation of a shape is valid while it is equal."""
+        self._why_cache: dict[tuple[_Need, _EligibilityKey, int], tuple[int, RoomReason, str]] = {}
         self._eligibility: dict[_EligibilityKey, list[bool] | None] = {}
         # (need, eligibility) -> smallest gang size that did not place.
         self._smallest_unplaced: dict[tuple[_Need, _EligibilityKey], int] = {}
@@ -184,6 +244,42 @@ class _PassState:
             capacities = self._capacities(need, mask, self._allocatable)
             self._empty_capacity[shape] = sum(filter((0).__lt__, capacities))
         return self._empty_capacity[shape] >= pods
+
+    def why_not(self, sj: QueuedSJ, need: _Need) -> Waiting:
+        """Why ``try_place`` refused the SJ in the state the pass is in now, with the numbers."""
+        for r, amount in need:
+            used, limit = self._used.get(r, 0), self._limit.get(r, 0)
+            if used + amount * sj.pods > limit:
+                column = self._allocatable.get(r)
+                if not column:
+                    return Waiting(sj.key, "ThresholdReached", f"{_gang(sj)}; no schedulable node has {r}")
+                return Waiting(sj.key, "ThresholdReached", (
+                    f"{_gang(sj)} ({_amount(r, amount * sj.pods)} in all); requests may reach "
+                    f"{float(self._threshold):.0%} of the {_amount(r, sum(column))} allocatable "
+                    f"({_amount(r, limit)}) and {_amount(r, used)} is requested"))
+        key, mask = self._mask(sj.node_selector, sj.tolerations)
+        shape = (need, key, sj.pods)
+        cached = self._why_cache.get(shape)
+        if cached is None or cached[0] != self._reserved:
+            cached = (self._reserved, *self._no_fit(sj, need, mask))
+            self._why_cache[shape] = cached
+        return Waiting(sj.key, cached[1], f"{_gang(sj)}; {cached[2]}")
+
+    def _no_fit(self, sj: QueuedSJ, need: _Need, mask: list[bool] | None) -> tuple[RoomReason, str]:
+        eligible = [i for i in range(len(self._nodes)) if mask is None or mask[i]]
+        if not eligible:
+            return "NoNodeFitsGang", "no schedulable node matches its nodeSelector and tolerations"
+        for r, amount in need:
+            column = self._free.get(r)
+            if column is None:
+                return "NoNodeFitsGang", f"no node it may use has {r}"
+            best = max(eligible, key=column.__getitem__)
+            if column[best] < amount:
+                return "NoNodeFitsGang", (f"the largest free {r} on a node it may use is "
+                                          f"{_amount(r, max(column[best], 0))} on {self._names[best]}")
+        room = sum(filter((0).__lt__, self._capacities(need, mask, self._free)))
+        return "NoNodeFitsGang", (f"the free room of the {len(eligible)} node(s) it may use holds {room} of the "
+                                  f"{sj.pods} pods at once")
 
     def _mask(
         self, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
@@ -252,6 +348,7 @@ class _PassState:
             used[r] = used.get(r, 0) + amount * pods
 
     def _reserve(self, placement: tuple[str, ...], need: _Need) -> None:
+        self._reserved += 1
         for name, count in Counter(placement).items():
             index = self._position[name]
             for r, amount in need:
@@ -264,4 +361,4 @@ class _PassState:
                     self._stale_max.add(r)
 
 
-__all__ = ["Admission", "PolicyConfig", "decide"]
+__all__ = ["Admission", "AdmissionPass", "PolicyConfig", "RoomReason", "Waiting", "decide", "decide_pass"]

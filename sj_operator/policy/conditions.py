@@ -1,9 +1,15 @@
-"""Standard Kubernetes conditions of a ScavengerJob: one per concern, derived from the phase."""
+"""Standard Kubernetes conditions of a ScavengerJob.
+
+One condition per phase concern (Queued, Running, Complete, Failed, Suspended), derived from the
+phase, and ``Admitted``: ``False`` while the SJ waits, with a reason that says why and a message with
+the numbers; ``True`` once a run was launched.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Literal
 
 from sj_operator.api import Condition, Phase
 
@@ -16,16 +22,25 @@ _CONDITION_FOR = {
     Phase.FAILED: ("Failed", "True"),
     Phase.SUSPENDED: ("Suspended", "True"),
 }
+_PHASE_CONDITIONS = ("Queued", "Running", "Complete", "Failed", "Suspended")
+
+ADMITTED = "Admitted"
+WaitReason = Literal["ThresholdReached", "NoNodeFitsGang", "QuotaExceeded", "BackingOff", "StartTimeout",
+                     "Suspended"]
+"""Why an SJ waits: the reason of its ``Admitted=False`` condition."""
+WAIT_REASONS: tuple[WaitReason, ...] = ("ThresholdReached", "NoNodeFitsGang", "QuotaExceeded", "BackingOff",
+                                        "StartTimeout", "Suspended")
 
 
 def set_conditions(conditions: Sequence[Condition], phase: Phase, reason: str, message: str,
-                    now: datetime) -> tuple[Condition, ...]:
+                   now: datetime) -> tuple[Condition, ...]:
     """One condition per concern (Queued, Running, Complete, Failed, Suspended): the one the
-    phase names is True, the others False; lastTransitionTime moves only when status flips."""
+    phase names is True, the others False; lastTransitionTime moves only when status flips.
+    Other conditions (Admitted) are kept as they are."""
     ctype, cstatus = _CONDITION_FOR[phase]
     current = {c.type: c for c in conditions}
     out = []
-    for name in ("Queued", "Running", "Complete", "Failed", "Suspended"):
+    for name in _PHASE_CONDITIONS:
         want = cstatus if name == ctype else "False"
         old = current.get(name)
         if old is None and want == "False" and name != ctype:
@@ -37,4 +52,36 @@ def set_conditions(conditions: Sequence[Condition], phase: Phase, reason: str, m
             out.append(Condition(type=name, status=want, reason=old.reason if old and old.status == want else reason,
                                  message=old.message if old and old.status == want else "",
                                  last_transition_time=since))
+    out.extend(c for c in conditions if c.type not in _PHASE_CONDITIONS)
     return tuple(out)
+
+
+def admitted_condition(conditions: Sequence[Condition]) -> Condition | None:
+    return next((c for c in conditions if c.type == ADMITTED), None)
+
+
+def set_admitted(conditions: Sequence[Condition], admitted: bool, reason: str, message: str,
+                 now: datetime) -> tuple[Condition, ...]:
+    """The ``Admitted`` condition set to ``admitted`` with ``reason`` and ``message``; lastTransitionTime
+    moves only when its status flips. The other conditions are kept in their order."""
+    status = "True" if admitted else "False"
+    old = admitted_condition(conditions)
+    since = old.last_transition_time if old is not None and old.status == status else now
+    new = Condition(type=ADMITTED, status=status, reason=reason, message=message, last_transition_time=since)
+    if old is None:
+        return (*conditions, new)
+    return tuple(new if c.type == ADMITTED else c for c in conditions)
+
+
+def wait_changed(conditions: Sequence[Condition], reason: WaitReason, message: str, *,
+                 since_written: float | None, refresh: float) -> bool:
+    """Whether a waiting SJ's ``Admitted`` condition must be written: at once when it is missing, True, or
+    gives another reason; when only the numbers in the message moved, at most once per ``refresh``
+    seconds (``since_written``: seconds since this process last wrote it, None when unknown). So a queue
+    of thousands whose free room shifts at every pass costs no write storm."""
+    old = admitted_condition(conditions)
+    if old is None or old.status != "False" or old.reason != reason:
+        return True
+    if old.message == message:
+        return False
+    return since_written is None or since_written >= refresh

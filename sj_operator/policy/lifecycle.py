@@ -37,7 +37,7 @@ from sj_operator.api import (
 )
 from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, PodView
-from sj_operator.policy.conditions import set_conditions
+from sj_operator.policy.conditions import WaitReason, admitted_condition, set_admitted, set_conditions
 from sj_operator.policy.outcomes import Action, DeleteRun, Event, Run, SetProtection, Step
 from sj_operator.policy.priority import current_period_start, is_protected, launch_class, running_level
 from sj_operator.settings import (
@@ -95,6 +95,9 @@ class _Builder:
         self.update(phase=phase, message=message, conditions=conditions, **changes)
         self.event("Warning" if warning else "Normal", reason, message)
 
+    def admitted(self, admitted: bool, reason: str, message: str) -> None:
+        self.update(conditions=set_admitted(self.status.conditions, admitted, reason, message, self.now))
+
     def done(self, waiting: bool = False) -> Step:
         return Step(self.status, tuple(self.actions), tuple(self.events), waiting)
 
@@ -103,10 +106,10 @@ def launched(status: ScavengerJobStatus, now: datetime, *, job_name: str, priori
              pods: int) -> Step:
     """The admitted SJ's next run was created: it is Starting (the start timeout counts from now)."""
     b = _Builder(status, now)
-    b.transition(Phase.STARTING, "Launched",
-                 f"run {job_name} launched ({pods} pod(s), priority class {priority_class_name})",
-                 attempt=status.attempt + 1, job_name=job_name, launched_timestamp=now,
-                 priority_class_name=priority_class_name, not_before=None)
+    message = f"run {job_name} launched ({pods} pod(s), priority class {priority_class_name})"
+    b.transition(Phase.STARTING, "Launched", message, attempt=status.attempt + 1, job_name=job_name,
+                 launched_timestamp=now, priority_class_name=priority_class_name, not_before=None)
+    b.admitted(True, "Launched", message)
     return b.done()
 
 
@@ -124,13 +127,21 @@ def launch_refused(status: ScavengerJobStatus, now: datetime, reason: LaunchRefu
 NamespaceRefusal = Literal["QuotaExceeded", "BackingOff"]
 
 
+def waiting_for_room(status: ScavengerJobStatus, now: datetime, reason: WaitReason, message: str) -> ScavengerJobStatus:
+    """The waiting SJ's ``Admitted=False`` condition says why it waits, with the numbers."""
+    return status.model_copy(update={"conditions": set_admitted(status.conditions, False, reason, message, now)})
+
+
 def launch_forbidden(status: ScavengerJobStatus, now: datetime, reason: NamespaceRefusal, message: str) -> Step:
     """The SJ's namespace would refuse the run's pods (a ResourceQuota, Pod Security, another admission
     rule): no run is made; the SJ keeps waiting in its place, saying why. Nothing is written again while
     the refusal stays the same, so a refusal repeated at every retry costs no writes."""
     b = _Builder(status, now)
-    if status.message != message:
-        b.transition(waiting_phase(status), reason, message, warning=True)
+    current = admitted_condition(status.conditions)
+    if current is None or (current.status, current.reason, current.message) != ("False", reason, message):
+        b.admitted(False, reason, message)
+        b.update(message=message)
+        b.event("Warning", reason, message)
     return b.done(waiting=True)
 
 
@@ -195,6 +206,7 @@ def _suspension(b: _Builder, spec: ScavengerJobSpec, run: Run) -> Step:
             _cancel(b, run, "suspended")
             b.transition(Phase.SUSPENDED, "Suspended", "suspended: spec.suspend is true; the current run, if any, "
                          "was cancelled", running_priority=None, protected=False)
+            b.admitted(False, "Suspended", "spec.suspend is true: nothing runs until it is false")
         return b.done()
     if run.holds_resources:
         return b.done()  # the cancelled run is still stopping
@@ -211,6 +223,7 @@ def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str) -> Ste
         b.transition(Phase.STARTING, "Launched", f"run {next_name} adopted", attempt=st.attempt + 1,
                      job_name=next_name, launched_timestamp=run.job.created or b.now,
                      priority_class_name=launch_class(st.interrupted_count))
+        b.admitted(True, "Launched", f"run {next_name} adopted")
         return b.done()
     eligible = st.not_before is None or st.not_before <= b.now
     return b.done(waiting=eligible)
@@ -298,8 +311,12 @@ def _starting(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: 
                   f"it was deleted and will be retried")
         timeouts = st.start_timeouts + 1
         b.actions.append(DeleteRun(job.name, "start timeout"))
+        not_before = b.now + retry_delay(timeouts, cfg)
         b.transition(waiting_phase(st), "StartTimeout", reason, warning=True, start_timeouts=timeouts,
-                     not_before=b.now + retry_delay(timeouts, cfg), running_priority=None)
+                     not_before=not_before, running_priority=None)
+        b.admitted(False, "StartTimeout", f"{timeouts} start timeout(s) in a row: the last run did not have all "
+                   f"{expected} pod(s) running within {format_duration(cfg.start_timeout)}; next try after "
+                   f"{not_before.isoformat()}")
     return b.done()
 
 

@@ -286,8 +286,8 @@ def test_a_namespace_that_refuses_the_pods_makes_the_sj_wait_saying_why(controll
     status = stored_status(kube)
     assert status["phase"] == "Pending"
     assert status["message"] == f"namespace ns refuses this SJ's pods: {message} (trying again in 10s)"
-    queued = next(c for c in status["conditions"] if c["type"] == "Queued")
-    assert (queued["status"], queued["reason"]) == ("True", reason)
+    admitted = next(c for c in status["conditions"] if c["type"] == "Admitted")
+    assert (admitted["status"], admitted["reason"], admitted["message"]) == ("False", reason, status["message"])
     assert ("work", reason) in kube.events
 
 

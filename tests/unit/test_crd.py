@@ -54,7 +54,9 @@ def test_names_and_subresources() -> None:
 
 def test_printer_columns() -> None:
     columns = {c["name"]: c for c in VERSION["additionalPrinterColumns"]}
-    assert list(columns) == ["Phase", "Interruptions", "Priority", "Job", "Message", "Age"]
+    assert list(columns) == ["Phase", "Interruptions", "Priority", "Admitted", "Job", "Message", "Age"]
+    assert columns["Admitted"]["jsonPath"] == '.status.conditions[?(@.type=="Admitted")].reason'
+    assert "priority" not in columns["Admitted"], "why an SJ waits shows in the default view"
     assert columns["Phase"] == {"name": "Phase", "type": "string", "jsonPath": ".status.phase"}
     assert columns["Interruptions"]["type"] == "integer"
     assert columns["Interruptions"]["jsonPath"] == ".status.interruptedCount"
@@ -65,7 +67,7 @@ def test_printer_columns() -> None:
     assert columns["Age"] == {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
     for column in columns.values():
         path = column["jsonPath"].lstrip(".").split(".")
-        if path[0] == "status":
+        if path[0] == "status" and "[" not in path[1]:
             assert STATUS_SCHEMA["properties"][path[1]]["type"] == column["type"]
 
 

@@ -310,7 +310,7 @@ def test_existing_next_run_is_adopted(
     assert result.events == (Event("Normal", "Launched", f"run {next_name} adopted"),)
     assert result.actions == ()
     assert result.waiting is False
-    assert true_conditions(st) == []
+    assert true_conditions(st) == ["Admitted"], "adopting the run admits the SJ"
     assert condition(st, "Running").status == "False" and condition(st, "Queued").status == "False"
 
 
@@ -1145,12 +1145,13 @@ def cond(ctype: str, status_: str, reason: str, message: str, at: datetime) -> C
         ((cond("Queued", "False", "Launched", "", T2), cond("Suspended", "True", "Suspended", "s", T3)),
          Phase.PENDING,
          (cond("Queued", "True", "R", "m", NOW), cond("Suspended", "False", "R", "", NOW))),
-        ((cond("Queued", "True", "Queued", "q", T1), cond("Custom", "True", "X", "x", T1)), Phase.FAILED,
-         (cond("Queued", "False", "R", "", NOW), cond("Failed", "True", "R", "m", NOW))),
+        ((cond("Queued", "True", "Queued", "q", T1), cond("Admitted", "True", "X", "x", T1)), Phase.FAILED,
+         (cond("Queued", "False", "R", "", NOW), cond("Failed", "True", "R", "m", NOW),
+          cond("Admitted", "True", "X", "x", T1))),
     ],
     ids=["first-pending", "first-starting", "pending-again", "pending-to-starting", "starting-to-running",
          "running-to-interrupted", "interrupted-again", "running-to-succeeded", "running-to-suspended",
-         "suspended-to-pending", "foreign-condition-dropped"],
+         "suspended-to-pending", "other-condition-kept"],
 )
 def test_set_conditions_moves_transition_time_only_when_status_flips(
     old: tuple[Condition, ...], phase: Phase, expected: tuple[Condition, ...]
@@ -1169,6 +1170,7 @@ def test_conditions_follow_a_whole_lifecycle() -> None:
         "Queued": ("False", T2),
         "Running": ("False", NOW),
         "Complete": ("True", NOW),
+        "Admitted": ("True", T2),
     }
     assert [p.phase for p in (queued, adopted, started, done)] == [
         Phase.PENDING, Phase.STARTING, Phase.RUNNING, Phase.SUCCEEDED]
