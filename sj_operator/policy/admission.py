@@ -246,24 +246,29 @@ class _PassState:
         return self._empty_capacity[shape] >= pods
 
     def why_not(self, sj: QueuedSJ, need: _Need) -> Waiting:
-        """Why ``try_place`` refused the SJ in the state the pass is in now, with the numbers."""
+        """Why ``try_place`` refused the SJ in the state the pass is in now, with the numbers. Explanations
+        are shared by SJs of one shape until the pass takes more room."""
+        key, mask = self._mask(sj.node_selector, sj.tolerations)
+        shape = (need, key, sj.pods)
+        cached = self._why_cache.get(shape)
+        if cached is None or cached[0] != self._reserved:
+            cached = (self._reserved, *self._explain(sj, need, mask))
+            self._why_cache[shape] = cached
+        return Waiting(sj.key, cached[1], cached[2])
+
+    def _explain(self, sj: QueuedSJ, need: _Need, mask: list[bool] | None) -> tuple[RoomReason, str]:
         for r, amount in need:
             used, limit = self._used.get(r, 0), self._limit.get(r, 0)
             if used + amount * sj.pods > limit:
                 column = self._allocatable.get(r)
                 if not column:
-                    return Waiting(sj.key, "ThresholdReached", f"{_gang(sj)}; no schedulable node has {r}")
-                return Waiting(sj.key, "ThresholdReached", (
+                    return "ThresholdReached", f"{_gang(sj)}; no schedulable node has {r}"
+                return "ThresholdReached", (
                     f"{_gang(sj)} ({_amount(r, amount * sj.pods)} in all); requests may reach "
                     f"{float(self._threshold):.0%} of the {_amount(r, sum(column))} allocatable "
-                    f"({_amount(r, limit)}) and {_amount(r, used)} is requested"))
-        key, mask = self._mask(sj.node_selector, sj.tolerations)
-        shape = (need, key, sj.pods)
-        cached = self._why_cache.get(shape)
-        if cached is None or cached[0] != self._reserved:
-            cached = (self._reserved, *self._no_fit(sj, need, mask))
-            self._why_cache[shape] = cached
-        return Waiting(sj.key, cached[1], f"{_gang(sj)}; {cached[2]}")
+                    f"({_amount(r, limit)}) and {_amount(r, used)} is requested")
+        reason, why = self._no_fit(sj, need, mask)
+        return reason, f"{_gang(sj)}; {why}"
 
     def _no_fit(self, sj: QueuedSJ, need: _Need, mask: list[bool] | None) -> tuple[RoomReason, str]:
         eligible = [i for i in range(len(self._nodes)) if mask is None or mask[i]]
@@ -343,6 +348,7 @@ class _PassState:
         return True
 
     def _charge(self, need: _Need, pods: int) -> None:
+        self._reserved += 1
         used = self._used
         for r, amount in need:
             used[r] = used.get(r, 0) + amount * pods
