@@ -66,6 +66,8 @@ class OperatorConfig(BaseModel):
     verbose: bool = False
     identity: str = Field(default_factory=lambda: os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}")
     liveness_port: int | None = Field(None, ge=1, le=65535)
+    metrics_port: int = Field(8080, ge=0, le=65535)
+    """Serve Prometheus metrics on /metrics and the loop's health on /healthz here; 0 turns it off."""
     max_termination_grace: int = DEFAULT_MAX_TERMINATION_GRACE
     """The most seconds of grace an SJ may ask for (spec.terminationGracePeriodSeconds)."""
     min_duration: timedelta = DEFAULT_MIN_DURATION
@@ -136,7 +138,10 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
     ("--peering", "SJ_PEERING", "peering", "name of the Lease electing the one active replica (default scavenger)"),
     ("--lease-namespace", "SJ_LEASE_NAMESPACE", "lease_namespace",
      "namespace of that Lease (default: $POD_NAMESPACE, else default)"),
-    ("--liveness-port", "SJ_LIVENESS_PORT", "liveness_port", "serve /healthz on this port (default off)"),
+    ("--liveness-port", "SJ_LIVENESS_PORT", "liveness_port", "serve kopf's /healthz on this port (default off)"),
+    ("--metrics-port", "SJ_METRICS_PORT", "metrics_port",
+     "serve Prometheus metrics (/metrics) and the decision loop's health (/healthz) on this port; 0 for "
+     "off (default 8080)"),
     ("--max-termination-grace", "SJ_MAX_TERMINATION_GRACE", "max_termination_grace",
      "the most seconds an SJ may hold its room after SIGTERM (spec.terminationGracePeriodSeconds; default 300)"),
     ("--min-duration", "SJ_MIN_DURATION", "min_duration", "the shortest spec.duration accepted (default 10s)"),

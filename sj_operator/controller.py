@@ -40,11 +40,12 @@ from sj_operator.decide import (
 )
 from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotFound
 from sj_operator.memo import PassMemo
+from sj_operator.metrics import Metrics
 from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
 from sj_operator.observed import SJObject
 from sj_operator.policy.admission import AdmissionPass, PolicyConfig
 from sj_operator.policy.admission import decide_pass as admit
-from sj_operator.policy.conditions import wait_changed
+from sj_operator.policy.conditions import WAIT_REASONS, admitted_condition, wait_changed
 from sj_operator.policy.lifecycle import (
     DeleteRun,
     LifecycleConfig,
@@ -55,13 +56,14 @@ from sj_operator.policy.lifecycle import (
     launch_forbidden,
     launch_refused,
     launched,
+    lost_work,
     retry_delay,
     waiting_for_room,
 )
 from sj_operator.policy.priority import launch_class
 from sj_operator.policy.snapshot import InFlightRun
 from sj_operator.policy.tenancy import quota_shortfall, quota_view
-from sj_operator.resources import resources_milli
+from sj_operator.resources import resources_milli, total
 
 __all__ = ["ClusterView", "Controller", "utcnow"]
 
@@ -122,6 +124,7 @@ class Controller:
     monotonic: Callable[[], float] = time.monotonic
     written: dict[str, _Written] = field(default_factory=dict)
     launched: dict[tuple[str, str], _Launched] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
     memo: PassMemo = field(init=False)
     held: dict[str, tuple[float, int]] = field(default_factory=dict)
     """SJs (by uid) whose namespace refused their pods: when to try again, and how many refusals in a row."""
@@ -157,6 +160,12 @@ class Controller:
 
     # --- one pass --------------------------------------------------------------------
     async def reconcile(self, view: ClusterView) -> None:
+        started = time.perf_counter()
+        decided, launching = await self._pass(view)
+        self.metrics.reconcile.observe(time.perf_counter() - started)
+        self._report(view, decided, launching)
+
+    async def _pass(self, view: ClusterView) -> tuple[list[Decided], set[str]]:
         now = self.clock()
         self.memo.forget_gone(view.sjs)
         if self.held or self.why_written:
@@ -184,6 +193,43 @@ class Controller:
         launching = [w for a in admitted.admitted if applied.get(id(d := by_key[a.key]), True)
                      and (w := self._waiting(d)) is not None]
         await self._concurrently(self.launch(w, now) for w in launching)
+        return decided, {w.sj.key for w in launching}
+
+    def _report(self, view: ClusterView, decided: list[Decided], launching: set[str]) -> None:
+        """The gauges after a pass: SJs by phase and why the waiting ones wait; capacity in use."""
+        phases: dict[str, int] = {}
+        pending: dict[str, int] = {}
+        for d in decided:
+            st = d.step.status
+            if st.phase is None or d.observed.sj.key in launching:
+                continue
+            phases[st.phase.value] = phases.get(st.phase.value, 0) + 1
+            if st.phase in (Phase.PENDING, Phase.INTERRUPTED, Phase.SUSPENDED):
+                cond = admitted_condition(st.conditions)
+                reason = cond.reason if cond is not None and cond.status == "False" and cond.reason else "Queued"
+                pending[reason] = pending.get(reason, 0) + 1
+        schedulable = total(n.allocatable for n in view.nodes if n.ready and not n.unschedulable)
+        requested = total(p.requests for p in view.active_pods)
+        used = {r: requested.get(r, 0) / amount for r, amount in schedulable.items() if amount > 0 and r != "pods"}
+        self.metrics.set_state(pending, phases, used, reasons=(*WAIT_REASONS, "Queued"),
+                               phase_names=(p.value for p in Phase))
+        self.metrics.last_pass.set_to_current_time()
+
+    def _count(self, o: Observed, after: ScavengerJobStatus) -> None:
+        """Counters for what a written status records: a launch, an interruption, a finish."""
+        before, m = o.status, self.metrics
+        if after.attempt > before.attempt:
+            m.launched.inc()
+            since = after.interrupted_timestamps[-1] if after.interrupted_timestamps else o.sj.created
+            if since is not None and after.launched_timestamp is not None:
+                m.admission_wait.observe(max((after.launched_timestamp - since).total_seconds(), 0.0))
+        if after.interrupted_count > before.interrupted_count:
+            m.interruptions.labels(after.last_interruption_reason or "Deleted").inc()
+            if not isinstance(o.spec, InvalidSpec) and after.interrupted_timestamps:
+                lost = lost_work(after.running_timestamps, after.interrupted_timestamps, o.spec.duration)[-1]
+                m.lost_work.inc(lost.total_seconds())
+        if after.phase in (Phase.SUCCEEDED, Phase.FAILED) and before.phase != after.phase:
+            m.finished.labels(after.phase.value).inc()
 
     def _in_flight(self, decided: list[Decided]) -> dict[tuple[str, str], InFlightRun]:
         """Runs that are Starting and not fully scheduled: their pods' room is spoken for."""
@@ -235,9 +281,10 @@ class Controller:
 
     async def _apply(self, o: Observed, result: Step) -> bool:
         """Writes the new status (if any), then records Events and runs actions. False on conflict."""
-        if result.status != o.status and not await self._write_status(o.sj, o.resource_version, o.raw_status,
-                                                                      result.status):
-            return False
+        if result.status != o.status:
+            if not await self._write_status(o.sj, o.resource_version, o.raw_status, result.status):
+                return False
+            self._count(o, result.status)
         for ev in result.events:
             log.info("%s: %s: %s", o.sj.key, ev.reason, ev.message)
             await self.kube.event(namespace=o.sj.namespace, name=o.sj.name, uid=o.sj.uid, kind=KIND,

@@ -23,6 +23,7 @@ from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView
 from sj_operator.kube import Kube
 from sj_operator.leader import LeaseElector
+from sj_operator.metrics import Metrics, serve
 from sj_operator.names import GROUP, LABEL_SJ, PLURAL, VERSION
 from sj_operator.observed import (
     job_view,
@@ -48,7 +49,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.ready = asyncio.Event()
     memo.shared = {"disrupted": {}}  # handlers get shallow copies of the memo: share through a mutable object
     memo.kube = memo.get("kube") or Kube.from_environment()
-    memo.controller = Controller(memo.kube, config)
+    metrics = Metrics()
+    memo.kube.on_error = metrics.api_error
+    memo.controller = Controller(memo.kube, config, metrics=metrics)
     for pc in priority_class_objects():
         if await memo.kube.ensure_priority_class(pc):
             log.info("created PriorityClass %s (value %s)", pc["metadata"]["name"], pc["value"])
@@ -58,6 +61,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         asyncio.create_task(memo.elector.run(), name="leader election"),
         asyncio.create_task(_decision_loop(memo), name="decision loop"),
     ]
+    if config.metrics_port:
+        memo.metrics_server = await serve(metrics, config.metrics_port,
+                                          healthy=lambda: not any(t.done() for t in memo.tasks))
     if config.webhook_port is not None:
         memo.tasks.append(asyncio.create_task(_webhook(memo.kube, config).run(), name="admission webhook"))
     log.info("scavenger operator starting (identity %s, threshold %.2f, start timeout %ss, tick %ss, namespaces %s)",
@@ -85,6 +91,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
             await task
     if memo.get("elector") is not None:
         await memo.elector.release()
+    if memo.get("metrics_server") is not None:
+        await memo.metrics_server.cleanup()
 
 
 # --- indexes: what the loop reads -------------------------------------------------------
@@ -166,6 +174,7 @@ async def _decision_loop(memo: kopf.Memo) -> None:
             await asyncio.wait_for(memo.wake.wait(), timeout=config.tick.total_seconds())
         await asyncio.sleep(0.05)  # let a burst of watch events land in one pass
         memo.wake.clear()
+        controller.metrics.set_leading(memo.elector.leading)
         if not memo.elector.leading:
             continue
         try:

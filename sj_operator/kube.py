@@ -93,6 +93,8 @@ class Kube:
         self.retry_for = retry_for
         self.stop = stop if stop is not None else stop_after_delay(retry_for)
         self.sleep = sleep if sleep is not None else asyncio.sleep
+        self.on_error: Callable[[str, int], None] = lambda operation, status: None
+        """Told of every failed attempt (operation, HTTP status; 0 without a response): the metrics."""
 
     @classmethod
     def from_environment(cls) -> Kube:
@@ -114,7 +116,14 @@ class Kube:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await asyncio.to_thread(fn, *args, **kwargs)
+                    try:
+                        return await asyncio.to_thread(fn, *args, **kwargs)
+                    except ApiException as exc:
+                        self.on_error(fn.__name__, exc.status or 0)
+                        raise
+                    except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError):
+                        self.on_error(fn.__name__, 0)
+                        raise
         except ApiException as exc:
             raise _typed(exc) from None
         except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as exc:

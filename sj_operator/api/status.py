@@ -42,6 +42,13 @@ class Condition(_StatusModel):
     )
 
 
+InterruptionReason = Literal["PreemptionByScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager",
+                             "TerminationByKubelet", "NodeLost", "Deleted"]
+INTERRUPTION_REASONS: tuple[InterruptionReason, ...] = (
+    "PreemptionByScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager", "TerminationByKubelet", "NodeLost",
+    "Deleted")
+
+
 class ScavengerJobStatus(_StatusModel):
     """Observed state of a ScavengerJob, also the operator's record of its state machine."""
 
@@ -51,6 +58,9 @@ class ScavengerJobStatus(_StatusModel):
         default=(), description="Each time a run had all its pods running."
     )
     interrupted_timestamps: tuple[Timestamp, ...] = Field(default=(), description="Each interruption.")
+    last_interruption_reason: InterruptionReason | None = Field(
+        default=None, description="Why the last run was interrupted: PreemptionByScheduler, EvictionByEvictionAPI, "
+        "DeletionByTaintManager, TerminationByKubelet, NodeLost or Deleted.")
     finished_timestamp: Timestamp | None = Field(default=None, description="When it succeeded or failed.")
     priority_start_over_timestamp: Timestamp | None = Field(
         default=None, description="Start of the current checkpoint period."

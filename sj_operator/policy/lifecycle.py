@@ -35,6 +35,7 @@ from sj_operator.api import (
     ScavengerJobStatus,
     format_duration,
 )
+from sj_operator.api.status import InterruptionReason
 from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, PodView
 from sj_operator.policy.conditions import WaitReason, admitted_condition, set_admitted, set_conditions
@@ -378,10 +379,37 @@ def _disruption(run: Run, st: ScavengerJobStatus, now: datetime) -> str | None:
     return None
 
 
+_DISRUPTION_REASONS: tuple[tuple[str, InterruptionReason], ...] = (
+    ("PreemptionByScheduler", "PreemptionByScheduler"), ("PreemptionByKubeScheduler", "PreemptionByScheduler"),
+    ("EvictionByEvictionAPI", "EvictionByEvictionAPI"), ("DeletionByTaintManager", "DeletionByTaintManager"),
+    ("TerminationByKubelet", "TerminationByKubelet"), ("DeletionByPodGC", "NodeLost"),
+    ("ended without a visible cause", "NodeLost"))
+
+
+def interruption_reason(cause: str) -> InterruptionReason:
+    """The kind of an interruption from its cause: the pods' DisruptionTarget reason where Kubernetes set
+    one; a run whose pods vanished without one lost its node; anything else was deleted."""
+    return next((reason for marker, reason in _DISRUPTION_REASONS if marker in cause), "Deleted")
+
+
+def lost_work(running: Sequence[datetime], interrupted: Sequence[datetime], duration: timedelta) -> list[timedelta]:
+    """The estimated work each interruption lost: the time since the run's last checkpoint period began
+    (the run checkpoints every ``duration`` from when all its pods ran). A run interrupted before it ran
+    lost nothing."""
+    out = []
+    for i, at in enumerate(interrupted):
+        after = interrupted[i - 1] if i else None
+        # Strictly before: the next run may have been running within the same second of the record.
+        started = [r for r in running if r < at and (after is None or r > after)]
+        out.append((at - started[-1]) % duration if started else timedelta(0))
+    return out
+
+
 def _record_interruption(b: _Builder, spec: ScavengerJobSpec, cause: str) -> Step:
     st = b.status
     count = st.interrupted_count + 1
     stamps = (*st.interrupted_timestamps, b.now)
+    b.update(last_interruption_reason=interruption_reason(cause))
     if spec.max_interruptions is not None and count > spec.max_interruptions:
         b.transition(Phase.FAILED, "TooManyInterruptions",
                      f"too many interruptions ({count} > maxInterruptions {spec.max_interruptions}); last: {cause}",

@@ -24,7 +24,7 @@ def test_config(**overrides: Any) -> OperatorConfig:
     """Operator settings that make e2e tests take seconds, not minutes."""
     values: dict[str, Any] = dict(tick=timedelta(seconds=1), start_timeout=timedelta(seconds=20),
                                   retry_backoff=timedelta(seconds=2), max_retry_backoff=timedelta(seconds=10),
-                                  peering=unique("e2e-lease"))
+                                  peering=unique("e2e-lease"), metrics_port=0)
     values.update(overrides)
     return OperatorConfig(**values)
 
@@ -77,7 +77,9 @@ class OperatorProcess:
     """The operator as a separate process (`python -m sj_operator`), for kill/restart tests."""
 
     def __init__(self, *args: str, log: Path, env: dict[str, str] | None = None) -> None:
-        self.args, self.log = args, log
+        # Several run side by side on this host: metrics only where a test asks for a port.
+        self.args = args if "--metrics-port" in args else (*args, "--metrics-port", "0")
+        self.log = log
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -50,6 +50,7 @@ STATUS_FIELDS = {
     "phase", "interruptedCount", "runningTimestamps", "interruptedTimestamps", "finishedTimestamp",
     "priorityStartOverTimestamp", "runningPriority", "jobName", "message", "conditions",
     "attempt", "launchedTimestamp", "startTimeouts", "notBefore", "protected", "priorityClassName",
+    "lastInterruptionReason",
 }  # fmt: skip
 
 

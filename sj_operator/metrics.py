@@ -1,0 +1,100 @@
+"""Prometheus metrics: what the loop did and what it sees, on ``:8080/metrics`` (``--metrics-port``).
+
+Counters count what this process carried out (a transition counts once its status write succeeded,
+so a conflict retried on the next pass is not counted twice); gauges are set by the leader at the end
+of every pass and cleared when it stops leading, so only the replica that decides reports them.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["METRICS_PATH", "Metrics", "serve"]
+
+log = logging.getLogger("sj_operator.metrics")
+METRICS_PATH = "/metrics"
+_WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+_PASS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class Metrics:
+    """The operator's metrics in their own registry (one per process; tests make their own)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.pending = Gauge("scavenger_pending_sjs", "SJs waiting to run, by why they wait (Admitted reason)",
+                             ["reason"], registry=r)
+        self.sjs = Gauge("scavenger_sjs", "SJs by phase", ["phase"], registry=r)
+        self.launched = Counter("scavenger_launched_runs_total", "Runs launched (or adopted after a lost write)",
+                                registry=r)
+        self.interruptions = Counter("scavenger_interruptions_total", "Runs interrupted, by lastInterruptionReason",
+                                     ["reason"], registry=r)
+        self.finished = Counter("scavenger_finished_sjs_total", "SJs that finished, by phase", ["phase"],
+                                registry=r)
+        self.admission_wait = Histogram("scavenger_admission_wait_seconds",
+                                        "Wait from creation (or the last interruption) to the launch of a run",
+                                        buckets=_WAIT_BUCKETS, registry=r)
+        self.reconcile = Histogram("scavenger_reconcile_duration_seconds", "Duration of one decision pass",
+                                   buckets=_PASS_BUCKETS, registry=r)
+        self.lost_work = Counter("scavenger_lost_work_seconds_total",
+                                 "Estimated work lost to interruptions: time since the run's checkpoint period began",
+                                 registry=r)
+        self.used = Gauge("scavenger_used_capacity_ratio",
+                          "Requests of all pods over the allocatable of schedulable nodes, per resource",
+                          ["resource"], registry=r)
+        self.api_errors = Counter("scavenger_api_errors_total",
+                                  "Kubernetes API calls that failed (each attempt), by operation and HTTP status",
+                                  ["operation", "code"], registry=r)
+        self.leader = Gauge("scavenger_leader", "1 while this replica is the one that decides", registry=r)
+        self._leading: bool | None = None
+        self.last_pass = Gauge("scavenger_last_pass_timestamp_seconds", "When the last decision pass ended",
+                               registry=r)
+
+    def api_error(self, operation: str, code: int) -> None:
+        self.api_errors.labels(operation, str(code)).inc()
+
+    def set_leading(self, leading: bool) -> None:
+        if leading == self._leading:
+            return
+        self._leading = leading
+        self.leader.set(1 if leading else 0)
+        if not leading:  # a follower reports no state: it would only be stale
+            for gauge in (self.pending, self.sjs, self.used):
+                gauge.clear()
+
+    def set_state(self, pending: Mapping[str, int], phases: Mapping[str, int], used: Mapping[str, float],
+                  reasons: Iterable[str], phase_names: Iterable[str]) -> None:
+        """The gauges after a pass; every known reason and phase is reported, 0 when none."""
+        for reason in {*reasons, *pending}:
+            self.pending.labels(reason).set(pending.get(reason, 0))
+        for phase in {*phase_names, *phases}:
+            self.sjs.labels(phase).set(phases.get(phase, 0))
+        self.used.clear()
+        for resource, ratio in used.items():
+            self.used.labels(resource).set(ratio)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+async def serve(metrics: Metrics, port: int, healthy: Callable[[], bool]) -> web.AppRunner:
+    """Serves ``/metrics`` and ``/healthz`` (200 while ``healthy()``) over HTTP on ``port``."""
+
+    async def scrape(_: web.Request) -> web.Response:
+        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok") if healthy() else web.Response(status=503, text="the decision loop stopped")
+
+    app = web.Application()
+    app.router.add_get(METRICS_PATH, scrape)
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", port).start()
+    log.info("metrics on :%d%s", port, METRICS_PATH)
+    return runner
