@@ -11,7 +11,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup venv binaries mpi lint images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-e2e e2e-kind \
+.PHONY: setup venv binaries mpi lint chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-e2e e2e-kind \
 	mutation clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
@@ -31,7 +31,8 @@ binaries:
 mpi: venv
 	hack/install-mpi
 
-SHELL_SCRIPTS := hack/build-binaries hack/cluster hack/demo hack/e2e-kind hack/install-mpi hack/node .ci/run
+SHELL_SCRIPTS := hack/build-binaries hack/cluster hack/demo hack/e2e-kind hack/install-mpi hack/install-operator hack/node \
+	.ci/run
 PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-score
 
 lint: venv ## the gates: ruff, mypy --strict, import-linter layers, shellcheck
@@ -40,6 +41,13 @@ lint: venv ## the gates: ruff, mypy --strict, import-linter layers, shellcheck
 	@echo "[lint] import-linter"; $(VENV)/bin/lint-imports --no-cache
 	@echo "[lint] shellcheck"; $(VENV)/bin/shellcheck $(SHELL_SCRIPTS) && $(VENV)/bin/shellcheck -s sh gang/mpi-entrypoint.sh
 	@echo "[lint] all gates pass"
+
+chart: binaries ## the Helm chart (deploy/chart): helm lint, and helm template with the default and the local values
+	@echo "[chart] helm lint"; .bin/helm lint --strict deploy/chart --kube-version 1.34.4
+	@echo "[chart] helm template"; .bin/helm template scavenger deploy/chart --kube-version 1.34.4 >/dev/null
+	@.bin/helm template scavenger deploy/chart --kube-version 1.34.4 -f hack/local-install/values.yaml \
+	  --set replicas=1,webhook.enabled=false,bandGuard=false,namespaces={a\,b} >/dev/null
+	@echo "[chart] ok"
 
 mutation: venv ## on demand: mutation testing of the pure core (policy, state machine, gang); minutes
 	$(PIP) install --quiet -e '.[mutation]'
@@ -73,6 +81,7 @@ e2e-kind: ## with Docker and kind: both demos on a kind cluster, one interruptio
 
 test: setup ## the README's test command: the gates, unit tests, then e2e tests on the local cluster
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory chart
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory e2e
 

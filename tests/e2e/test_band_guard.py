@@ -4,6 +4,7 @@ cannot choose its pods' class."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,19 @@ from tests.e2e.kube import sim_container, wait_for
 from tests.e2e.sj import create_sj, custom, run_pods, sj_spec, wait_phase
 
 REPO = Path(__file__).resolve().parents[2]
-GUARD = REPO / "deploy" / "band-guard.yaml"
+
+
+def _guard() -> str:
+    """The policy as the chart renders it."""
+    return subprocess.run([str(REPO / ".bin/helm"), "template", "scavenger", str(REPO / "deploy/chart"),
+                           "--kube-version", "1.34.4", "--show-only", "templates/band-guard.yaml"],
+                          capture_output=True, text=True, check=True).stdout
 
 
 @pytest.fixture(scope="module")
 def band_guard(api: client.ApiClient) -> Iterator[None]:
-    """The policy as deploy/ installs it, in force (it stays: later tests run under it too)."""
-    for doc in yaml.safe_load_all(GUARD.read_text()):
+    """The policy as the chart installs it, in force (it stays: later tests run under it too)."""
+    for doc in yaml.safe_load_all(_guard()):
         try:
             utils.create_from_dict(api, doc)
         except utils.FailToCreateError as exc:

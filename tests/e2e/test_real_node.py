@@ -81,13 +81,13 @@ def real_node(api: client.ApiClient) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def cluster_operator(api: client.ApiClient, crd: None, real_node: str) -> Iterator[None]:
     """The operator in-cluster: its image, ServiceAccount, RBAC, two replicas, one elected by a Lease."""
-    kubectl("apply", "-k", str(REPO / "hack/local-install"))
+    subprocess.run([str(REPO / "hack/install-operator"), "up"], check=True)  # the Helm chart, for real
     apps = client.AppsV1Api(api)
     wait_for("both operator replicas ready", lambda: (d := apps.read_namespaced_deployment(
         "scavenger-operator", SYSTEM)).status.ready_replicas == 2 and d, timeout=120)
     wait_for("a leader", lambda: _leader(api), timeout=60)
     yield
-    kubectl("delete", "-k", str(REPO / "hack/local-install"), "--wait=false", check=False)
+    subprocess.run([str(REPO / "hack/install-operator"), "down"], check=False)
 
 
 def _leader(api: client.ApiClient) -> str | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,10 +41,11 @@ def test_every_dockerfile_is_one_the_builder_follows(images: ModuleType) -> None
 def test_the_deploy_manifest_runs_what_the_operator_image_holds(images: ModuleType) -> None:
     """The Deployment's user and the image's agree, and the image's entrypoint is the package's."""
     recipe = images.parse(images.IMAGES["operator"])
-    deployment = (REPO / "deploy/operator.yaml").read_text()
+    deployment = (REPO / "deploy/chart/templates/deployment.yaml").read_text()
+    values = yaml.safe_load((REPO / "deploy/chart/values.yaml").read_text())
     uid = recipe.user.split(":")[0]
     assert f"runAsUser: {uid}" in deployment
-    assert "image: scavenger/operator:dev" in deployment
+    assert f"{values['image']['repository']}:{values['image']['tag']}" == "scavenger/operator:dev"
 
 
 @pytest.mark.parametrize(
