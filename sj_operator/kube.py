@@ -75,6 +75,11 @@ def _typed(exc: ApiException) -> KubeError:
     return cls(exc.status, exc.reason or "", message)
 
 
+def _operation(fn: Callable[..., Any]) -> str:
+    """The client method's name (``patch_namespaced_custom_object_status``): the metrics' operation label."""
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
 class Kube:
     """Async facade over the official client, with retries and typed errors."""
 
@@ -119,10 +124,10 @@ class Kube:
                     try:
                         return await asyncio.to_thread(fn, *args, **kwargs)
                     except ApiException as exc:
-                        self.on_error(fn.__name__, exc.status or 0)
+                        self.on_error(_operation(fn), exc.status or 0)
                         raise
                     except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError):
-                        self.on_error(fn.__name__, 0)
+                        self.on_error(_operation(fn), 0)
                         raise
         except ApiException as exc:
             raise _typed(exc) from None

@@ -227,3 +227,17 @@ def test_retry_for_zero_tries_once() -> None:
     with pytest.raises(KubeError):
         asyncio.run(Kube(api=client.ApiClient(), retry_for=0.0, sleep=Sleeps())._call(fn))
     assert fn.calls == 1
+
+
+def test_every_failed_attempt_is_reported_for_the_metrics() -> None:
+    reported: list[tuple[str, int]] = []
+
+    def read_namespaced_pod(*_: Any) -> str:
+        if len(reported) < 2:
+            raise ApiException(status=503 if not reported else 429, reason="busy")
+        return "ok"
+
+    kube = Kube(api=client.ApiClient(), stop=stop_after_attempt(5), sleep=Sleeps())
+    kube.on_error = lambda operation, status: reported.append((operation, status))
+    assert asyncio.run(kube._call(read_namespaced_pod)) == "ok"
+    assert reported == [("read_namespaced_pod", 503), ("read_namespaced_pod", 429)]
