@@ -143,7 +143,7 @@ def _amount(resource: str, milli: int) -> str:
 
 def _gang(sj: QueuedSJ) -> str:
     """``needs 3 pods of 4 CPU, 8Gi memory``: what one SJ asks for."""
-    each = ", ".join(_amount(r, amount) for r, amount in sorted(sj.request.items()) if amount > 0)
+    each = ", ".join(_amount(r, amount) for r, amount in sorted(sj.request.items()) if amount > 0 and r != "pods")
     return f"needs {sj.pods} pod{'s' if sj.pods != 1 else ''} of {each or 'no resources'}"
 
 

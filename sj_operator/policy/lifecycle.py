@@ -399,8 +399,9 @@ def lost_work(running: Sequence[datetime], interrupted: Sequence[datetime], dura
     out = []
     for i, at in enumerate(interrupted):
         after = interrupted[i - 1] if i else None
-        # Strictly before: the next run may have been running within the same second of the record.
-        started = [r for r in running if r < at and (after is None or r > after)]
+        # Timestamps have one-second resolution: the next run may have been running within the second of
+        # the record (strictly before ``at``), and right after the previous one (from ``after`` on).
+        started = [r for r in running if r < at and (after is None or r >= after)]
         out.append((at - started[-1]) % duration if started else timedelta(0))
     return out
 

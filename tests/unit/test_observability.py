@@ -41,7 +41,9 @@ def test_interruption_reason_comes_from_the_disruption_target(cause, reason):
     ([T, T + 200 * S], [T + 100 * S, T + 200 * S], H, [100 * S, timedelta(0)]),  # second started and lost in a second
     ([T, T + 200 * S], [T + 100 * S, T + 260 * S], 30 * S, [10 * S, 0 * S]),
     ([T, T + 100 * S], [T + 100 * S], H, [100 * S]),  # the next run ran within the same second as the record
-], ids=["first-period", "later-period", "never-ran", "same-second", "short-periods", "next-run-same-second"])
+    ([T, T + 100 * S], [T + 100 * S, T + 127 * S], 20 * S, [0 * S, 7 * S]),  # ... and was interrupted in turn
+], ids=["first-period", "later-period", "never-ran", "same-second", "short-periods", "next-run-same-second",
+        "next-run-interrupted"])
 def test_lost_work_is_the_time_since_the_checkpoint_period_began(running, interrupted, duration, lost):
     assert lost_work(running, interrupted, duration) == lost
 
