@@ -16,6 +16,7 @@ from sj_operator.api import SpecLimits
 from sj_operator.api.fields import parse_duration
 from sj_operator.api.parse import check_min_duration
 from sj_operator.settings import (
+    DEFAULT_MAX_PROTECTION,
     DEFAULT_MAX_RETRY_BACKOFF,
     DEFAULT_MAX_TERMINATION_GRACE,
     DEFAULT_MIN_DURATION,
@@ -66,6 +67,8 @@ class OperatorConfig(BaseModel):
     verbose: bool = False
     identity: str = Field(default_factory=lambda: os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}")
     liveness_port: int | None = Field(None, ge=1, le=65535)
+    max_protection: timedelta = DEFAULT_MAX_PROTECTION
+    """The longest a run keeps its protection within one checkpoint period."""
     metrics_port: int = Field(8080, ge=0, le=65535)
     """Serve Prometheus metrics on /metrics and the loop's health on /healthz here; 0 turns it off."""
     max_termination_grace: int = DEFAULT_MAX_TERMINATION_GRACE
@@ -106,7 +109,8 @@ class OperatorConfig(BaseModel):
     def _min_duration(cls, value: timedelta) -> timedelta:
         return check_min_duration(value)
 
-    @field_validator("start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after")
+    @field_validator("start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after",
+                     "max_protection")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         return check_positive(value)
@@ -133,6 +137,8 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
      "comma-separated namespaces to handle SJs in; empty for all (default all)"),
     ("--protect-level", "SJ_PROTECT_LEVEL", "protect_level",
      "running-priority level from which a run is protected by a PodDisruptionBudget (default 1)"),
+    ("--max-protection", "SJ_MAX_PROTECTION", "max_protection",
+     "the longest a run keeps its PodDisruptionBudget within one checkpoint period (default 30m)"),
     ("--starvation-after", "SJ_STARVATION_AFTER", "starvation_after",
      "waiting this long makes the head of the queue stop backfill behind it (default 10m)"),
     ("--peering", "SJ_PEERING", "peering", "name of the Lease electing the one active replica (default scavenger)"),
@@ -155,7 +161,8 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
      "Secret in the lease namespace holding the webhook's certificates (default scavenger-webhook-tls)"),
 )
 
-_DURATIONS = {"start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after", "min_duration"}
+_DURATIONS = {"start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after", "min_duration",
+              "max_protection"}
 
 
 def _convert(field: str, raw: str) -> object:

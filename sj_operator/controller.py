@@ -36,6 +36,7 @@ from sj_operator.decide import (
     admission_snapshot,
     decide,
     in_flight,
+    nodes_being_drained,
     observe,
 )
 from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotFound
@@ -138,7 +139,8 @@ class Controller:
     def lifecycle_config(self) -> LifecycleConfig:
         c = self.config
         return LifecycleConfig(start_timeout=c.start_timeout, retry_backoff=c.retry_backoff,
-                               max_retry_backoff=c.max_retry_backoff, protect_level=c.protect_level)
+                               max_retry_backoff=c.max_retry_backoff, protect_level=c.protect_level,
+                               max_protection=c.max_protection)
 
     @property
     def policy_config(self) -> PolicyConfig:
@@ -176,7 +178,8 @@ class Controller:
         observation = observe(view, handles=self.handles, fresh=self.fresh, spec_of=self.memo.spec_of,
                               status_of=self.memo.status_of)
         decided = decide(observation.sjs, now, self.lifecycle_config,
-                         on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc))
+                         on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc),
+                         draining=nodes_being_drained(view))
         runs = self._in_flight(decided)
         self._add_launched(view, runs)
         # Admission is decided on the statuses about to be written, so a waiting SJ's reason (Admitted=False)

@@ -20,6 +20,7 @@ from sj_operator.policy.lifecycle import WAITING, LifecycleConfig, Run, Step, st
 from sj_operator.policy.priority import (
     RunProgress,
     current_period_start,
+    draining_nodes,
     is_protected,
     running_level,
     steering_exemptions,
@@ -100,8 +101,9 @@ def observe(view: ClusterView, *, handles: Callable[[str], bool],
 
 
 def decide(observed: Iterable[Observed], now: datetime, cfg: LifecycleConfig,
-           on_error: Callable[[Observed, Exception], None]) -> list[Decided]:
-    """The state machine for every SJ; steering exempts the runs that should stay unprotected.
+           on_error: Callable[[Observed, Exception], None], draining: frozenset[str] = frozenset()) -> list[Decided]:
+    """The state machine for every SJ; steering exempts the runs that should stay unprotected, and runs
+    with a pod on a ``draining`` node hold no protection.
 
     A bug in one SJ's decision is reported through ``on_error`` and does not stop the others."""
     observed = list(observed)
@@ -110,12 +112,18 @@ def decide(observed: Iterable[Observed], now: datetime, cfg: LifecycleConfig,
     decided = []
     for o in observed:
         try:
-            result = step(o.spec, o.status, o.run, now, cfg, sj_name=o.sj.name, exempt=o.sj.key in exempt)
+            on_drained = bool(draining) and any(p.node in draining for p in o.run.pods if not p.terminal)
+            result = step(o.spec, o.status, o.run, now, cfg, sj_name=o.sj.name, exempt=o.sj.key in exempt,
+                          draining=on_drained)
         except Exception as exc:
             on_error(o, exc)
             continue
         decided.append(Decided(o, result))
     return decided
+
+
+def nodes_being_drained(view: ClusterView) -> frozenset[str]:
+    return draining_nodes((n.name, n.unschedulable, (key for key, _, _ in n.taints)) for n in view.nodes)
 
 
 def progress(o: Observed, now: datetime, protect_level: int) -> RunProgress:

@@ -18,6 +18,8 @@ DEFAULT_MAX_RETRY_BACKOFF: Final = timedelta(minutes=10)
 DEFAULT_TICK: Final = timedelta(seconds=5)
 DEFAULT_PROTECT_LEVEL: Final = 1
 DEFAULT_STARVATION_AFTER: Final = timedelta(minutes=10)
+DEFAULT_MAX_PROTECTION: Final = timedelta(minutes=30)
+"""The longest a run keeps its protection (PodDisruptionBudget) within one checkpoint period."""
 DEFAULT_MAX_TERMINATION_GRACE: Final = 300
 """The most seconds an SJ may hold its room after being told to give it back (its grace period)."""
 DEFAULT_MIN_DURATION: Final = timedelta(seconds=10)

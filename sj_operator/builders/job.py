@@ -169,7 +169,10 @@ def build_run_job(
     """The ``batch/v1`` Job of run ``attempt`` of an SJ.
 
     The Job never retries (``backoffLimit: 0``, ``restartPolicy: Never``): the operator classifies
-    every outcome itself, so there is deliberately no ``podFailurePolicy``. Pod labels are the
+    every outcome itself. Its ``podFailurePolicy`` tells the Job controller the same: a disrupted pod
+    (``DisruptionTarget``: preemption, eviction, taint, node shutdown) never counts against
+    ``backoffLimit`` (the operator cancels the whole run and resumes it), while the app's non-zero exit
+    fails the Job at once; ``podReplacementPolicy: Failed`` never doubles a terminating member. Pod labels are the
     user's ``podLabels``, then ``extra_pod_labels`` (operator-owned, e.g. the protection label), then
     the run labels, later ones winning; annotations are the user's plus ``safe-to-evict: "true"``,
     which always wins so an SJ never blocks a scale-down.
@@ -195,6 +198,11 @@ def build_run_job(
             "parallelism": spec.parallelism,
             "backoffLimit": 0,
             "podReplacementPolicy": "Failed",
+            "podFailurePolicy": {"rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "FailJob",
+                 "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "NotIn", "values": [0]}},
+            ]},
             "template": {
                 "metadata": {"labels": pod_labels, "annotations": pod_annotations},
                 "spec": _pod_spec(

@@ -40,8 +40,15 @@ from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, PodView
 from sj_operator.policy.conditions import WaitReason, admitted_condition, set_admitted, set_conditions
 from sj_operator.policy.outcomes import Action, DeleteRun, Event, Run, SetProtection, Step
-from sj_operator.policy.priority import current_period_start, is_protected, launch_class, running_level
+from sj_operator.policy.priority import (
+    current_period_start,
+    is_protected,
+    launch_class,
+    protection_expired,
+    running_level,
+)
 from sj_operator.settings import (
+    DEFAULT_MAX_PROTECTION,
     DEFAULT_MAX_RETRY_BACKOFF,
     DEFAULT_PROTECT_LEVEL,
     DEFAULT_RETRY_BACKOFF,
@@ -70,12 +77,14 @@ class LifecycleConfig:
     retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF
     max_retry_backoff: timedelta = DEFAULT_MAX_RETRY_BACKOFF
     protect_level: int = DEFAULT_PROTECT_LEVEL
+    max_protection: timedelta = DEFAULT_MAX_PROTECTION
 
     def __post_init__(self) -> None:
         check_positive(self.start_timeout)
         check_positive(self.retry_backoff)
         check_backoff_cap(self.max_retry_backoff, self.retry_backoff)
         check_non_negative(self.protect_level)
+        check_positive(self.max_protection)
 
 
 @dataclass
@@ -167,11 +176,13 @@ def step(
     *,
     sj_name: str,
     exempt: bool = False,
+    draining: bool = False,
 ) -> Step:
     """One reconciliation of one SJ. Pure: same inputs, same result.
 
     ``exempt``: victim steering leaves this run unprotected whatever its level
-    (`policy.priority.steering_exemptions`)."""
+    (`policy.priority.steering_exemptions`); ``draining``: one of its nodes is being drained or
+    removed (`policy.priority.draining_nodes`), so it holds no protection."""
     b = _Builder(status, now)
     if isinstance(spec, InvalidSpec):
         return _invalid_spec(b, spec, run)
@@ -188,7 +199,7 @@ def step(
         return b.done(waiting=True)
     if phase in WAITING:
         return _waiting(b, spec, run, sj_name)
-    return _active(b, spec, run, cfg, exempt)
+    return _active(b, spec, run, cfg, exempt, draining)
 
 
 def _invalid_spec(b: _Builder, spec: InvalidSpec, run: Run) -> Step:
@@ -230,7 +241,8 @@ def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str) -> Ste
     return b.done(waiting=eligible)
 
 
-def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig, exempt: bool) -> Step:
+def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig, exempt: bool,
+            draining: bool) -> Step:
     """A launched run, in this order: success, failure, interruption, start, then running priority."""
     if _succeeded(spec, run):
         return _success(b, run)
@@ -249,7 +261,7 @@ def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig,
     if b.status.phase == Phase.STARTING:
         return _starting(b, spec, run, run.job, cfg)
     # Running: progress inside the current checkpoint period.
-    return _running_priority(b, spec, cfg, exempt)
+    return _running_priority(b, spec, cfg, exempt, draining)
 
 
 def _success(b: _Builder, run: Run) -> Step:
@@ -423,12 +435,16 @@ def _record_interruption(b: _Builder, spec: ScavengerJobSpec, cause: str) -> Ste
     return b.done(waiting=True)
 
 
-def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig, exempt: bool) -> Step:
+def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig, exempt: bool,
+                      draining: bool) -> Step:
     st = b.status
     start = st.priority_start_over_timestamp or b.now
     period_start = current_period_start(b.now, start, spec.duration)
     level = running_level(b.now, start, spec.duration, spec.priority_levels)
-    protect = is_protected(level, cfg.protect_level) and not exempt
+    by_level = is_protected(level, cfg.protect_level)
+    expired = by_level and protection_expired(b.now, start, spec.duration, spec.priority_levels, cfg.protect_level,
+                                              cfg.max_protection)
+    protect = by_level and not exempt and not draining and not expired
     if period_start != st.priority_start_over_timestamp or level != st.running_priority:
         b.update(priority_start_over_timestamp=period_start, running_priority=level)
     if protect != st.protected:
@@ -437,7 +453,13 @@ def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig,
         if protect:
             b.event("Normal", "Protected", f"running priority {level} of {spec.priority_levels}: run "
                     f"{st.job_name} is protected by a PodDisruptionBudget")
-        elif exempt and is_protected(level, cfg.protect_level):
+        elif draining and by_level:
+            b.event("Normal", "Unprotected", f"run {st.job_name} runs on a node being drained or removed: no "
+                    f"protection, so the drain does not wait on it")
+        elif expired:
+            b.event("Normal", "Unprotected", f"run {st.job_name} was protected for "
+                    f"{format_duration(cfg.max_protection)}, the most a run may hold its budget in one period")
+        elif exempt and by_level:
             b.event("Normal", "Unprotected", f"run {st.job_name} has the least unsaved work on its node(s): "
                     f"left unprotected so that a preemption there loses the least")
         else:

@@ -77,6 +77,26 @@ def is_protected(level: int, protect_from_level: int) -> bool:
     return level >= protect_from_level
 
 
+DRAIN_TAINTS = frozenset({"ToBeDeletedByClusterAutoscaler", "node.kubernetes.io/unschedulable"})
+"""Taints that mark a node on its way out: the cluster autoscaler's scale-down, a drain."""
+
+
+def draining_nodes(nodes: Iterable[tuple[str, bool, Iterable[str]]]) -> frozenset[str]:
+    """The nodes being drained or removed, from ``(name, unschedulable, taint keys)``: cordoned
+    (``kubectl drain`` cordons first) or tainted for deletion by the cluster autoscaler. Pods there
+    get no protection, so a drain or a scale-down never waits on a scavenger budget."""
+    return frozenset(name for name, unschedulable, taints in nodes
+                     if unschedulable or any(key in DRAIN_TAINTS for key in taints))
+
+
+def protection_expired(now: datetime, period_start: datetime, duration: timedelta, levels: int,
+                       protect_from_level: int, max_protection: timedelta) -> bool:
+    """True once a run has been protected for ``max_protection`` in its current period (protection
+    begins at ``protect_from_level`` of ``levels``): no budget is held longer than that bound."""
+    begins = current_period_start(now, period_start, duration) + duration * protect_from_level / levels
+    return now - begins >= max_protection
+
+
 @dataclass(frozen=True)
 class RunProgress:
     """A running SJ as victim steering sees it."""

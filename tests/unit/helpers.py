@@ -32,3 +32,10 @@ def tol(key: str = "", operator: str | None = None, value: str | None = None, ef
     """A toleration, positionally as Kubernetes writes it (key, operator, value, effect)."""
     fields = {"key": key or None, "operator": operator, "value": value or None, "effect": effect or None}
     return Toleration.model_validate({k: v for k, v in fields.items() if v is not None})
+
+
+POD_FAILURE_POLICY = {"rules": [
+    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "NotIn", "values": [0]}},
+]}
+"""Every run's Job: a disruption never counts against backoffLimit, the app's failure fails it at once."""

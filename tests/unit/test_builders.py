@@ -12,6 +12,7 @@ from sj_operator.builders.job import build_run_job
 from sj_operator.builders.mpi import mpi_job_options
 from sj_operator.builders.service import build_gang_service
 from sj_operator.names import run_job_name, sj_label_value
+from tests.unit.helpers import POD_FAILURE_POLICY
 
 UID = "0b6c2d1e-5f7a-4c3b-9d8e-112233445566"
 OWNER = {
@@ -79,6 +80,7 @@ EXPECTED_SINGLE_POD_JOB: dict[str, Any] = {
         "parallelism": 1,
         "backoffLimit": 0,
         "podReplacementPolicy": "Failed",
+        "podFailurePolicy": POD_FAILURE_POLICY,
         "template": {
             "metadata": {
                 "labels": {
@@ -185,6 +187,7 @@ EXPECTED_GANG_JOB: dict[str, Any] = {
         "parallelism": 3,
         "backoffLimit": 0,
         "podReplacementPolicy": "Failed",
+        "podFailurePolicy": POD_FAILURE_POLICY,
         "template": {
             "metadata": {
                 "labels": {"scavenger.dev/job-name": "train", "scavenger.dev/run": "train-r1"},
@@ -295,7 +298,7 @@ def test_minimal_spec_has_no_optional_keys() -> None:
         ],
         "resources": {},
     }
-    assert "podFailurePolicy" not in job["spec"]
+    assert job["spec"]["podFailurePolicy"] == POD_FAILURE_POLICY
 
 
 def test_builders_do_not_share_state_with_the_spec() -> None:

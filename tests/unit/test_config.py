@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "verbose": False,
     "liveness_port": None,
     "metrics_port": 8080,
+    "max_protection": 30 * M,
     "max_termination_grace": 300,
     "min_duration": 10 * S,
     "webhook_port": None,

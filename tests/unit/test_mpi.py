@@ -38,6 +38,7 @@ from sj_operator.api import InvalidSpec, ScavengerJobSpec, parse_spec
 from sj_operator.builders.job import build_run_job
 from sj_operator.builders.mpi import build_hostfile_configmap, build_mpi_secret, mpi_job_options
 from sj_operator.names import CHECKPOINT_ENV, CONTAINER_NAME, hostfile_configmap_name, mpi_secret_name
+from tests.unit.helpers import POD_FAILURE_POLICY
 
 UID = "0b6c2d1e-5f7a-4c3b-9d8e-112233445566"
 OWNER = {
@@ -284,6 +285,7 @@ EXPECTED_MPI_JOB: dict[str, Any] = {
         "parallelism": 4,
         "backoffLimit": 0,
         "podReplacementPolicy": "Failed",
+        "podFailurePolicy": POD_FAILURE_POLICY,
         "successPolicy": {"rules": [{"succeededIndexes": "0"}]},
         "template": {
             "metadata": {
