@@ -193,10 +193,10 @@ class Controller:
                            await self._concurrently(self._apply(d.observed, d.step) for d in writing), strict=True))
         await self._delete_strays(view, observation.known_runs)
         by_key = {d.observed.sj.key: d for d in decided}
-        launching = [w for a in admitted.admitted if applied.get(id(d := by_key[a.key]), True)
+        launching = [(w, a.config_index) for a in admitted.admitted if applied.get(id(d := by_key[a.key]), True)
                      and (w := self._waiting(d)) is not None]
-        await self._concurrently(self.launch(w, now) for w in launching)
-        return decided, {w.sj.key for w in launching}
+        await self._concurrently(self.launch(w, now, index) for w, index in launching)
+        return decided, {w.sj.key for w, _ in launching}
 
     def _report(self, view: ClusterView, decided: list[Decided], launching: set[str]) -> None:
         """The gauges after a pass: SJs by phase and why the waiting ones wait; capacity in use."""
@@ -374,16 +374,17 @@ class Controller:
                   len(snapshot.nodes), len(admission.admitted), (time.perf_counter() - started) * 1000)
         return admission
 
-    async def launch(self, w: _Waiting, now: datetime) -> None:
-        """Creates the next run of an admitted SJ (idempotent), then records what the state machine says."""
-        result = await self._create_run(w, now)
+    async def launch(self, w: _Waiting, now: datetime, config_index: int = 0) -> None:
+        """Creates the next run of an admitted SJ (idempotent) in the configuration the admission chose,
+        then records what the state machine says."""
+        result = await self._create_run(w, now, config_index)
         if result is not None:
             observed = Observed(w.sj, w.rv, w.raw, w.status, w.spec, run=_NO_RUN)
             await self._apply(observed, result)
 
-    async def _create_run(self, w: _Waiting, now: datetime) -> Step | None:
+    async def _create_run(self, w: _Waiting, now: datetime, config_index: int) -> Step | None:
         """The run's objects, then the transition to record; None when it is retried on a later pass."""
-        sj, spec, status = w.sj, w.spec, w.status
+        sj, spec, status = w.sj, w.spec.config(config_index), w.status
         job_name = run_job_name(sj.name, status.attempt + 1)
         missing = await self._missing_references(sj.namespace, spec)
         if missing:
@@ -393,7 +394,8 @@ class Controller:
             job = build_run_job(sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, spec=spec,
                                 status_interrupted_count=status.interrupted_count, attempt=status.attempt + 1,
                                 priority_class_name=priority_class, extra_pod_labels={LABEL_PROTECTED: "false"},
-                                mpi=mpi_job_options(sj_name=sj.name, mpi=spec.mpi) if spec.mpi else None)
+                                mpi=mpi_job_options(sj_name=sj.name, mpi=spec.mpi) if spec.mpi else None,
+                                config_index=config_index)
         except ValueError as exc:
             return launch_refused(status, now, "InvalidSpec", f"invalid spec: {exc}")
         try:
@@ -412,7 +414,7 @@ class Controller:
         # The start timeout counts from the Job's creation, not from the pass's start (which may be long
         # before it when API calls were retried).
         return launched(status, self.clock(), job_name=job_name, priority_class_name=priority_class,
-                        pods=spec.parallelism)
+                        pods=spec.parallelism, config_index=config_index)
 
     async def _namespace_refusal(self, sj: SJObject, spec: ScavengerJobSpec,
                                  job: Mapping[str, Any]) -> tuple[NamespaceRefusal, str] | None:

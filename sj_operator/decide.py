@@ -25,8 +25,8 @@ from sj_operator.policy.priority import (
     running_level,
     steering_exemptions,
 )
-from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Taint
-from sj_operator.resources import accumulate, resources_milli, total
+from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Shape, Taint
+from sj_operator.resources import accumulate, freeze, resources_milli, total
 
 RunKey = tuple[str, str]
 
@@ -96,8 +96,16 @@ def observe(view: ClusterView, *, handles: Callable[[str], bool],
             known.add((sj.namespace, status.job_name))
         key = (sj.namespace, current or "")
         run = Run(job=view.jobs.get(key), pods=view.run_pods.get(key, ()))
-        observed.append(Observed(sj, rv, raw_status, status, spec_of(sj), run))
+        spec = spec_of(sj)
+        if status.config_index and not isinstance(spec, InvalidSpec) and status.phase not in (None, *WAITING):
+            spec = _configured(spec, status.config_index)
+        observed.append(Observed(sj, rv, raw_status, status, spec, run))
     return Observation(tuple(observed), frozenset(known))
+
+
+def _configured(spec: ScavengerJobSpec, index: int) -> ScavengerJobSpec:
+    """The configuration a run was launched in (the preferred one if the fallback is gone from the spec)."""
+    return spec.config(index) if index <= len(spec.fallbacks) else spec
 
 
 def decide(observed: Iterable[Observed], now: datetime, cfg: LifecycleConfig,
@@ -146,9 +154,13 @@ def pod_request(spec: ScavengerJobSpec) -> dict[str, int]:
 
 
 def queued(sj: SJObject, spec: ScavengerJobSpec, status: ScavengerJobStatus, now: datetime) -> QueuedSJ:
+    fallbacks = tuple(Shape(c.parallelism, freeze(pod_request(c)), dict(c.node_selector), c.tolerations)
+                      for c in (spec.config(i) for i in range(1, len(spec.fallbacks) + 1)))
     return QueuedSJ(key=sj.key, created=sj.created or now, interrupted_count=status.interrupted_count,
                     pods=spec.parallelism, request=pod_request(spec), node_selector=dict(spec.node_selector),
-                    tolerations=spec.tolerations, not_before=status.not_before)
+                    tolerations=spec.tolerations, not_before=status.not_before, fallbacks=fallbacks,
+                    fallback_after=spec.fallback_after,
+                    waiting_from=status.interrupted_timestamps[-1] if status.interrupted_timestamps else None)
 
 
 def in_flight(sj: SJObject, spec: ScavengerJobSpec, scheduled: int) -> InFlightRun:

@@ -52,9 +52,11 @@ ENV_CHECKPOINT_INTERVAL: Final = "SJ_CHECKPOINT_INTERVAL"
 ENV_RANK: Final = "SJ_RANK"
 ENV_WORLD_SIZE: Final = "SJ_WORLD_SIZE"
 ENV_HOSTS: Final = "SJ_HOSTS"
+ENV_CONFIG_INDEX: Final = "SJ_CONFIG_INDEX"
+"""Which configuration runs: 0 the preferred one, i the spec's fallbacks[i - 1]."""
 CHECKPOINT_ENV: Final = (ENV_NAME, ENV_NAMESPACE, ENV_RESTART_COUNT, ENV_CHECKPOINT_DIR, ENV_CHECKPOINT_INTERVAL)
 """What every pod gets to find and pace its checkpoints; MPI workers pass them on to the ranks."""
-RESERVED_ENV_NAMES: Final = frozenset({*CHECKPOINT_ENV, ENV_RANK, ENV_WORLD_SIZE, ENV_HOSTS})
+RESERVED_ENV_NAMES: Final = frozenset({*CHECKPOINT_ENV, ENV_RANK, ENV_WORLD_SIZE, ENV_HOSTS, ENV_CONFIG_INDEX})
 """Set by the operator on every pod; user ``env`` may not define them."""
 
 # --- names of an SJ's children ---------------------------------------------------------------------

@@ -44,6 +44,8 @@ MAX_VOLUMES = 64
 MAX_ENV = 512
 MAX_TOLERATIONS = 64
 MAX_ARGS = 1024
+MAX_FALLBACKS = 8
+DEFAULT_FALLBACK_AFTER = "10m"
 VOLUME_SOURCES = ("persistentVolumeClaim", "configMap", "secret", "emptyDir")
 
 
@@ -240,6 +242,35 @@ class Toleration(_SpecModel):
         return self
 
 
+def complete_resources(resources: ResourceRequirements) -> ResourceRequirements:
+    """Checks limits >= requests and copies a side missing for a resource from the other."""
+    requests, limits = resources.parsed_requests(), resources.parsed_limits()
+    for name in requests.keys() & limits.keys():
+        if limits[name] < requests[name]:
+            raise invalid(f"must be at least the request ({resources.requests[name]})", f".limits[{name}]")
+    return resources.model_copy(update={"requests": {**resources.limits, **resources.requests},
+                                        "limits": {**resources.requests, **resources.limits}})
+
+
+class Fallback(_SpecModel):
+    """A smaller configuration, tried when the preferred one has not been admitted within
+    ``spec.fallbackAfter``; the fields it leaves out are the preferred one's."""
+
+    parallelism: StrictInt | None = Field(default=None, ge=1, le=MAX_PARALLELISM, description="Pods in the gang.")
+    resources: ResourceRequirements | None = Field(default=None, description="Per-pod requests and limits.")
+    args: tuple[StrictStr, ...] | None = Field(default=None, max_length=MAX_ARGS,
+                                               description="Arguments to the entrypoint.")
+    node_selector: dict[StrictStr, StrictStr] | None = Field(
+        default=None, description="Node selector of the pods (an overflow pool).")
+    tolerations: tuple[Toleration, ...] | None = Field(default=None, max_length=MAX_TOLERATIONS,
+                                                       description="Tolerations of the pods (an overflow pool).")
+
+    @field_validator("resources")
+    @classmethod
+    def _complete(cls, resources: ResourceRequirements | None) -> ResourceRequirements | None:
+        return None if resources is None else complete_resources(resources)
+
+
 class LocalObjectReference(_SpecModel):
     """A reference to an object in the SJ's namespace."""
 
@@ -323,6 +354,13 @@ class ScavengerJobSpec(_SpecModel):
     )
     suspend: StrictBool = Field(default=False, description="Cancel the current run and hold the SJ.")
     mpi: MPISpec | None = Field(default=None, description="Run the gang as an MPI job.")
+    fallbacks: tuple[Fallback, ...] = Field(
+        default=(), max_length=MAX_FALLBACKS,
+        description="Smaller configurations, tried in order when the preferred one has not been admitted "
+        "within fallbackAfter; status.configIndex and SJ_CONFIG_INDEX say which runs (0: the preferred).")
+    fallback_after: Duration = Field(
+        default=DEFAULT_FALLBACK_AFTER, validate_default=True,
+        description="How long the preferred configuration waits before the fallbacks are tried too.")
 
     @field_validator("image")
     @classmethod
@@ -341,19 +379,7 @@ class ScavengerJobSpec(_SpecModel):
     @field_validator("resources")
     @classmethod
     def _complete_resources(cls, resources: ResourceRequirements) -> ResourceRequirements:
-        """Check limits >= requests and copy a side missing for a resource from the other."""
-        requests, limits = resources.parsed_requests(), resources.parsed_limits()
-        for name in requests.keys() & limits.keys():
-            if limits[name] < requests[name]:
-                raise invalid(
-                    f"must be at least the request ({resources.requests[name]})", f".limits[{name}]"
-                )
-        return resources.model_copy(
-            update={
-                "requests": {**resources.limits, **resources.requests},
-                "limits": {**resources.requests, **resources.limits},
-            }
-        )
+        return complete_resources(resources)
 
     @field_validator("node_selector")
     @classmethod
@@ -399,7 +425,22 @@ class ScavengerJobSpec(_SpecModel):
                 )
         if self.mpi is not None:
             self._check_mpi()
+            for index, fallback in enumerate(self.fallbacks):
+                if fallback.parallelism is not None and fallback.parallelism < 2:
+                    raise invalid("requires parallelism of at least 2 with spec.mpi (pod 0 is the launcher)",
+                                  f".fallbacks[{index}].parallelism")
         return self
+
+    def config(self, index: int) -> ScavengerJobSpec:
+        """Configuration ``index``: 0 is the preferred one, ``i`` the preferred one with
+        ``fallbacks[i - 1]``'s fields over it (validated already, so no check runs again)."""
+        if index == 0:
+            return self
+        if not 0 < index <= len(self.fallbacks):
+            raise ValueError(f"no configuration {index}: the SJ has {len(self.fallbacks)} fallback(s)")
+        fallback = self.fallbacks[index - 1]
+        return self.model_copy(update={name: getattr(fallback, name) for name in type(fallback).model_fields
+                                       if getattr(fallback, name) is not None})
 
     def _check_mpi(self) -> None:
         """What MPI wiring needs: a gang, a command for the launcher, its volume names and paths free."""

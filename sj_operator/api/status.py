@@ -83,6 +83,8 @@ class ScavengerJobStatus(_StatusModel):
     not_before: Timestamp | None = Field(default=None, description="Earliest time of the next launch (backoff).")
     protected: bool = Field(default=False, description="Whether the current run is protected from disruption.")
     priority_class_name: str | None = Field(default=None, description="PriorityClass of the current run.")
+    config_index: int = Field(default=0, ge=0, description="Configuration of the current run: 0 the preferred "
+                              "one, i spec.fallbacks[i-1].")
 
     def to_patch(self, *, nulls: bool = False) -> dict[str, Any]:
         """The status as a camelCase dict for a merge patch, timestamps as strings.

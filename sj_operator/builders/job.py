@@ -23,6 +23,7 @@ from sj_operator.names import (
     ENV_NAME,
     ENV_NAMESPACE,
     ENV_RANK,
+    ENV_CONFIG_INDEX,
     ENV_RESTART_COUNT,
     ENV_WORLD_SIZE,
     LABEL_RUN,
@@ -32,7 +33,7 @@ from sj_operator.names import (
 
 
 def _env(
-    *, sj_name: str, namespace: str, spec: ScavengerJobSpec, interrupted_count: int, job_name: str
+    *, sj_name: str, namespace: str, spec: ScavengerJobSpec, interrupted_count: int, job_name: str, config_index: int
 ) -> list[dict[str, Any]]:
     """Operator variables first, so user values may refer to them as ``$(SJ_...)``, then the user's."""
     env: list[dict[str, Any]] = [
@@ -40,6 +41,8 @@ def _env(
         {"name": ENV_NAMESPACE, "value": namespace},
         {"name": ENV_RESTART_COUNT, "value": str(interrupted_count)},
     ]
+    if spec.fallbacks:
+        env.append({"name": ENV_CONFIG_INDEX, "value": str(config_index)})
     if spec.checkpoint_dir is not None:
         env.append({"name": ENV_CHECKPOINT_DIR, "value": spec.checkpoint_dir})
     env.append({"name": ENV_CHECKPOINT_INTERVAL, "value": str(checkpoint_interval_seconds(spec))})
@@ -79,7 +82,8 @@ def _volume_mount(volume: Volume) -> dict[str, Any]:
 
 
 def _container(
-    *, sj_name: str, namespace: str, spec: ScavengerJobSpec, interrupted_count: int, job_name: str
+    *, sj_name: str, namespace: str, spec: ScavengerJobSpec, interrupted_count: int, job_name: str,
+    config_index: int,
 ) -> dict[str, Any]:
     container: dict[str, Any] = {"name": CONTAINER_NAME, "image": spec.image}
     if spec.command is not None:
@@ -89,7 +93,8 @@ def _container(
     if spec.working_dir is not None:
         container["workingDir"] = spec.working_dir
     container["env"] = _env(
-        sj_name=sj_name, namespace=namespace, spec=spec, interrupted_count=interrupted_count, job_name=job_name
+        sj_name=sj_name, namespace=namespace, spec=spec, interrupted_count=interrupted_count, job_name=job_name,
+        config_index=config_index
     )
     resources = spec.effective_resources
     container["resources"] = {
@@ -118,6 +123,7 @@ def _pod_spec(
     interrupted_count: int,
     job_name: str,
     priority_class_name: str,
+    config_index: int,
 ) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -148,7 +154,8 @@ def _pod_spec(
         pod["volumes"] = [_pod_volume(volume) for volume in spec.volumes]
     pod["containers"] = [
         _container(
-            sj_name=sj_name, namespace=namespace, spec=spec, interrupted_count=interrupted_count, job_name=job_name
+            sj_name=sj_name, namespace=namespace, spec=spec, interrupted_count=interrupted_count, job_name=job_name,
+            config_index=config_index,
         )
     ]
     return pod
@@ -165,8 +172,11 @@ def build_run_job(
     priority_class_name: str,
     extra_pod_labels: Mapping[str, str],
     mpi: MPIJobOptions | None = None,
+    config_index: int = 0,
 ) -> dict[str, Any]:
-    """The ``batch/v1`` Job of run ``attempt`` of an SJ.
+    """The ``batch/v1`` Job of run ``attempt`` of an SJ, in configuration ``config_index`` (``spec`` is
+    that configuration: ``ScavengerJobSpec.config``; its pods get ``SJ_CONFIG_INDEX`` when the SJ has
+    fallbacks).
 
     The Job never retries (``backoffLimit: 0``, ``restartPolicy: Never``): the operator classifies
     every outcome itself. Its ``podFailurePolicy`` tells the Job controller the same: a disrupted pod
@@ -212,6 +222,7 @@ def build_run_job(
                     interrupted_count=status_interrupted_count,
                     job_name=job_name,
                     priority_class_name=priority_class_name,
+                    config_index=config_index,
                 ),
             },
         },

@@ -65,6 +65,8 @@ class Admission:
 
     key: str
     nodes: tuple[str, ...]
+    config_index: int = 0
+    """0: the preferred configuration; i: the SJ's fallbacks[i - 1]."""
 
 
 RoomReason = Literal["ThresholdReached", "NoNodeFitsGang"]
@@ -119,6 +121,11 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
             taken.add(sj.key)
             admissions.append(Admission(sj.key, placement))
             continue
+        fallback = _fallback(state, sj, now)
+        if fallback is not None:
+            taken.add(sj.key)
+            admissions.append(fallback)
+            continue
         if explain:
             waiting[sj.key] = state.why_not(sj, need)
         if not head_found and state.could_ever_fit(sj.pods, need, sj.node_selector, sj.tolerations):
@@ -127,6 +134,19 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
             if head is not None and not explain:
                 break
     return AdmissionPass(admissions, waiting)
+
+
+def _fallback(state: _PassState, sj: QueuedSJ, now: datetime) -> Admission | None:
+    """The first fallback configuration that places, once the preferred one has waited long enough."""
+    if not sj.fallbacks or now - (sj.waiting_from or sj.created) < sj.fallback_after:
+        return None
+    for index, shape in enumerate(sj.fallbacks, start=1):
+        need = _need(shape.request)
+        placement = state.try_place(shape.pods, need, shape.node_selector, shape.tolerations)
+        if placement is not None:
+            state.commit(placement, need)
+            return Admission(sj.key, placement, index)
+    return None
 
 
 def _kept_for(sj: QueuedSJ, head: QueuedSJ) -> Waiting:

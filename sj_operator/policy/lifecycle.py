@@ -113,12 +113,14 @@ class _Builder:
 
 
 def launched(status: ScavengerJobStatus, now: datetime, *, job_name: str, priority_class_name: str,
-             pods: int) -> Step:
+             pods: int, config_index: int = 0) -> Step:
     """The admitted SJ's next run was created: it is Starting (the start timeout counts from now)."""
     b = _Builder(status, now)
-    message = f"run {job_name} launched ({pods} pod(s), priority class {priority_class_name})"
+    shape = f"fallback {config_index}, " if config_index else ""
+    message = f"run {job_name} launched ({shape}{pods} pod(s), priority class {priority_class_name})"
     b.transition(Phase.STARTING, "Launched", message, attempt=status.attempt + 1, job_name=job_name,
-                 launched_timestamp=now, priority_class_name=priority_class_name, not_before=None)
+                 launched_timestamp=now, priority_class_name=priority_class_name, not_before=None,
+                 config_index=config_index)
     b.admitted(True, "Launched", message)
     return b.done()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 
 from gang.placement import Resources, Taint
@@ -17,7 +17,7 @@ from sj_operator.resources import EMPTY, freeze, sub
 
 NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
-__all__ = ["ClusterSnapshot", "InFlightRun", "NodeView", "QueuedSJ", "Resources", "Taint", "Toleration"]
+__all__ = ["ClusterSnapshot", "InFlightRun", "NodeView", "QueuedSJ", "Resources", "Shape", "Taint", "Toleration"]
 
 
 def _no_resources() -> Resources:
@@ -71,6 +71,16 @@ class NodeView:
 
 
 @dataclass(frozen=True)
+class Shape:
+    """One configuration of an SJ as placement sees it."""
+
+    pods: int
+    request: Resources
+    node_selector: Mapping[str, str] = field(default_factory=_no_labels)
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True)
 class QueuedSJ:
     """A ScavengerJob waiting for a run."""
 
@@ -85,6 +95,12 @@ class QueuedSJ:
     tolerations: tuple[Toleration, ...] = ()
     not_before: datetime | None = None
     """Backoff: the SJ is not admitted before this moment."""
+    fallbacks: tuple[Shape, ...] = ()
+    """Smaller configurations, tried in order once the SJ has waited ``fallback_after`` since
+    ``waiting_from`` (configuration i + 1 is ``fallbacks[i]``)."""
+    fallback_after: timedelta = timedelta(minutes=10)
+    waiting_from: datetime | None = None
+    """When it started waiting this time: its last interruption, else ``created``."""
 
     def __post_init__(self) -> None:
         if self.pods < 1:

@@ -105,6 +105,7 @@ def test_spec_defaults_match_the_model() -> None:
         "priorityLevels": 3,
         "terminationGracePeriodSeconds": 30,
         "suspend": False,
+        "fallbackAfter": "10m",
     }
     model_defaults = parse_spec({"image": "x"}).model_dump(mode="json", by_alias=True)
     for name, value in defaults.items():

@@ -44,13 +44,14 @@ SPEC_FIELDS = {
     "image", "command", "args", "env", "workingDir", "resources", "parallelism", "volumes",
     "checkpointVolume", "duration", "priorityLevels", "runAsUser", "runAsGroup",
     "terminationGracePeriodSeconds", "nodeSelector", "tolerations", "serviceAccountName",
-    "imagePullSecrets", "podLabels", "podAnnotations", "maxInterruptions", "suspend", "mpi",
+    "imagePullSecrets", "podLabels", "podAnnotations", "maxInterruptions", "suspend", "mpi", "fallbacks",
+    "fallbackAfter",
 }  # fmt: skip
 STATUS_FIELDS = {
     "phase", "interruptedCount", "runningTimestamps", "interruptedTimestamps", "finishedTimestamp",
     "priorityStartOverTimestamp", "runningPriority", "jobName", "message", "conditions",
     "attempt", "launchedTimestamp", "startTimeouts", "notBefore", "protected", "priorityClassName",
-    "lastInterruptionReason",
+    "lastInterruptionReason", "configIndex",
 }  # fmt: skip
 
 
@@ -537,6 +538,7 @@ RAW_STATUS = {
     "notBefore": "2026-01-02T04:01:00Z",
     "protected": True,
     "priorityClassName": "scavenger-1",
+    "configIndex": 1,
 }
 
 
@@ -566,6 +568,7 @@ def test_to_patch_omits_none_and_formats_timestamps() -> None:
         "startTimeouts": 0,
         "notBefore": "2026-01-02T03:05:00Z",
         "protected": False,
+        "configIndex": 0,
     }
 
 

@@ -1,0 +1,74 @@
+"""A fair and stable policy on the local cluster: fallbacks, and drains that never wait on a budget."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from tests.e2e.kube import TEST_TAINT_KEY, dedicated_node, unique, wait_for
+from tests.e2e.sj import InProcessOperator, create_sj, run_pods, sj_spec, status, wait_phase
+from tests.e2e.sj import test_config as operator_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def own_operator(namespace: str, crd: None) -> Iterator[None]:
+    """An operator of this namespace alone that protects runs from level 0 (steering leaves one of them open)."""
+    op = InProcessOperator(operator_config(namespaces=(namespace,), protect_level=0))
+    op.start()
+    yield
+    op.stop()
+
+
+def test_a_gang_that_cannot_fit_starts_with_its_fallback(api: client.ApiClient, namespace: str,
+                                                         own_operator: None) -> None:
+    with dedicated_node(cpu="4") as node:
+        create_sj(api, namespace, "wide", sj_spec(
+            run_for="3s", cpu="1", parallelism=8, fallbacks=[{"parallelism": 2}], fallbackAfter="3s",
+            nodeSelector=node["nodeSelector"], tolerations=node["tolerations"]))
+        waiting = wait_for("the preferred gang waits", lambda: next(
+            (c for c in status(api, namespace, "wide").get("conditions", []) if c["type"] == "Admitted"), None))
+        assert waiting["status"] == "False"
+        st = wait_phase(api, namespace, "wide", "Succeeded", timeout=90)
+        assert st["configIndex"] == 1 and st["jobName"] == "wide-r1"
+        pods = run_pods(api, namespace, "wide-r1")
+        assert len(pods) == 2
+        env = {e.name: e.value for e in pods[0].spec.containers[0].env}
+        assert env["SJ_CONFIG_INDEX"] == "1" and env["SJ_WORLD_SIZE"] == "2"
+
+
+def test_a_drain_never_waits_on_a_protected_sj(api: client.ApiClient, namespace: str, own_operator: None) -> None:
+    pool = unique("pool")
+    placed = {"nodeSelector": {"scavenger.dev/e2e-pool": pool},
+              "tolerations": [{"key": TEST_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]}
+    with dedicated_node(cpu="4", extra={"scavenger.dev/e2e-pool": pool}) as first:
+        names = ["left", "right"]
+        for name in names:
+            create_sj(api, namespace, name, sj_spec(run_for=None, cpu="1", duration="10m", **placed))
+        for name in names:
+            wait_phase(api, namespace, name, "Running", timeout=60)
+        # Both ask for protection (level 0 of protect level 0); steering leaves one open: one stays protected.
+        protected = wait_for("a protected SJ", lambda: [n for n in names if status(api, namespace, n).get("protected")],
+                             timeout=30)
+        assert len(protected) == 1
+        with dedicated_node(cpu="4", extra={"scavenger.dev/e2e-pool": pool}) as second:
+            started = time.monotonic()
+            drained = subprocess.run(
+                [str(REPO / ".bin/kubectl"), "drain", first["name"], "--ignore-daemonsets", "--delete-emptydir-data",
+                 "--timeout=90s"], capture_output=True, text=True, env=os.environ)
+            took = time.monotonic() - started
+            assert drained.returncode == 0, drained.stderr
+            assert took < 2 + 15, f"the drain took {took:.0f}s: it waited on a budget"
+            for name in names:
+                st = wait_for(f"{name} interrupted and running again", lambda n=name: (
+                    s := status(api, namespace, n)).get("interruptedCount") == 1 and s.get("phase") == "Running"
+                    and s, timeout=90)
+                assert st["lastInterruptionReason"] == "EvictionByEvictionAPI"
+                pod = run_pods(api, namespace, st["jobName"])[0]
+                assert pod.spec.node_name == second["name"], "it resumed on the other node"
