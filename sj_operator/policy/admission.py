@@ -115,16 +115,10 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
             waiting[sj.key] = _kept_for(sj, head)
             continue
         need = _need(sj.request)
-        placement = state.try_place(sj.pods, need, sj.node_selector, sj.tolerations)
-        if placement is not None:
-            state.commit(placement, need)
+        admission = _place(state, sj, need, now)
+        if admission is not None:
             taken.add(sj.key)
-            admissions.append(Admission(sj.key, placement))
-            continue
-        fallback = _fallback(state, sj, now)
-        if fallback is not None:
-            taken.add(sj.key)
-            admissions.append(fallback)
+            admissions.append(admission)
             continue
         if explain:
             waiting[sj.key] = state.why_not(sj, need)
@@ -134,6 +128,15 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
             if head is not None and not explain:
                 break
     return AdmissionPass(admissions, waiting)
+
+
+def _place(state: _PassState, sj: QueuedSJ, need: _Need, now: datetime) -> Admission | None:
+    """The preferred configuration if it places, else a fallback that does (committed either way)."""
+    placement = state.try_place(sj.pods, need, sj.node_selector, sj.tolerations)
+    if placement is not None:
+        state.commit(placement, need)
+        return Admission(sj.key, placement)
+    return _fallback(state, sj, now)
 
 
 def _fallback(state: _PassState, sj: QueuedSJ, now: datetime) -> Admission | None:
