@@ -16,14 +16,17 @@ from sj_operator.api import SpecLimits
 from sj_operator.api.fields import parse_duration
 from sj_operator.api.parse import check_min_duration
 from sj_operator.settings import (
+    DEFAULT_AGING_STEP,
     DEFAULT_MAX_PROTECTION,
     DEFAULT_MAX_RETRY_BACKOFF,
     DEFAULT_MAX_TERMINATION_GRACE,
+    DEFAULT_MAX_THRASH_BACKOFF,
     DEFAULT_MIN_DURATION,
     DEFAULT_PROTECT_LEVEL,
     DEFAULT_RETRY_BACKOFF,
     DEFAULT_START_TIMEOUT,
     DEFAULT_STARVATION_AFTER,
+    DEFAULT_THRASH_BACKOFF,
     DEFAULT_THRESHOLD,
     DEFAULT_TICK,
     check_backoff_cap,
@@ -68,6 +71,11 @@ class OperatorConfig(BaseModel):
     identity: str = Field(default_factory=lambda: os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}")
     liveness_port: int | None = Field(None, ge=1, le=65535)
     max_protection: timedelta = DEFAULT_MAX_PROTECTION
+    thrash_backoff: timedelta = DEFAULT_THRASH_BACKOFF
+    """Wait before the next run after a wasted one (interrupted within its first checkpoint period)."""
+    max_thrash_backoff: timedelta = DEFAULT_MAX_THRASH_BACKOFF
+    aging_step: timedelta = DEFAULT_AGING_STEP
+    """A waiting SJ moves up one interruption's worth in the queue per this much waiting (at most 10)."""
     """The longest a run keeps its protection within one checkpoint period."""
     metrics_port: int = Field(8080, ge=0, le=65535)
     """Serve Prometheus metrics on /metrics and the loop's health on /healthz here; 0 turns it off."""
@@ -110,7 +118,7 @@ class OperatorConfig(BaseModel):
         return check_min_duration(value)
 
     @field_validator("start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after",
-                     "max_protection")
+                     "max_protection", "max_thrash_backoff", "aging_step")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         return check_positive(value)
@@ -120,6 +128,14 @@ class OperatorConfig(BaseModel):
     def _not_below_first_backoff(cls, value: timedelta, info: ValidationInfo) -> timedelta:
         first = info.data.get("retry_backoff")
         return value if first is None else check_backoff_cap(value, first)
+
+    @field_validator("max_thrash_backoff")
+    @classmethod
+    def _not_below_first_thrash_backoff(cls, value: timedelta, info: ValidationInfo) -> timedelta:
+        first = info.data.get("thrash_backoff")
+        if first is not None and value < first:
+            raise ValueError(f"must not be below the thrash backoff ({first.total_seconds():g}s)")
+        return value
 
 
 # flag, environment variable, field, help
@@ -139,6 +155,13 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
      "running-priority level from which a run is protected by a PodDisruptionBudget (default 1)"),
     ("--max-protection", "SJ_MAX_PROTECTION", "max_protection",
      "the longest a run keeps its PodDisruptionBudget within one checkpoint period (default 30m)"),
+    ("--thrash-backoff", "SJ_THRASH_BACKOFF", "thrash_backoff",
+     "wait before the next run of an SJ whose run was interrupted within its first checkpoint period; doubles "
+     "with each such run in a row (default 30s)"),
+    ("--max-thrash-backoff", "SJ_MAX_THRASH_BACKOFF", "max_thrash_backoff", "cap of that wait (default 10m)"),
+    ("--aging-step", "SJ_AGING_STEP", "aging_step",
+     "a waiting SJ moves up in the queue as if interrupted once more per this much waiting, at most 10 times "
+     "(default 1h)"),
     ("--starvation-after", "SJ_STARVATION_AFTER", "starvation_after",
      "waiting this long makes the head of the queue stop backfill behind it (default 10m)"),
     ("--peering", "SJ_PEERING", "peering", "name of the Lease electing the one active replica (default scavenger)"),
@@ -162,7 +185,7 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
 )
 
 _DURATIONS = {"start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after", "min_duration",
-              "max_protection"}
+              "max_protection", "thrash_backoff", "max_thrash_backoff", "aging_step"}
 
 
 def _convert(field: str, raw: str) -> object:

@@ -140,11 +140,13 @@ class Controller:
         c = self.config
         return LifecycleConfig(start_timeout=c.start_timeout, retry_backoff=c.retry_backoff,
                                max_retry_backoff=c.max_retry_backoff, protect_level=c.protect_level,
-                               max_protection=c.max_protection)
+                               max_protection=c.max_protection, thrash_backoff=c.thrash_backoff,
+                               max_thrash_backoff=c.max_thrash_backoff)
 
     @property
     def policy_config(self) -> PolicyConfig:
-        return PolicyConfig(threshold=self.config.threshold, starvation_after=self.config.starvation_after)
+        return PolicyConfig(threshold=self.config.threshold, starvation_after=self.config.starvation_after,
+                            aging_step=self.config.aging_step)
 
     def handles(self, namespace: str) -> bool:
         return not self.config.namespaces or namespace in self.config.namespaces

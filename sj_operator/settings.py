@@ -19,6 +19,13 @@ DEFAULT_TICK: Final = timedelta(seconds=5)
 DEFAULT_PROTECT_LEVEL: Final = 1
 DEFAULT_STARVATION_AFTER: Final = timedelta(minutes=10)
 DEFAULT_MAX_PROTECTION: Final = timedelta(minutes=30)
+DEFAULT_THRASH_BACKOFF: Final = timedelta(seconds=30)
+"""Wait before the next run after a wasted one; doubles with each wasted run in a row."""
+DEFAULT_MAX_THRASH_BACKOFF: Final = timedelta(minutes=10)
+DEFAULT_AGING_STEP: Final = timedelta(hours=1)
+"""A waiting SJ moves up one interruption's worth in the queue per this much waiting..."""
+DEFAULT_AGING_CAP: Final = 10
+"""...at most this many."""
 """The longest a run keeps its protection (PodDisruptionBudget) within one checkpoint period."""
 DEFAULT_MAX_TERMINATION_GRACE: Final = 300
 """The most seconds an SJ may hold its room after being told to give it back (its grace period)."""

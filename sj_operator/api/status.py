@@ -83,6 +83,8 @@ class ScavengerJobStatus(_StatusModel):
     not_before: Timestamp | None = Field(default=None, description="Earliest time of the next launch (backoff).")
     protected: bool = Field(default=False, description="Whether the current run is protected from disruption.")
     priority_class_name: str | None = Field(default=None, description="PriorityClass of the current run.")
+    wasted_runs: int = Field(default=0, ge=0, description="Runs in a row interrupted before they completed a "
+                             "checkpoint period (each makes the next launch back off longer).")
     config_index: int = Field(default=0, ge=0, description="Configuration of the current run: 0 the preferred "
                               "one, i spec.fallbacks[i-1].")
 

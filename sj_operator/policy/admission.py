@@ -108,7 +108,7 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
     waiting: dict[str, Waiting] = {}
     head_found = False
     head: QueuedSJ | None = None
-    for sj in queue_order(snapshot.queue):
+    for sj in queue_order(snapshot.queue, now, config):
         if sj.key in taken or (sj.not_before is not None and sj.not_before > now):
             continue
         if head is not None:

@@ -50,9 +50,11 @@ from sj_operator.policy.priority import (
 from sj_operator.settings import (
     DEFAULT_MAX_PROTECTION,
     DEFAULT_MAX_RETRY_BACKOFF,
+    DEFAULT_MAX_THRASH_BACKOFF,
     DEFAULT_PROTECT_LEVEL,
     DEFAULT_RETRY_BACKOFF,
     DEFAULT_START_TIMEOUT,
+    DEFAULT_THRASH_BACKOFF,
     check_backoff_cap,
     check_non_negative,
     check_positive,
@@ -78,6 +80,9 @@ class LifecycleConfig:
     max_retry_backoff: timedelta = DEFAULT_MAX_RETRY_BACKOFF
     protect_level: int = DEFAULT_PROTECT_LEVEL
     max_protection: timedelta = DEFAULT_MAX_PROTECTION
+    thrash_backoff: timedelta = DEFAULT_THRASH_BACKOFF
+    """Wait before the next run after a wasted one (interrupted within its first checkpoint period)."""
+    max_thrash_backoff: timedelta = DEFAULT_MAX_THRASH_BACKOFF
 
     def __post_init__(self) -> None:
         check_positive(self.start_timeout)
@@ -85,6 +90,9 @@ class LifecycleConfig:
         check_backoff_cap(self.max_retry_backoff, self.retry_backoff)
         check_non_negative(self.protect_level)
         check_positive(self.max_protection)
+        if self.thrash_backoff < timedelta(0):
+            raise ValueError("thrash_backoff must not be negative (0 turns it off)")
+        check_backoff_cap(self.max_thrash_backoff, self.thrash_backoff)
 
 
 @dataclass
@@ -257,7 +265,7 @@ def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig,
         return b.done()
     cause = _disruption(run, b.status, b.now)
     if cause is not None:
-        return _interruption(b, spec, run, cause)
+        return _interruption(b, spec, run, cause, cfg)
     if run.job is None:
         return b.done()  # launched moments ago; the watch has not shown the Job yet
     if b.status.phase == Phase.STARTING:
@@ -294,7 +302,7 @@ def _failure(run: Run, st: ScavengerJobStatus) -> str | None:
     return None
 
 
-def _interruption(b: _Builder, spec: ScavengerJobSpec, run: Run, cause: str) -> Step:
+def _interruption(b: _Builder, spec: ScavengerJobSpec, run: Run, cause: str, cfg: LifecycleConfig) -> Step:
     """The whole run is cancelled; the interruption is recorded once none of its pods holds resources."""
     st, job = b.status, run.job
     if job is not None and not job.deleting:
@@ -306,7 +314,7 @@ def _interruption(b: _Builder, spec: ScavengerJobSpec, run: Run, cause: str) -> 
     # The cause seen when the run was cancelled beats what is left to see now.
     stored = st.message or ""
     return _record_interruption(b, spec, stored.removeprefix("interrupting: ")
-                                if stored.startswith("interrupting: ") else cause)
+                                if stored.startswith("interrupting: ") else cause, cfg)
 
 
 def _starting(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: LifecycleConfig) -> Step:
@@ -420,8 +428,28 @@ def lost_work(running: Sequence[datetime], interrupted: Sequence[datetime], dura
     return out
 
 
-def _record_interruption(b: _Builder, spec: ScavengerJobSpec, cause: str) -> Step:
+def ran_for(status: ScavengerJobStatus, now: datetime) -> timedelta:
+    """How long the current run has had all its pods running (0 if it never did)."""
+    after = status.interrupted_timestamps[-1] if status.interrupted_timestamps else None
+    starts = [r for r in status.running_timestamps if after is None or r >= after]
+    return now - starts[-1] if starts else timedelta(0)
+
+
+def thrash_delay(wasted_runs: int, cfg: LifecycleConfig) -> timedelta:
+    """Backoff after the n-th wasted run in a row: thrash_backoff * 2^(n-1), capped."""
+    if wasted_runs <= 0 or not cfg.thrash_backoff:
+        return timedelta(0)
+    return min(cfg.thrash_backoff * (1 << min(wasted_runs - 1, 30)), cfg.max_thrash_backoff)
+
+
+def _record_interruption(b: _Builder, spec: ScavengerJobSpec, cause: str, cfg: LifecycleConfig) -> Step:
     st = b.status
+    # A run interrupted before it completed one checkpoint period saved nothing: wasted. After one, the SJ
+    # backs off (keeping its place in the queue), so a workload that preempts every new run at once does
+    # not burn the room over and over.
+    ran = ran_for(st, b.now)
+    wasted = st.wasted_runs + 1 if ran < spec.duration and cfg.thrash_backoff else 0
+    delay = thrash_delay(wasted, cfg)
     count = st.interrupted_count + 1
     stamps = (*st.interrupted_timestamps, b.now)
     b.update(last_interruption_reason=interruption_reason(cause))
@@ -433,8 +461,14 @@ def _record_interruption(b: _Builder, spec: ScavengerJobSpec, cause: str) -> Ste
         return b.done()
     b.transition(Phase.INTERRUPTED, "Interrupted", f"interrupted ({count}): {cause}; waiting to run again",
                  warning=True, interrupted_count=count, interrupted_timestamps=stamps,
-                 running_priority=None, protected=False)
-    return b.done(waiting=True)
+                 running_priority=None, protected=False, wasted_runs=wasted,
+                 not_before=b.now + delay if delay else None)
+    if not delay:
+        return b.done(waiting=True)
+    b.admitted(False, "BackingOff", f"run {st.job_name} was interrupted after {format_duration(ran)}, before it "
+               f"completed a checkpoint period of {format_duration(spec.duration)} ({wasted} wasted run(s) in a "
+               f"row): the next run starts no earlier than {(b.now + delay).isoformat()}")
+    return b.done(waiting=False)
 
 
 def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig, exempt: bool,

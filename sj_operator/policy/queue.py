@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sj_operator.policy.snapshot import QueuedSJ
-from sj_operator.settings import DEFAULT_STARVATION_AFTER, DEFAULT_THRESHOLD, check_threshold
+from sj_operator.settings import (
+    DEFAULT_AGING_CAP,
+    DEFAULT_AGING_STEP,
+    DEFAULT_STARVATION_AFTER,
+    DEFAULT_THRESHOLD,
+    check_threshold,
+)
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,10 @@ class PolicyConfig:
     """Fraction of schedulable allocatable, per resource, that all requests together may reach."""
     starvation_after: timedelta = DEFAULT_STARVATION_AFTER
     """Wait after which the head of the queue stops backfill behind it."""
+    aging_step: timedelta = DEFAULT_AGING_STEP
+    """A waiting SJ ranks as if interrupted once more per this much waiting..."""
+    aging_cap: int = DEFAULT_AGING_CAP
+    """...at most this many times."""
 
     def __post_init__(self) -> None:
         try:
@@ -30,14 +40,33 @@ class PolicyConfig:
             raise ValueError(f"threshold {exc}") from None
         if self.starvation_after < timedelta(0):
             raise ValueError("starvation_after must not be negative")
+        if self.aging_step <= timedelta(0) or self.aging_cap < 0:
+            raise ValueError("aging_step must be positive and aging_cap not negative")
 
 
 DEFAULT_POLICY = PolicyConfig()
 
 
-def queue_order(queue: Iterable[QueuedSJ]) -> list[QueuedSJ]:
-    """Most interrupted first ("finish what we started"), then oldest, then by key."""
-    return sorted(queue, key=lambda sj: (-sj.interrupted_count, sj.created, sj.key))
+def queue_order(queue: Iterable[QueuedSJ], now: datetime | None = None,
+                config: PolicyConfig = DEFAULT_POLICY) -> list[QueuedSJ]:
+    """Most interrupted first ("finish what we started"), then oldest, then by key. With ``now``, waiting
+    counts too: an SJ ranks as if interrupted once more per ``aging_step`` it has waited (at most
+    ``aging_cap`` more), so no SJ starves behind a stream of much-interrupted ones."""
+    if now is None:
+        return sorted(queue, key=lambda sj: (-sj.interrupted_count, sj.created, sj.key))
+    step, cap = config.aging_step, config.aging_cap
+
+    def rank(sj: QueuedSJ) -> tuple[int, datetime, str]:
+        waited = max(now - _waiting_again_since(sj), timedelta(0))
+        return -sj.interrupted_count - min(waited // step, cap), sj.created, sj.key
+
+    return sorted(queue, key=rank)
+
+
+def _waiting_again_since(sj: QueuedSJ) -> datetime:
+    """When the SJ's current wait began: its last interruption (else its creation), or its backoff's end."""
+    start = sj.waiting_from or sj.created
+    return sj.not_before if sj.not_before is not None and sj.not_before > start else start
 
 
 def waiting_since(sj: QueuedSJ) -> datetime:

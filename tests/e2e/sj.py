@@ -24,6 +24,8 @@ def test_config(**overrides: Any) -> OperatorConfig:
     """Operator settings that make e2e tests take seconds, not minutes."""
     values: dict[str, Any] = dict(tick=timedelta(seconds=1), start_timeout=timedelta(seconds=20),
                                   retry_backoff=timedelta(seconds=2), max_retry_backoff=timedelta(seconds=10),
+                                  # Tests interrupt runs seconds after they start: a short anti-thrash wait.
+                                  thrash_backoff=timedelta(seconds=1), max_thrash_backoff=timedelta(seconds=5),
                                   peering=unique("e2e-lease"), metrics_port=0)
     values.update(overrides)
     return OperatorConfig(**values)

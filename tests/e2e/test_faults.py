@@ -30,7 +30,8 @@ from tests.e2e.sj import OperatorProcess, create_sj, custom, sj_spec
 pytestmark = pytest.mark.kwok_only
 
 REPO = Path(__file__).resolve().parents[2]
-FAST = ("--tick", "1s", "--start-timeout", "60s", "--retry-backoff", "2s")
+FAST = ("--tick", "1s", "--start-timeout", "60s", "--retry-backoff", "2s", "--thrash-backoff", "1s",
+        "--max-thrash-backoff", "5s")
 TERMINAL = ("Succeeded", "Failed")
 
 

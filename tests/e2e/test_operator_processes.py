@@ -8,7 +8,8 @@ from tests.e2e.sj import OperatorProcess, create_sj, event_messages, events_for,
 
 pytestmark = pytest.mark.kwok_only
 
-FAST = ("--tick", "1s", "--start-timeout", "30s", "--retry-backoff", "2s")
+FAST = ("--tick", "1s", "--start-timeout", "30s", "--retry-backoff", "2s", "--thrash-backoff", "1s",
+        "--max-thrash-backoff", "5s")
 
 
 def test_kill_and_restart_mid_run_leaves_one_job_and_correct_status(api, namespace, crd, tmp_path):

@@ -292,7 +292,7 @@ def test_decide(snap: ClusterSnapshot, expected: list[tuple[str, tuple[str, ...]
 
 # --- starvation --------------------------------------------------------------------------------
 
-STARVE = PolicyConfig(starvation_after=timedelta(minutes=10))
+STARVE = PolicyConfig(starvation_after=timedelta(minutes=10), aging_step=timedelta(days=365))  # order without aging
 HALF_FULL = [node("a", used={"cpu": 5000}), node("b", used={"cpu": 5000})]
 
 
@@ -489,7 +489,7 @@ def test_admissions_respect_threshold_gang_and_nodes(snap: ClusterSnapshot, conf
     admissions = decide(snap, NOW, config)
     by_key = {s.key: s for s in snap.queue}
     nodes = {n.name: n for n in snap.nodes}
-    order = [s.key for s in queue_order(snap.queue)]
+    order = [s.key for s in queue_order(snap.queue, NOW, config)]
     assert len({a.key for a in admissions}) == len(admissions)
 
     demand: dict[str, int] = {}
@@ -528,7 +528,7 @@ def test_admissions_respect_threshold_gang_and_nodes(snap: ClusterSnapshot, conf
 def test_skips_and_placements_are_justified(snap: ClusterSnapshot, config: PolicyConfig) -> None:
     admissions = decide(snap, NOW, config)
     admitted_keys = [a.key for a in admissions]
-    order = queue_order(snap.queue)
+    order = queue_order(snap.queue, NOW, config)
     position = {s.key: i for i, s in enumerate(order)}
     last_admitted = max((position[k] for k in admitted_keys), default=-1)
     for i, queued in enumerate(order):
@@ -550,7 +550,7 @@ def test_starving_head_blocks_everything_behind_it(snap: ClusterSnapshot, config
     admitted_keys = {a.key for a in admissions}
     taken = {run.key for run in snap.in_flight}
     empty = replace(snap, nodes=tuple(replace(n, requested={}) for n in snap.nodes), cluster_requested={}, in_flight=())
-    order = queue_order(snap.queue)
+    order = queue_order(snap.queue, NOW, config)
     for i, queued in enumerate(order):
         if queued.key in admitted_keys or queued.key in taken or (queued.not_before or NOW) > NOW:
             continue

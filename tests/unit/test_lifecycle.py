@@ -42,7 +42,7 @@ NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SJ = "demo"
 NAMESPACE = "work"
 RUN1 = run_job_name(SJ, 1)
-CFG = LifecycleConfig()
+CFG = LifecycleConfig(thrash_backoff=timedelta(0))  # anti-thrash off: these tests are about classification
 
 S = timedelta(seconds=1)
 M = timedelta(minutes=1)

@@ -51,7 +51,7 @@ STATUS_FIELDS = {
     "phase", "interruptedCount", "runningTimestamps", "interruptedTimestamps", "finishedTimestamp",
     "priorityStartOverTimestamp", "runningPriority", "jobName", "message", "conditions",
     "attempt", "launchedTimestamp", "startTimeouts", "notBefore", "protected", "priorityClassName",
-    "lastInterruptionReason", "configIndex",
+    "lastInterruptionReason", "configIndex", "wastedRuns",
 }  # fmt: skip
 
 
@@ -539,6 +539,7 @@ RAW_STATUS = {
     "protected": True,
     "priorityClassName": "scavenger-1",
     "configIndex": 1,
+    "wastedRuns": 0,
 }
 
 
@@ -568,6 +569,7 @@ def test_to_patch_omits_none_and_formats_timestamps() -> None:
         "startTimeouts": 0,
         "notBefore": "2026-01-02T03:05:00Z",
         "protected": False,
+        "wastedRuns": 0,
         "configIndex": 0,
     }
 

@@ -9,7 +9,7 @@ import pytest
 from sj_operator.policy.lifecycle import Event, LifecycleConfig, SetProtection, step
 from sj_operator.policy.priority import draining_nodes, protection_expired
 from tests.unit import test_controller as ctl
-from tests.unit.test_lifecycle import CFG, NOW, RUN1, SJ, M, job, pod, run_of, running, spec
+from tests.unit.test_lifecycle import CFG, NOW, RUN1, SJ, M, S, job, pod, run_of, running, spec
 
 H = timedelta(hours=1)
 
@@ -80,3 +80,61 @@ def test_the_loop_tells_the_state_machine_which_runs_sit_on_a_draining_node():
     written = [c for kind, c in kube.calls if kind == "status"]
     assert written and written[-1]["protected"] is False
     assert ("label", ("work-r1-0", {"scavenger.dev/protected": "false"})) in kube.calls
+
+
+# --- no thrashing -------------------------------------------------------------------------------------
+
+THRASH = LifecycleConfig(thrash_backoff=30 * S, max_thrash_backoff=4 * M)
+
+
+@pytest.mark.parametrize(("ran", "wasted_before", "wasted", "delay"), [
+    (5 * M, 0, 1, 30 * S),  # interrupted 5 minutes into a 30-minute period: wasted, back off
+    (5 * M, 1, 2, 60 * S),  # the second wasted run in a row: twice as long
+    (5 * M, 4, 5, 4 * M),  # capped
+    (31 * M, 3, 0, None),  # it completed a checkpoint period: not wasted, no wait, the count starts over
+], ids=["first-wasted", "second-wasted", "capped", "saved-some-work"])
+def test_a_wasted_run_makes_the_next_one_wait(ran, wasted_before, wasted, delay):
+    before = running(NOW - ran, level=0, wasted_runs=wasted_before, message=f"interrupting: pod {RUN1}-0 was deleted")
+    result = step(spec(duration="30m"), before, run_of(job(deleting=True)), NOW, THRASH, sj_name=SJ)
+    st = result.status
+    assert st.interrupted_count == 1 and st.wasted_runs == wasted
+    if delay is None:
+        assert st.not_before is None and result.waiting is True
+        return
+    assert st.not_before == NOW + delay and result.waiting is False, "it keeps its place but waits"
+    reason = next(c for c in st.conditions if c.type == "Admitted")
+    assert (reason.status, reason.reason) == ("False", "BackingOff")
+    assert f"interrupted after {int(ran.total_seconds() // 60)}m, before it completed a checkpoint period of 30m" in (
+        reason.message)
+    # Once the wait is over it is eligible again, in its place.
+    later = step(spec(duration="30m"), st, run_of(None), NOW + delay, THRASH, sj_name=SJ)
+    assert later.waiting is True
+
+
+def test_anti_thrash_can_be_turned_off():
+    off = LifecycleConfig(thrash_backoff=0 * S)
+    before = running(NOW - M, level=0, message=f"interrupting: pod {RUN1}-0 was deleted")
+    result = step(spec(duration="30m"), before, run_of(job(deleting=True)), NOW, off, sj_name=SJ)
+    assert result.status.not_before is None and result.waiting is True and result.status.wasted_runs == 0
+
+
+@pytest.mark.parametrize(("step_", "expected"), [
+    (H, ["ns/long", "ns/twice", "ns/once", "ns/new"]),  # 2½ hours waited: ranks with twice-interrupted, older
+    (10 * H, ["ns/twice", "ns/once", "ns/long", "ns/new"]),  # barely any aging
+], ids=["aging", "slow-aging"])
+def test_a_long_wait_ages_an_sj_upward(step_, expected):
+    from sj_operator.policy.queue import PolicyConfig, queue_order
+    from tests.unit import test_admission as adm
+    queue = [adm.sj("ns/new", age_min=1), adm.sj("ns/long", age_min=150),
+             adm.sj("ns/once", age_min=20, interrupted=1, waiting_from=adm.NOW - 10 * M),
+             adm.sj("ns/twice", age_min=30, interrupted=2, waiting_from=adm.NOW - 10 * M)]
+    assert [s.key for s in queue_order(queue, adm.NOW, PolicyConfig(aging_step=step_))] == expected
+
+
+def test_aging_is_bounded():
+    from sj_operator.policy.queue import PolicyConfig, queue_order
+    from tests.unit import test_admission as adm
+    ancient = adm.sj("ns/ancient", age_min=60 * 24 * 30)  # a month
+    much = adm.sj("ns/much", interrupted=12, waiting_from=adm.NOW)
+    assert [s.key for s in queue_order([ancient, much], adm.NOW, PolicyConfig(aging_step=H, aging_cap=10))] == [
+        "ns/much", "ns/ancient"]
