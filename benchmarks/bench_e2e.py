@@ -169,26 +169,27 @@ class Recorder:
 
 
 def ensure_crd(api: client.ApiClient) -> None:
+    """Every CRD of crds/ (the operator watches ScavengerQuotas too), created when the cluster lacks it."""
     ext = client.ApiextensionsV1Api(api)
-    path = REPO / "crds" / "scavengerjobs.scavenger.dev.yaml"
-    body = yaml.safe_load(path.read_text())
-    name = body["metadata"]["name"]
-    try:
-        ext.read_custom_resource_definition(name)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        print(f"applying {path.relative_to(REPO)}")
-        ext.create_custom_resource_definition(body)
-    deadline = time.monotonic() + 60
-    while True:
-        crd = ext.read_custom_resource_definition(name)
-        conditions = (crd.status.conditions if crd.status else None) or []
-        if any(c.type == "Established" and c.status == "True" for c in conditions):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"CRD {name} not Established")
-        time.sleep(0.2)
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        name = body["metadata"]["name"]
+        try:
+            ext.read_custom_resource_definition(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            print(f"applying {path.relative_to(REPO)}")
+            ext.create_custom_resource_definition(body)
+        deadline = time.monotonic() + 60
+        while True:
+            crd = ext.read_custom_resource_definition(name)
+            conditions = (crd.status.conditions if crd.status else None) or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {name} not Established")
+            time.sleep(0.2)
 
 
 def create_namespace(core: client.CoreV1Api) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus, parse_status
 from sj_operator.names import run_job_name
-from sj_operator.observed import JobView, NodeInfo, PodView, SJObject
+from sj_operator.observed import JobView, NodeInfo, PodView, QuotaView, SJObject
 from sj_operator.policy.lifecycle import WAITING, LifecycleConfig, Run, Step, step
 from sj_operator.policy.priority import (
     RunProgress,
@@ -25,7 +25,15 @@ from sj_operator.policy.priority import (
     running_level,
     steering_exemptions,
 )
-from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Shape, Taint
+from sj_operator.policy.snapshot import (
+    ClusterSnapshot,
+    InFlightRun,
+    NamespaceQuota,
+    NodeView,
+    QueuedSJ,
+    Shape,
+    Taint,
+)
 from sj_operator.resources import accumulate, freeze, resources_milli, total
 
 RunKey = tuple[str, str]
@@ -41,6 +49,7 @@ class ClusterView:
     active_pods: tuple[PodView, ...]
     """Every non-terminated pod in the cluster, scheduled or not."""
     nodes: tuple[NodeInfo, ...]
+    quotas: tuple[QuotaView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -184,5 +193,22 @@ def node_views(view: ClusterView) -> tuple[NodeView, ...]:
 
 def admission_snapshot(view: ClusterView, queue: tuple[QueuedSJ, ...],
                        runs: tuple[InFlightRun, ...]) -> ClusterSnapshot:
+    quotas: dict[str, NamespaceQuota] = {}
+    for q in sorted(view.quotas, key=lambda q: (q.namespace, q.name)):  # one per namespace counts: the first
+        quotas.setdefault(q.namespace, NamespaceQuota(q.name, freeze(q.hard), q.weight))
     return ClusterSnapshot(nodes=node_views(view), cluster_requested=total(p.requests for p in view.active_pods),
-                           in_flight=runs, queue=queue)
+                           in_flight=runs, queue=queue, quotas=quotas,
+                           namespace_used=namespace_used(view, runs) if quotas else {})
+
+
+def namespace_used(view: ClusterView, runs: tuple[InFlightRun, ...]) -> dict[str, dict[str, int]]:
+    """What each namespace's SJ pods request, scheduled or not, and the unscheduled pods of launched runs
+    (counted twice while they are pending: conservative, like the threshold, until they are scheduled)."""
+    used: dict[str, dict[str, int]] = {}
+    for pod in view.active_pods:
+        if pod.sj is not None:
+            accumulate(used.setdefault(pod.namespace, {}), pod.requests)
+    for run in runs:
+        ns = run.key.split("/", 1)[0]
+        accumulate(used.setdefault(ns, {}), {r: a * run.unscheduled_pods for r, a in run.request.items()})
+    return used

@@ -24,11 +24,12 @@ from sj_operator.decide import ClusterView
 from sj_operator.kube import Kube
 from sj_operator.leader import LeaseElector
 from sj_operator.metrics import Metrics, serve
-from sj_operator.names import GROUP, LABEL_SJ, PLURAL, VERSION
+from sj_operator.names import GROUP, LABEL_SJ, PLURAL, QUOTA_PLURAL, VERSION
 from sj_operator.observed import (
     job_view,
     node_info,
     pod_view,
+    quota_view,
     remember_disrupted,
     sj_object,
     with_disrupted,
@@ -125,6 +126,12 @@ async def pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[Any, Any]:
     return keys
 
 
+@kopf.index(GROUP, VERSION, QUOTA_PLURAL)
+async def quotas(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    memo.wake.set()
+    return {"quota": quota_view(body)}
+
+
 @kopf.index("", "v1", "nodes")
 async def nodes(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     memo.wake.set()
@@ -136,17 +143,17 @@ Indexes = kopf.Index[Any, Any]
 
 # kopf passes indexes as keyword arguments named after them, which its handler protocol cannot express.
 @kopf.on.event("", "v1", "namespaces", when=lambda name, **_: name == "default")  # type: ignore[arg-type]
-async def indexes_ready(sjs: Indexes, runs: Indexes, pods: Indexes, nodes: Indexes,
+async def indexes_ready(sjs: Indexes, runs: Indexes, pods: Indexes, nodes: Indexes, quotas: Indexes,
                         memo: kopf.Memo, **_: Any) -> None:
     """Runs only once every index is populated: hands the indexes to the loop."""
     if not memo.ready.is_set():
-        memo.shared["indexes"] = (sjs, runs, pods, nodes)
+        memo.shared["indexes"] = (sjs, runs, pods, nodes, quotas)
         memo.ready.set()
         log.info("watch caches are complete; the decision loop starts")
 
 
 def _view(shared: dict[str, Any]) -> ClusterView:
-    sj_idx, job_idx, pod_idx, node_idx = shared["indexes"]
+    sj_idx, job_idx, pod_idx, node_idx, quota_idx = shared["indexes"]
     run_pods: dict[tuple[str, str], tuple[Any, ...]] = {}
     active: tuple[Any, ...] = ()
     for key in list(pod_idx):
@@ -162,6 +169,7 @@ def _view(shared: dict[str, Any]) -> ClusterView:
         run_pods=run_pods,
         active_pods=active,
         nodes=tuple(node_idx.get("node", ())),
+        quotas=tuple(quota_idx.get("quota", ())),
     )
 
 

@@ -24,6 +24,10 @@ PLURAL: Final = "scavengerjobs"
 SINGULAR: Final = "scavengerjob"
 SHORT_NAME: Final = "sj"
 CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+QUOTA_KIND: Final = "ScavengerQuota"
+QUOTA_PLURAL: Final = "scavengerquotas"
+QUOTA_SHORT_NAME: Final = "sjq"
+QUOTA_CRD_NAME: Final = f"{QUOTA_PLURAL}.{GROUP}"
 
 # --- labels and annotations ------------------------------------------------------------------------
 RESERVED_LABEL_PREFIX: Final = f"{GROUP}/"

@@ -252,6 +252,25 @@ def node_info(body: Mapping[str, Any]) -> NodeInfo:
 
 
 @dataclass(frozen=True)
+class QuotaView:
+    """A ScavengerQuota: the most its namespace's SJ runs may request at once, and its fair-share weight."""
+    namespace: str
+    name: str
+    hard: Resources
+    weight: int
+
+
+def quota_view(body: Mapping[str, Any]) -> QuotaView:
+    """Tolerant, like every view of the watch: the CRD's schema has checked the object already."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    weight = spec.get("weight", 1)
+    return QuotaView(namespace=meta.get("namespace", ""), name=meta.get("name", ""),
+                     hard=resources_milli(spec.get("hard")),
+                     weight=weight if isinstance(weight, int) and not isinstance(weight, bool) and weight > 0 else 1)
+
+
+@dataclass(frozen=True)
 class SJObject:
     """A ScavengerJob as read from the API: identity, raw spec, raw status."""
     namespace: str

@@ -41,8 +41,9 @@ capacity of every node, over column-wise integer lists.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping, Sequence
+import heapq
+from collections import Counter, deque
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
@@ -69,7 +70,7 @@ class Admission:
     """0: the preferred configuration; i: the SJ's fallbacks[i - 1]."""
 
 
-RoomReason = Literal["ThresholdReached", "NoNodeFitsGang"]
+RoomReason = Literal["ThresholdReached", "NoNodeFitsGang", "QuotaExceeded"]
 
 
 @dataclass(frozen=True)
@@ -108,21 +109,26 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
     waiting: dict[str, Waiting] = {}
     head_found = False
     head: QueuedSJ | None = None
-    for sj in queue_order(snapshot.queue, now, config):
+    fair = _FairShare(snapshot, state.totals()) if snapshot.quotas else None
+    ordered = queue_order(snapshot.queue, now, config)
+    for sj in ordered if fair is None else fair.order(ordered):
         if sj.key in taken or (sj.not_before is not None and sj.not_before > now):
             continue
         if head is not None:
             waiting[sj.key] = _kept_for(sj, head)
             continue
         need = _need(sj.request)
-        admission = _place(state, sj, need, now)
+        over_quota = fair.over_quota(sj.key, sj.pods, need) if fair is not None else None
+        admission = _place(state, sj, need, now, fair, preferred=over_quota is None)
         if admission is not None:
             taken.add(sj.key)
             admissions.append(admission)
             continue
         if explain:
-            waiting[sj.key] = state.why_not(sj, need)
-        if not head_found and state.could_ever_fit(sj.pods, need, sj.node_selector, sj.tolerations):
+            waiting[sj.key] = (state.why_not(sj, need) if over_quota is None
+                               else Waiting(sj.key, "QuotaExceeded", f"{_gang(sj)}; {over_quota}"))
+        if over_quota is None and not head_found and state.could_ever_fit(sj.pods, need, sj.node_selector,
+                                                                         sj.tolerations):
             head_found = True
             head = sj if is_starving(sj, now, config) else None
             if head is not None and not explain:
@@ -130,26 +136,97 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
     return AdmissionPass(admissions, waiting)
 
 
-def _place(state: _PassState, sj: QueuedSJ, need: _Need, now: datetime) -> Admission | None:
-    """The preferred configuration if it places, else a fallback that does (committed either way)."""
-    placement = state.try_place(sj.pods, need, sj.node_selector, sj.tolerations)
+def _place(state: _PassState, sj: QueuedSJ, need: _Need, now: datetime, fair: _FairShare | None, *,
+           preferred: bool) -> Admission | None:
+    """The preferred configuration if it may run (``preferred``: its namespace's quota allows it) and
+    places, else a fallback that does (committed either way)."""
+    placement = state.try_place(sj.pods, need, sj.node_selector, sj.tolerations) if preferred else None
     if placement is not None:
         state.commit(placement, need)
+        if fair is not None:
+            fair.charge(sj.key, len(placement), need)
         return Admission(sj.key, placement)
-    return _fallback(state, sj, now)
+    return _fallback(state, sj, now, fair)
 
 
-def _fallback(state: _PassState, sj: QueuedSJ, now: datetime) -> Admission | None:
-    """The first fallback configuration that places, once the preferred one has waited long enough."""
+def _fallback(state: _PassState, sj: QueuedSJ, now: datetime, fair: _FairShare | None) -> Admission | None:
+    """The first fallback configuration that places (within the namespace's quota), once the preferred
+    one has waited long enough."""
     if not sj.fallbacks or now - (sj.waiting_from or sj.created) < sj.fallback_after:
         return None
     for index, shape in enumerate(sj.fallbacks, start=1):
         need = _need(shape.request)
+        if fair is not None and fair.over_quota(sj.key, shape.pods, need) is not None:
+            continue
         placement = state.try_place(shape.pods, need, shape.node_selector, shape.tolerations)
         if placement is not None:
             state.commit(placement, need)
+            if fair is not None:
+                fair.charge(sj.key, shape.pods, need)
             return Admission(sj.key, placement, index)
     return None
+
+
+class _FairShare:
+    """Fair share between namespaces once any ScavengerQuota exists (dominant resource fairness).
+
+    The next SJ comes from the namespace furthest below its weighted share: the one whose dominant share
+    (the largest, over resources, of what its SJ pods request over what the schedulable nodes hold),
+    divided by its weight, is smallest; within a namespace the queue order stays. A namespace's
+    ``hard`` caps what its SJ runs request at once. Namespaces without a quota have weight 1 and no cap.
+    """
+
+    def __init__(self, snapshot: ClusterSnapshot, totals: Mapping[str, int]) -> None:
+        self._quotas = snapshot.quotas
+        self._used = {ns: dict(res) for ns, res in snapshot.namespace_used.items()}
+        self._totals = {r: amount for r, amount in totals.items() if amount > 0 and r != "pods"}
+
+    def _share(self, namespace: str) -> Fraction:
+        used = self._used.get(namespace, {})
+        quota = self._quotas.get(namespace)
+        dominant = max((Fraction(used.get(r, 0), total) for r, total in self._totals.items()), default=Fraction(0))
+        return dominant / (quota.weight if quota is not None else 1)
+
+    def order(self, ordered: Sequence[QueuedSJ]) -> Iterator[QueuedSJ]:
+        """``ordered`` re-dealt by namespace: each next SJ from the namespace with the smallest weighted
+        dominant share at that moment (what the pass admitted so far counts)."""
+        by_namespace: dict[str, deque[QueuedSJ]] = {}
+        for sj in ordered:
+            by_namespace.setdefault(_namespace(sj.key), deque()).append(sj)
+        heap = [(self._share(ns), ns) for ns in by_namespace]
+        heapq.heapify(heap)
+        while heap:
+            share, ns = heapq.heappop(heap)
+            current = self._share(ns)
+            if current != share:  # charged since it was queued: take its place again
+                heapq.heappush(heap, (current, ns))
+                continue
+            yield by_namespace[ns].popleft()
+            if by_namespace[ns]:
+                heapq.heappush(heap, (self._share(ns), ns))
+
+    def over_quota(self, key: str, pods: int, need: _Need) -> str | None:
+        """Why the namespace's quota refuses ``pods`` more pods of ``need``, or None."""
+        namespace = _namespace(key)
+        quota = self._quotas.get(namespace)
+        if quota is None:
+            return None
+        used = self._used.get(namespace, {})
+        for r, amount in need:
+            cap = quota.hard.get(r)
+            if cap is not None and used.get(r, 0) + amount * pods > cap:
+                return (f"namespace {namespace} may request {_amount(r, cap)} for its SJs at once (ScavengerQuota "
+                        f"{quota.name}) and they request {_amount(r, used.get(r, 0))}")
+        return None
+
+    def charge(self, key: str, pods: int, need: _Need) -> None:
+        used = self._used.setdefault(_namespace(key), {})
+        for r, amount in need:
+            used[r] = used.get(r, 0) + amount * pods
+
+
+def _namespace(key: str) -> str:
+    return key.split("/", 1)[0]
 
 
 def _kept_for(sj: QueuedSJ, head: QueuedSJ) -> Waiting:
@@ -267,6 +344,10 @@ class _PassState:
             capacities = self._capacities(need, mask, self._allocatable)
             self._empty_capacity[shape] = sum(filter((0).__lt__, capacities))
         return self._empty_capacity[shape] >= pods
+
+    def totals(self) -> dict[str, int]:
+        """The allocatable of the schedulable nodes, per resource."""
+        return {r: sum(column) for r, column in self._allocatable.items()}
 
     def why_not(self, sj: QueuedSJ, need: _Need) -> Waiting:
         """Why ``try_place`` refused the SJ in the state the pass is in now, with the numbers. Explanations

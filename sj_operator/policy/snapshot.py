@@ -17,7 +17,8 @@ from sj_operator.resources import EMPTY, freeze, sub
 
 NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
-__all__ = ["ClusterSnapshot", "InFlightRun", "NodeView", "QueuedSJ", "Resources", "Shape", "Taint", "Toleration"]
+__all__ = ["ClusterSnapshot", "InFlightRun", "NamespaceQuota", "NodeView", "QueuedSJ", "Resources", "Shape", "Taint",
+           "Toleration"]
 
 
 def _no_resources() -> Resources:
@@ -140,6 +141,15 @@ class InFlightRun:
 
 
 @dataclass(frozen=True)
+class NamespaceQuota:
+    """A namespace's ScavengerQuota: a cap per resource (absent: none) and a fair-share weight."""
+
+    name: str
+    hard: Resources = field(default_factory=_no_resources)
+    weight: int = 1
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything one admission pass looks at, taken at one moment."""
 
@@ -148,6 +158,10 @@ class ClusterSnapshot:
     """Sum of the requests of every non-terminated pod in the cluster, scheduled or not."""
     in_flight: tuple[InFlightRun, ...] = ()
     queue: tuple[QueuedSJ, ...] = ()
+    quotas: Mapping[str, NamespaceQuota] = field(default_factory=dict)
+    """ScavengerQuotas by namespace. With none, one queue for all (no fair share, no caps)."""
+    namespace_used: Mapping[str, Resources] = field(default_factory=dict)
+    """What each namespace's SJ pods request now, scheduled or not (in-flight runs' unseen pods too)."""
 
     def __post_init__(self) -> None:
         nodes = tuple(self.nodes)

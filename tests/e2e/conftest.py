@@ -97,13 +97,18 @@ def namespace(api: client.ApiClient) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def crd(api: client.ApiClient) -> None:
-    """The ScavengerJob CRD from crds/, applied and Established."""
+    """The CRDs from crds/ (ScavengerJob, ScavengerQuota), applied and Established."""
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        _apply_crd(api, path)
+
+
+def _apply_crd(api: client.ApiClient, path: Path) -> None:
     import yaml
 
     from tests.e2e.kube import wait_for
 
     ext = client.ApiextensionsV1Api(api)
-    body = yaml.safe_load((REPO / "crds" / "scavengerjobs.scavenger.dev.yaml").read_text())
+    body = yaml.safe_load(path.read_text())
     name = body["metadata"]["name"]
     try:
         current = ext.read_custom_resource_definition(name)

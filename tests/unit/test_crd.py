@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from sj_operator.api import ScavengerJobSpec, ScavengerJobStatus, parse_spec, parse_status
-from sj_operator.api.crd import CRD_FILE_NAME, build_crd, render_crd_yaml
+from sj_operator.api.crd import CRD_FILE_NAME, QUOTA_CRD_FILE_NAME, build_crd, render_crd_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "crds" / CRD_FILE_NAME
@@ -23,11 +23,14 @@ SPEC_SCHEMA = SCHEMA["properties"]["spec"]
 STATUS_SCHEMA = SCHEMA["properties"]["status"]
 
 
-@pytest.mark.parametrize("path", [CRD_PATH, REPO / "deploy/chart/crds" / CRD_FILE_NAME], ids=["crds", "chart"])
+@pytest.mark.parametrize("path", [CRD_PATH, REPO / "deploy/chart/crds" / CRD_FILE_NAME,
+                                  REPO / "crds" / QUOTA_CRD_FILE_NAME, REPO / "deploy/chart/crds" / QUOTA_CRD_FILE_NAME],
+                         ids=["crds", "chart", "quota-crds", "quota-chart"])
 def test_committed_crd_matches_the_models(path: Path) -> None:
-    assert path.read_text() == render_crd_yaml(), (
+    quota = "scavengerquotas" in path.name
+    assert path.read_text() == render_crd_yaml(quota=quota), (
         f"{path.relative_to(REPO)} is stale: regenerate it with "
-        f"`python -m sj_operator.api.crd > {path.relative_to(REPO)}`"
+        f"`python -m sj_operator.api.crd{' quota' if quota else ''} > {path.relative_to(REPO)}`"
     )
 
 
