@@ -23,9 +23,11 @@ SPEC_SCHEMA = SCHEMA["properties"]["spec"]
 STATUS_SCHEMA = SCHEMA["properties"]["status"]
 
 
-@pytest.mark.parametrize("path", [CRD_PATH, REPO / "deploy/chart/crds" / CRD_FILE_NAME,
-                                  REPO / "crds" / QUOTA_CRD_FILE_NAME, REPO / "deploy/chart/crds" / QUOTA_CRD_FILE_NAME],
-                         ids=["crds", "chart", "quota-crds", "quota-chart"])
+CHART_CRDS = REPO / "deploy/chart/crds"
+
+
+@pytest.mark.parametrize("path", [CRD_PATH, CHART_CRDS / CRD_FILE_NAME, REPO / "crds" / QUOTA_CRD_FILE_NAME,
+                                  CHART_CRDS / QUOTA_CRD_FILE_NAME], ids=["crds", "chart", "quota-crds", "quota-chart"])
 def test_committed_crd_matches_the_models(path: Path) -> None:
     quota = "scavengerquotas" in path.name
     assert path.read_text() == render_crd_yaml(quota=quota), (
