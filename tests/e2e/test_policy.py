@@ -72,3 +72,39 @@ def test_a_drain_never_waits_on_a_protected_sj(api: client.ApiClient, namespace:
                 assert st["lastInterruptionReason"] == "EvictionByEvictionAPI"
                 pod = run_pods(api, namespace, st["jobName"])[0]
                 assert pod.spec.node_name == second["name"], "it resumed on the other node"
+
+
+def test_two_namespaces_share_the_room_by_their_quota_weights(api: client.ApiClient, namespace: str,
+                                                              crd: None) -> None:
+    """Weights 1 and 3, the same backlog of 8 one-CPU SJs each, 8 CPUs of room: 2 and 6 run."""
+    core = client.CoreV1Api(api)
+    other = unique("e2e-heavy")
+    core.create_namespace({"metadata": {"name": other}})
+    op = InProcessOperator(operator_config(namespaces=(namespace, other), threshold=1.0))
+    op.start()
+    pool = unique("pool")
+    placed = {"nodeSelector": {"scavenger.dev/e2e-pool": pool},
+              "tolerations": [{"key": TEST_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]}
+    try:
+        custom = client.CustomObjectsApi(api)
+        for ns, weight in ((namespace, 1), (other, 3)):
+            custom.create_namespaced_custom_object("scavenger.dev", "v1alpha1", ns, "scavengerquotas", {
+                "apiVersion": "scavenger.dev/v1alpha1", "kind": "ScavengerQuota", "metadata": {"name": "share"},
+                "spec": {"weight": weight}})
+            for i in range(8):
+                create_sj(api, ns, f"work-{i}", sj_spec(run_for=None, cpu="1", memory="64Mi", **placed))
+        names = [(ns, f"work-{i}") for ns in (namespace, other) for i in range(8)]
+        # Every SJ waits for the pool's node, so that one pass sees the whole backlog when it appears.
+        wait_for("the whole backlog waiting, saying why", lambda: all(
+            any(c["type"] == "Admitted" for c in status(api, ns, n).get("conditions", [])) for ns, n in names),
+            timeout=60)
+        with dedicated_node(cpu="8", memory="16Gi", extra={"scavenger.dev/e2e-pool": pool}):
+            running = wait_for("8 SJs launched", lambda: (r := [ns for ns, n in names if status(api, ns, n).get(
+                "jobName")]) and len(r) == 8 and r, timeout=60)
+            assert (running.count(namespace), running.count(other)) == (2, 6)
+            waiting = [status(api, ns, n) for ns, n in names if not status(api, ns, n).get("jobName")]
+            assert {next(c["reason"] for c in st["conditions"] if c["type"] == "Admitted") for st in waiting} == {
+                "NoNodeFitsGang"}
+    finally:
+        op.stop()
+        core.delete_namespace(other)
