@@ -459,7 +459,8 @@ def _record_interruption(b: _Builder, spec: ScavengerJobSpec, cause: str, cfg: L
                      warning=True, interrupted_count=count, interrupted_timestamps=stamps,
                      finished_timestamp=b.now, running_priority=None, protected=False)
         return b.done()
-    b.transition(Phase.INTERRUPTED, "Interrupted", f"interrupted ({count}): {cause}; waiting to run again",
+    b.transition(Phase.INTERRUPTED, "Interrupted",
+                 f"interrupted ({count}, {interruption_reason(cause)}): {cause}; waiting to run again",
                  warning=True, interrupted_count=count, interrupted_timestamps=stamps,
                  running_priority=None, protected=False, wasted_runs=wasted,
                  not_before=b.now + delay if delay else None)

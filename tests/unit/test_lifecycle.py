@@ -31,6 +31,7 @@ from sj_operator.policy.lifecycle import (
     Run,
     SetProtection,
     Step,
+    interruption_reason,
     launch_refused,
     launched,
     retry_delay,
@@ -609,7 +610,7 @@ def test_a_disrupted_pod_that_exited_non_zero_is_an_interruption_not_a_failure(
     assert st.interrupted_count == 1
     assert st.finished_timestamp is None
     assert result.actions == (DeleteRun(RUN1, cause),)
-    assert st.message == f"interrupted (1): {cause}; waiting to run again"
+    assert st.message == f"interrupted (1, {interruption_reason(cause)}): {cause}; waiting to run again"
     assert reasons(result) == ["Interrupting", "Interrupted"]
     assert result.waiting is True
 
@@ -668,7 +669,7 @@ def test_job_deleted_from_outside_is_recorded_once_its_pods_stopped() -> None:
 
     result = decide(spec(), before, run_of(job(deleting=True), pod(0, "Failed", exit_code=143, deleting=True)))
     assert result.status.phase == Phase.INTERRUPTED
-    assert result.status.message == f"interrupted (1): run {RUN1} was deleted; waiting to run again"
+    assert result.status.message == f"interrupted (1, Deleted): run {RUN1} was deleted; waiting to run again"
     assert result.actions == ()
 
 
@@ -698,7 +699,7 @@ def test_interruption_is_recorded_once_no_pod_holds_resources(
     assert st.phase == Phase.INTERRUPTED
     assert st.interrupted_count == count
     assert st.interrupted_timestamps == (*stamps, NOW)
-    assert st.message == f"interrupted ({count}): {cause}; waiting to run again"
+    assert st.message == f"interrupted ({count}, {interruption_reason(cause)}): {cause}; waiting to run again"
     assert st.running_priority is None and st.protected is False
     assert st.finished_timestamp is None
     assert st.job_name == RUN1 and st.attempt == 1
@@ -722,7 +723,7 @@ def test_interruption_end_to_end_keeps_the_original_cause() -> None:
     third = decide(spec(parallelism=2), first.status, run_of(job(deleting=True)), now=later + S)
     assert third.status.phase == Phase.INTERRUPTED
     assert third.status.interrupted_timestamps == (later + S,)
-    assert third.status.message == f"interrupted (1): {PREEMPTION_CAUSE}; waiting to run again"
+    assert third.status.message == f"interrupted (1, PreemptionByScheduler): {PREEMPTION_CAUSE}; waiting to run again"
 
 
 @pytest.mark.parametrize(
@@ -749,7 +750,7 @@ def test_missing_run_counts_as_lost_only_after_the_grace(
         return
     assert result.status.phase == Phase.INTERRUPTED
     assert result.status.interrupted_count == 1
-    assert result.status.message == f"interrupted (1): run {RUN1} disappeared; waiting to run again"
+    assert result.status.message == f"interrupted (1, Deleted): run {RUN1} disappeared; waiting to run again"
     assert result.actions == ()
 
 
@@ -1332,7 +1333,7 @@ def test_a_disrupted_pod_that_exited_zero_is_an_interruption_not_a_success(paral
     assert st.phase == Phase.INTERRUPTED
     assert st.interrupted_count == 1
     assert st.finished_timestamp is None
-    assert st.message == f"interrupted (1): {PREEMPTION_CAUSE}; waiting to run again"
+    assert st.message == f"interrupted (1, PreemptionByScheduler): {PREEMPTION_CAUSE}; waiting to run again"
     assert "Succeeded" not in reasons(result)
     assert result.waiting is True
 
@@ -1375,7 +1376,7 @@ def test_a_disrupted_gang_member_that_exited_zero_cancels_the_rest() -> None:
 def test_pods_succeeded_in_a_deleted_job_is_not_a_success(before: ScavengerJobStatus, run: Run) -> None:
     result = decide(spec(parallelism=len(run.pods)), before, run)
     assert result.status.phase == Phase.INTERRUPTED
-    assert result.status.message == f"interrupted (1): run {RUN1} was deleted; waiting to run again"
+    assert result.status.message == f"interrupted (1, Deleted): run {RUN1} was deleted; waiting to run again"
 
 
 def test_a_removed_pod_that_had_succeeded_is_not_an_interruption() -> None:
