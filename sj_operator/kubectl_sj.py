@@ -185,7 +185,9 @@ def describe_lines(sj: Mapping[str, Any], entries: Sequence[Entry], now: datetim
         f"Image:          {spec.get('image', '-')}",
         f"Pods:           {spec.get('parallelism', 1)}" + (" (MPI)" if spec.get("mpi") else ""),
         f"Checkpoints:    every {spec.get('duration', '1h')}",
-        f"Runs:           {st.attempt} (current: {st.job_name or '-'})",
+        f"Runs:           {st.attempt} (current: {st.job_name or '-'})"
+        + (f", configuration {st.config_index} of {len(spec['fallbacks'])} fallback(s)" if spec.get("fallbacks")
+           else "") + (f", {st.wasted_runs} wasted in a row" if st.wasted_runs else ""),
         f"Interruptions:  {st.interrupted_count}" + (f", last {st.last_interruption_reason}"
                                                      if st.last_interruption_reason else ""),
         f"Age:            {_age(_time(meta.get('creationTimestamp')), now)}",
