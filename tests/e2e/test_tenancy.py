@@ -35,8 +35,8 @@ def test_restricted_pod_security_root_sj_waits_and_non_root_sj_runs(api, namespa
     create_sj(api, namespace, "as-user", sj_spec(run_for="600s", runAsUser=1000, runAsGroup=1000))
     st = _waits_saying(api, namespace, "as-root", 'violates PodSecurity "restricted:latest"')
     assert st["message"].startswith(f"namespace {namespace} refuses this SJ's pods: ")
-    queued = next(c for c in st["conditions"] if c["type"] == "Queued")
-    assert queued["reason"] == "BackingOff"
+    admitted = next(c for c in st["conditions"] if c["type"] == "Admitted")
+    assert (admitted["status"], admitted["reason"]) == ("False", "BackingOff")
     wait_phase(api, namespace, "as-user", "Running")
     _does_not_cycle(api, namespace, "as-root", 8)
 
@@ -48,7 +48,7 @@ def test_a_resource_quota_holds_the_sj_until_it_allows_it(api, namespace, operat
     wait_for("quota status", lambda: core.read_namespaced_resource_quota("small", namespace).status.hard)
     create_sj(api, namespace, "big", sj_spec(run_for="600s", cpu="2"))
     st = _waits_saying(api, namespace, "big", "exceeded quota: small")
-    assert next(c for c in st["conditions"] if c["type"] == "Queued")["reason"] == "QuotaExceeded"
+    assert next(c for c in st["conditions"] if c["type"] == "Admitted")["reason"] == "QuotaExceeded"
     _does_not_cycle(api, namespace, "big", 5)
     core.patch_namespaced_resource_quota("small", namespace, {"spec": {"hard": {"requests.cpu": "4"}}})
     wait_phase(api, namespace, "big", "Running", timeout=90)
