@@ -161,82 +161,67 @@ def open_api_schema() -> dict[str, Any]:
     }
 
 
-def build_crd() -> dict[str, Any]:
-    """The ScavengerJob CustomResourceDefinition (apiextensions.k8s.io/v1) as a dict."""
+def _crd(name: str, names: dict[str, Any], version: dict[str, Any]) -> dict[str, Any]:
+    """A namespaced CustomResourceDefinition (apiextensions.k8s.io/v1) of this group, served and stored
+    at ``VERSION``."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME},
-        "spec": {
-            "group": GROUP,
-            "names": {
-                "kind": KIND,
-                "listKind": LIST_KIND,
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": [SHORT_NAME],
-                "categories": ["all", "scavenger"],
-            },
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                        {"name": "Interruptions", "type": "integer", "jsonPath": ".status.interruptedCount"},
-                        {"name": "Priority", "type": "integer", "jsonPath": ".status.runningPriority"},
-                        {"name": "Admitted", "type": "string", "description": "Launched, or why the SJ waits",
-                         "jsonPath": '.status.conditions[?(@.type=="Admitted")].reason'},
-                        {"name": "Job", "type": "string", "jsonPath": ".status.jobName", "priority": 1},
-                        {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    ],
-                    "schema": {"openAPIV3Schema": open_api_schema()},
-                }
-            ],
-        },
+        "metadata": {"name": name},
+        "spec": {"group": GROUP, "names": names, "scope": "Namespaced",
+                 "versions": [{"name": VERSION, "served": True, "storage": True, **version}]},
     }
+
+
+def build_crd() -> dict[str, Any]:
+    """The ScavengerJob CustomResourceDefinition as a dict."""
+    return _crd(CRD_NAME, {
+        "kind": KIND,
+        "listKind": LIST_KIND,
+        "plural": PLURAL,
+        "singular": SINGULAR,
+        "shortNames": [SHORT_NAME],
+        "categories": ["all", "scavenger"],
+    }, {
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": [
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Interruptions", "type": "integer", "jsonPath": ".status.interruptedCount"},
+            {"name": "Priority", "type": "integer", "jsonPath": ".status.runningPriority"},
+            {"name": "Admitted", "type": "string", "description": "Launched, or why the SJ waits",
+             "jsonPath": '.status.conditions[?(@.type=="Admitted")].reason'},
+            {"name": "Job", "type": "string", "jsonPath": ".status.jobName", "priority": 1},
+            {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        "schema": {"openAPIV3Schema": open_api_schema()},
+    })
 
 
 def build_quota_crd() -> dict[str, Any]:
     """The ScavengerQuota CustomResourceDefinition: one namespace's cap and fair-share weight."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": QUOTA_CRD_NAME},
-        "spec": {
-            "group": GROUP,
-            "names": {"kind": QUOTA_KIND, "listKind": f"{QUOTA_KIND}List", "plural": QUOTA_PLURAL,
-                      "singular": QUOTA_KIND.lower(), "shortNames": [QUOTA_SHORT_NAME],
-                      "categories": ["scavenger"]},
-            "scope": "Namespaced",
-            "versions": [{
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "additionalPrinterColumns": [
-                    {"name": "Weight", "type": "integer", "jsonPath": ".spec.weight"},
-                    {"name": "Hard", "type": "string", "jsonPath": ".spec.hard"},
-                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                ],
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": "What one namespace's ScavengerJobs may request at once, and its weight in "
-                                   "the fair share of the scavenged room between namespaces.",
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": model_schema(ScavengerQuotaSpec, with_defaults=True),
-                    },
-                    "required": ["spec"],
-                }},
-            }],
-        },
-    }
+    return _crd(QUOTA_CRD_NAME, {
+        "kind": QUOTA_KIND, "listKind": f"{QUOTA_KIND}List", "plural": QUOTA_PLURAL,
+        "singular": QUOTA_KIND.lower(), "shortNames": [QUOTA_SHORT_NAME], "categories": ["scavenger"],
+    }, {
+        "additionalPrinterColumns": [
+            {"name": "Weight", "type": "integer", "jsonPath": ".spec.weight"},
+            {"name": "Hard", "type": "string", "jsonPath": ".spec.hard"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        "schema": {"openAPIV3Schema": {
+            "type": "object",
+            "description": "What one namespace's ScavengerJobs may request at once, and its weight in "
+                           "the fair share of the scavenged room between namespaces.",
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": model_schema(ScavengerQuotaSpec, with_defaults=True),
+            },
+            "required": ["spec"],
+        }},
+    })
 
 
 def render_crd_yaml(quota: bool = False) -> str:
