@@ -29,10 +29,12 @@ from sj_operator.settings import (
     DEFAULT_THRASH_BACKOFF,
     DEFAULT_THRESHOLD,
     DEFAULT_TICK,
+    Pool,
     check_backoff_cap,
     check_non_negative,
     check_positive,
     check_threshold,
+    parse_pools,
 )
 
 _SERVICE_REF = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -49,6 +51,8 @@ class OperatorConfig(BaseModel):
 
     threshold: float = DEFAULT_THRESHOLD
     """Admit SJs only while all requests stay at or under this share of allocatable."""
+    pools: tuple[Pool, ...] = ()
+    """Node pools with their own threshold (overflow or burst pools); other nodes keep ``threshold``."""
     start_timeout: timedelta = DEFAULT_START_TIMEOUT
     """A run whose pods are not all running by then is deleted and retried later."""
     retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF
@@ -143,6 +147,10 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
     ("--threshold", "SJ_THRESHOLD", "threshold",
      "share of total allocatable (per resource) that all requests may reach, 0 <= x <= 1; 0 pauses "
      "scavenging (default 0.70)"),
+    ("--pools", "SJ_POOLS", "pools",
+     "node pools with their own threshold, NAME:KEY=VALUE[,KEY=VALUE]:THRESHOLD separated by ';', e.g. "
+     "'burst:scavenger.dev/pool=burst:1.0'; a node is in the first pool it matches, else in the default pool, "
+     "which keeps --threshold (default none)"),
     ("--start-timeout", "SJ_START_TIMEOUT", "start_timeout",
      "how long a run may take to have all its pods running, e.g. 60s (default 60s)"),
     ("--retry-backoff", "SJ_RETRY_BACKOFF", "retry_backoff",
@@ -191,6 +199,8 @@ _DURATIONS = {"start_timeout", "tick", "retry_backoff", "max_retry_backoff", "st
 def _convert(field: str, raw: str) -> object:
     if field in _DURATIONS:
         return parse_duration(raw)
+    if field == "pools":
+        return parse_pools(raw)
     if field == "namespaces":
         return tuple(ns.strip() for ns in raw.split(",") if ns.strip())
     return raw

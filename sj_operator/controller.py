@@ -146,7 +146,7 @@ class Controller:
     @property
     def policy_config(self) -> PolicyConfig:
         return PolicyConfig(threshold=self.config.threshold, starvation_after=self.config.starvation_after,
-                            aging_step=self.config.aging_step)
+                            aging_step=self.config.aging_step, pools=self.config.pools)
 
     def handles(self, namespace: str) -> bool:
         return not self.config.namespaces or namespace in self.config.namespaces

@@ -7,6 +7,8 @@ check values with the same functions, so a value one accepts the other accepts t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
@@ -57,3 +59,56 @@ def check_non_negative(value: int) -> int:
     if value < 0:
         raise ValueError(f"must not be negative, got {value}")
     return value
+
+
+DEFAULT_POOL: Final = "default"
+"""The nodes in no configured pool; it keeps the cluster's threshold."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A named group of nodes with its own admission threshold (an overflow or burst pool).
+
+    A node belongs to the first configured pool whose ``node_selector`` its labels match, else to the
+    default pool, which keeps ``PolicyConfig.threshold``."""
+
+    name: str
+    node_selector: tuple[tuple[str, str], ...]
+    threshold: float
+
+    def __post_init__(self) -> None:
+        if not self.node_selector:
+            raise ValueError(f"pool {self.name}: needs a node selector")
+        if self.name == DEFAULT_POOL:
+            raise ValueError(f"pool {self.name}: the name is taken by the default pool")
+        try:
+            check_threshold(self.threshold)
+        except ValueError as exc:
+            raise ValueError(f"pool {self.name}: threshold {exc}") from None
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.node_selector)
+
+
+
+def parse_pools(text: str) -> tuple[Pool, ...]:
+    """``NAME:KEY=VALUE[,KEY=VALUE...]:THRESHOLD`` entries separated by ``;``, e.g.
+    ``burst:scavenger.dev/pool=burst:1.0``."""
+    pools = []
+    for entry in filter(None, (part.strip() for part in text.split(";"))):
+        parts = entry.split(":")
+        if len(parts) != 3:
+            raise ValueError(f"{entry!r} is not NAME:KEY=VALUE[,KEY=VALUE]:THRESHOLD")
+        name, selector, threshold = (part.strip() for part in parts)
+        pairs = [pair.partition("=") for pair in selector.split(",") if pair.strip()]
+        if not name or any(not key.strip() or not sep for key, sep, _ in pairs):
+            raise ValueError(f"{entry!r} is not NAME:KEY=VALUE[,KEY=VALUE]:THRESHOLD")
+        try:
+            share = float(threshold)
+        except ValueError:
+            raise ValueError(f"pool {name}: threshold {threshold!r} is not a number") from None
+        pools.append(Pool(name, tuple((key.strip(), value.strip()) for key, _, value in pairs), share))
+    names = [pool.name for pool in pools]
+    if len(set(names)) != len(names):
+        raise ValueError("pool names must be unique")
+    return tuple(pools)

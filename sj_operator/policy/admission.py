@@ -55,9 +55,11 @@ from gang.placement import UNBOUNDED, node_accepts, place_identical
 from sj_operator.policy.queue import DEFAULT_POLICY, PolicyConfig, is_starving, queue_order, waiting_since
 from sj_operator.policy.snapshot import ClusterSnapshot, NodeView, QueuedSJ, Resources, Toleration
 from sj_operator.resources import format_amount
+from sj_operator.settings import DEFAULT_POOL, Pool
 
 _Need = tuple[tuple[str, int], ...]
-_EligibilityKey = tuple[frozenset[tuple[str, str]], tuple[Toleration, ...]]
+_EligibilityKey = tuple[frozenset[tuple[str, str]], tuple[Toleration, ...], int]
+_ANY_POOL = -1
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
     """``decide``, and (``explain``) why each eligible SJ that is not admitted waits."""
     if now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware, got {now!r}")
-    state = _PassState(snapshot.nodes, snapshot.cluster_requested, Fraction(str(config.threshold)))
+    state = _PassState(snapshot.nodes, snapshot.cluster_requested, Fraction(str(config.threshold)), config.pools)
     taken: set[str] = set()
     for run in snapshot.in_flight:
         taken.add(run.key)
@@ -251,6 +253,65 @@ def _need(request: Resources) -> _Need:
     return tuple((name, amount) for name, amount in request.items() if amount > 0)
 
 
+@dataclass
+class _PoolState:
+    """One pool's threshold bookkeeping in a pass: what its schedulable nodes hold, what may be requested
+    on it, and what is."""
+
+    index: int
+    name: str
+    threshold: Fraction
+    allocatable: dict[str, int]
+    limit: dict[str, int]
+    used: dict[str, int]
+
+    def over(self, need: _Need, pods: int) -> tuple[str, int] | None:
+        """The first resource (and its amount per pod) whose limit ``pods`` more pods of ``need`` pass."""
+        used, limit = self.used, self.limit
+        for r, amount in need:
+            if used.get(r, 0) + amount * pods > limit.get(r, 0):
+                return r, amount
+        return None
+
+
+def _pool_index(node: NodeView, pools: Sequence[Pool]) -> int:
+    """0 for the default pool, else 1 + the index of the first pool whose selector the node matches."""
+    return next((index for index, pool in enumerate(pools, start=1) if pool.matches(node.labels)), 0)
+
+
+def _pools(all_nodes: Sequence[NodeView], schedulable: Sequence[NodeView], cluster_requested: Resources,
+           threshold: Fraction, pools: Sequence[Pool], allocatable: Mapping[str, list[int]]) -> list[_PoolState]:
+    """The default pool and the configured ones. Without pools the default pool is the whole cluster
+    and what every pod requests counts in it; with pools, what a node's pods request counts in its
+    pool, and pods bound to no node count in the default pool."""
+    if not pools:
+        totals = {r: sum(column) for r, column in allocatable.items()}
+        return [_PoolState(0, DEFAULT_POOL, threshold, totals, _limit(totals, threshold), dict(cluster_requested))]
+    thresholds = [threshold, *(Fraction(str(pool.threshold)) for pool in pools)]
+    names = [DEFAULT_POOL, *(pool.name for pool in pools)]
+    totals_of: list[dict[str, int]] = [{} for _ in names]
+    used_of: list[dict[str, int]] = [{} for _ in names]
+    for node in schedulable:
+        totals = totals_of[_pool_index(node, pools)]
+        for r, amount in node.allocatable.items():
+            totals[r] = totals.get(r, 0) + amount
+    unbound = dict(cluster_requested)
+    for node in all_nodes:
+        used = used_of[_pool_index(node, pools)]
+        for r, amount in node.requested.items():
+            used[r] = used.get(r, 0) + amount
+            unbound[r] = unbound.get(r, 0) - amount
+    for r, amount in unbound.items():
+        if amount > 0:
+            used_of[0][r] = used_of[0].get(r, 0) + amount
+    return [_PoolState(index, names[index], thresholds[index], totals_of[index],
+                       _limit(totals_of[index], thresholds[index]), used_of[index]) for index in range(len(names))]
+
+
+def _limit(totals: Mapping[str, int], threshold: Fraction) -> dict[str, int]:
+    return {r: amount * threshold.numerator // threshold.denominator for r, amount in totals.items()}
+
+
 class _PassState:
     """Mutable bookkeeping private to one ``decide`` call.
 
@@ -259,7 +320,8 @@ class _PassState:
     caches below rely on.
     """
 
-    def __init__(self, nodes: Sequence[NodeView], cluster_requested: Resources, threshold: Fraction) -> None:
+    def __init__(self, nodes: Sequence[NodeView], cluster_requested: Resources, threshold: Fraction,
+                 pools: Sequence[Pool] = ()) -> None:
         self._nodes = sorted((node for node in nodes if not node.unschedulable), key=attrgetter("name"))
         self._names = [node.name for node in self._nodes]
         self._position = {name: index for index, name in enumerate(self._names)}
@@ -271,15 +333,13 @@ class _PassState:
         self._free_total = {r: sum(filter((0).__lt__, column)) for r, column in self._free.items()}
         self._max_free = {r: max(column) for r, column in self._free.items()}
         self._stale_max: set[str] = set()
-        self._limit = {
-            r: sum(column) * threshold.numerator // threshold.denominator for r, column in self._allocatable.items()
-        }
-        self._used = dict(cluster_requested)
-        self._threshold = threshold
+        self._pools = _pools(nodes, self._nodes, cluster_requested, threshold, pools, self._allocatable)
+        self._pool_of = [_pool_index(node, pools) for node in self._nodes]
         self._reserved = 0
         """Reservations made so far in the pass: a cached explanation of a shape is valid while it is equal."""
         self._why_cache: dict[tuple[_Need, _EligibilityKey, int], tuple[int, RoomReason, str]] = {}
         self._eligibility: dict[_EligibilityKey, list[bool] | None] = {}
+        self._reached: dict[_EligibilityKey, frozenset[int]] = {}
         # (need, eligibility) -> smallest gang size that did not place.
         self._smallest_unplaced: dict[tuple[_Need, _EligibilityKey], int] = {}
         # (need, eligibility, pods) -> first node that may still hold that many pods (first-fit cursor).
@@ -293,23 +353,42 @@ class _PassState:
         """Count a launched run's unscheduled pods against the threshold and reserve room for those that fit."""
         if pods < 1:
             return
-        self._charge(need, pods)
         capacities = self._capacities(need, self._mask(node_selector, tolerations)[1], self._free)
         placeable = min(pods, sum(filter((0).__lt__, capacities)))
+        self._charge(need, pods - placeable, self._pools[0])  # pods that find no room count in the default pool
         if placeable:
             placement = place_identical(placeable, self._names, capacities)
             assert placement is not None
-            self._reserve(placement, need)
+            self.commit(placement, need)
 
     def try_place(
         self, pods: int, need: _Need, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
     ) -> tuple[str, ...] | None:
-        """Nodes for the gang if it passes the threshold and places on free capacity, else ``None``."""
-        limit, used = self._limit, self._used
-        for r, amount in need:
-            if used.get(r, 0) + amount * pods > limit.get(r, 0):
-                return None
+        """Nodes for the gang if it passes the threshold and places on free capacity, else ``None``. With
+        pools, the gang runs within one pool, the first (default first) whose threshold allows it and
+        where it places."""
+        for pool in self._pools:
+            if pool.over(need, pods) is None:
+                key, mask = self._mask(node_selector, tolerations, pool.index)
+                if len(self._pools) == 1 or pool.index in self._pools_reached(node_selector, tolerations):
+                    placement = self._place_in(pods, need, key, mask)
+                    if placement is not None:
+                        return placement
+        return None
+
+    def _pools_reached(self, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]) -> frozenset[int]:
+        """The pools holding a node the SJ may use."""
         key, mask = self._mask(node_selector, tolerations)
+        reached = self._reached.get(key)
+        if reached is None:
+            reached = frozenset(range(len(self._pools)) if mask is None else
+                                (pool for pool, eligible in zip(self._pool_of, mask, strict=True) if eligible))
+            self._reached[key] = reached
+        return reached
+
+    def _place_in(
+        self, pods: int, need: _Need, key: _EligibilityKey, mask: list[bool] | None
+    ) -> tuple[str, ...] | None:
         shape = (need, key)
         if pods >= self._smallest_unplaced.get(shape, UNBOUNDED):
             return None
@@ -328,22 +407,26 @@ class _PassState:
         return placement
 
     def commit(self, placement: tuple[str, ...], need: _Need) -> None:
-        """Account for an admitted gang: threshold usage and node capacity."""
-        self._charge(need, len(placement))
+        """Account for an admitted gang: threshold usage (in each node's pool) and node capacity."""
+        for name, count in Counter(placement).items():
+            self._charge(need, count, self._pools[self._pool_of[self._position[name]]])
         self._reserve(placement, need)
 
     def could_ever_fit(
         self, pods: int, need: _Need, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
     ) -> bool:
         """True when the gang would be admitted on this cluster with nothing else running."""
-        if any(amount * pods > self._limit.get(r, 0) for r, amount in need):
-            return False
-        key, mask = self._mask(node_selector, tolerations)
-        shape = (need, key)
-        if shape not in self._empty_capacity:
-            capacities = self._capacities(need, mask, self._allocatable)
-            self._empty_capacity[shape] = sum(filter((0).__lt__, capacities))
-        return self._empty_capacity[shape] >= pods
+        for pool in self._pools:
+            if any(amount * pods > pool.limit.get(r, 0) for r, amount in need):
+                continue
+            key, mask = self._mask(node_selector, tolerations, pool.index)
+            shape = (need, key)
+            if shape not in self._empty_capacity:
+                capacities = self._capacities(need, mask, self._allocatable)
+                self._empty_capacity[shape] = sum(filter((0).__lt__, capacities))
+            if self._empty_capacity[shape] >= pods:
+                return True
+        return False
 
     def totals(self) -> dict[str, int]:
         """The allocatable of the schedulable nodes, per resource."""
@@ -352,27 +435,37 @@ class _PassState:
     def why_not(self, sj: QueuedSJ, need: _Need) -> Waiting:
         """Why ``try_place`` refused the SJ in the state the pass is in now, with the numbers. Explanations
         are shared by SJs of one shape until the pass takes more room."""
-        key, mask = self._mask(sj.node_selector, sj.tolerations)
+        key, _ = self._mask(sj.node_selector, sj.tolerations)
         shape = (need, key, sj.pods)
         cached = self._why_cache.get(shape)
         if cached is None or cached[0] != self._reserved:
-            cached = (self._reserved, *self._explain(sj, need, mask))
+            cached = (self._reserved, *self._explain(sj, need))
             self._why_cache[shape] = cached
         return Waiting(sj.key, cached[1], cached[2])
 
-    def _explain(self, sj: QueuedSJ, need: _Need, mask: list[bool] | None) -> tuple[RoomReason, str]:
-        for r, amount in need:
-            used, limit = self._used.get(r, 0), self._limit.get(r, 0)
-            if used + amount * sj.pods > limit:
-                column = self._allocatable.get(r)
-                if not column:
-                    return "ThresholdReached", f"{_gang(sj)}; no schedulable node has {r}"
-                return "ThresholdReached", (
-                    f"{_gang(sj)} ({_amount(r, amount * sj.pods)} in all); requests may reach "
-                    f"{float(self._threshold):.0%} of the {_amount(r, sum(column))} allocatable "
-                    f"({_amount(r, limit)}) and {_amount(r, used)} is requested")
-        reason, why = self._no_fit(sj, need, mask)
-        return reason, f"{_gang(sj)}; {why}"
+    def _explain(self, sj: QueuedSJ, need: _Need) -> tuple[RoomReason, str]:
+        """The first pool the SJ may use whose threshold allows it says why it does not fit; when every
+        such pool's threshold is reached, the first of them says by how much."""
+        reached = self._pools_reached(sj.node_selector, sj.tolerations)
+        pools = [pool for pool in self._pools if pool.index in reached]
+        for pool in pools:
+            if pool.over(need, sj.pods) is None:
+                reason, why = self._no_fit(sj, need, self._mask(sj.node_selector, sj.tolerations, pool.index)[1])
+                return reason, f"{_gang(sj)}; {why}"
+        if not pools:
+            reason, why = self._no_fit(sj, need, self._mask(sj.node_selector, sj.tolerations)[1])
+            return reason, f"{_gang(sj)}; {why}"
+        pool = pools[0]
+        over = pool.over(need, sj.pods)
+        assert over is not None
+        r, amount = over
+        where = f" of pool {pool.name}" if len(self._pools) > 1 else ""
+        if not pool.allocatable.get(r):
+            return "ThresholdReached", f"{_gang(sj)}; no schedulable node{where} has {r}"
+        return "ThresholdReached", (
+            f"{_gang(sj)} ({_amount(r, amount * sj.pods)} in all); requests may reach "
+            f"{float(pool.threshold):.0%} of the {_amount(r, pool.allocatable[r])} allocatable{where} "
+            f"({_amount(r, pool.limit.get(r, 0))}) and {_amount(r, pool.used.get(r, 0))} is requested")
 
     def _no_fit(self, sj: QueuedSJ, need: _Need, mask: list[bool] | None) -> tuple[RoomReason, str]:
         eligible = [i for i in range(len(self._nodes)) if mask is None or mask[i]]
@@ -391,15 +484,18 @@ class _PassState:
                                   f"{sj.pods} pods at once")
 
     def _mask(
-        self, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
+        self, node_selector: Mapping[str, str], tolerations: Sequence[Toleration], pool: int = _ANY_POOL
     ) -> tuple[_EligibilityKey, list[bool] | None]:
-        """Cache key of the node eligibility and the mask of eligible nodes (``None``: all)."""
-        key = (frozenset(node_selector.items()), tuple(tolerations))
+        """Cache key of the node eligibility (in ``pool``, or in any) and the mask of eligible nodes
+        (``None``: all)."""
+        key = (frozenset(node_selector.items()), tuple(tolerations), pool)
         try:
             return key, self._eligibility[key]
         except KeyError:
             pass
         accepted = [node_accepts(node, node_selector, tolerations) for node in self._nodes]
+        if pool != _ANY_POOL and len(self._pools) > 1:
+            accepted = [ok and index == pool for ok, index in zip(accepted, self._pool_of, strict=True)]
         mask = None if all(accepted) else accepted
         self._eligibility[key] = mask
         return key, mask
@@ -451,9 +547,9 @@ class _PassState:
                 return False
         return True
 
-    def _charge(self, need: _Need, pods: int) -> None:
+    def _charge(self, need: _Need, pods: int, pool: _PoolState) -> None:
         self._reserved += 1
-        used = self._used
+        used = pool.used
         for r, amount in need:
             used[r] = used.get(r, 0) + amount * pods
 

@@ -16,6 +16,7 @@ from sj_operator.settings import (
     DEFAULT_AGING_STEP,
     DEFAULT_STARVATION_AFTER,
     DEFAULT_THRESHOLD,
+    Pool,
     check_threshold,
 )
 
@@ -32,6 +33,8 @@ class PolicyConfig:
     """A waiting SJ ranks as if interrupted once more per this much waiting..."""
     aging_cap: int = DEFAULT_AGING_CAP
     """...at most this many times."""
+    pools: tuple[Pool, ...] = ()
+    """Node pools with their own threshold; the nodes in none of them form the default pool."""
 
     def __post_init__(self) -> None:
         try:
@@ -42,6 +45,9 @@ class PolicyConfig:
             raise ValueError("starvation_after must not be negative")
         if self.aging_step <= timedelta(0) or self.aging_cap < 0:
             raise ValueError("aging_step must be positive and aging_cap not negative")
+        names = [pool.name for pool in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError("pool names must be unique")
 
 
 DEFAULT_POLICY = PolicyConfig()

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.e2e.kube import TEST_TAINT_KEY, dedicated_node, unique, wait_for
+from sj_operator.settings import Pool
+from tests.e2e.kube import TEST_TAINT_KEY, dedicated_node, sim_container, unique, wait_for
 from tests.e2e.sj import InProcessOperator, create_sj, run_pods, sj_spec, status, wait_phase
 from tests.e2e.sj import test_config as operator_config
 
@@ -108,3 +109,48 @@ def test_two_namespaces_share_the_room_by_their_quota_weights(api: client.ApiCli
     finally:
         op.stop()
         core.delete_namespace(other)
+
+
+def test_past_the_threshold_an_sj_overflows_to_the_burst_pool_and_new_sjs_go_back_first(
+        api: client.ApiClient, namespace: str, crd: None) -> None:
+    """The default pool may be half requested; a tainted burst pool of its own (threshold 100 %) takes what
+    allows it once the default pool is past that, at once; when room comes back, new SJs run there first."""
+    core = client.CoreV1Api(api)
+    burst = unique("burst")
+    op = InProcessOperator(operator_config(namespaces=(namespace,), threshold=0.5,
+                                           pools=(Pool("burst", (("scavenger.dev/e2e-pool", burst),), 1.0),)))
+    op.start()
+    try:
+        with dedicated_node(cpu="40") as big, dedicated_node(cpu="4") as main, \
+                dedicated_node(cpu="2", extra={"scavenger.dev/e2e-pool": burst}) as pool:
+            # The default pool (the shared nodes, big and main) is over half requested while this pod runs.
+            core.create_namespaced_pod(namespace, {
+                "metadata": {"name": "filler"},
+                "spec": {"nodeSelector": big["nodeSelector"], "tolerations": big["tolerations"],
+                         "terminationGracePeriodSeconds": 0, "containers": [sim_container(cpu="39")]}})
+            wait_for("the filler running", lambda: core.read_namespaced_pod("filler", namespace).status.phase
+                     == "Running", timeout=60)
+            overflow = [{"nodeSelector": pool["nodeSelector"], "tolerations": pool["tolerations"]}]
+
+            def on_main(**extra: object) -> dict[str, object]:
+                return sj_spec(run_for=None, cpu="1", memory="64Mi", duration="10m",
+                               nodeSelector=main["nodeSelector"], tolerations=main["tolerations"], **extra)
+
+            create_sj(api, namespace, "allows-burst", on_main(fallbacks=overflow, fallbackAfter="0s"))
+            create_sj(api, namespace, "main-only", on_main())
+            st = wait_phase(api, namespace, "allows-burst", "Running", timeout=30)
+            assert st["configIndex"] == 1
+            assert run_pods(api, namespace, st["jobName"])[0].spec.node_name == pool["name"]
+            waiting = wait_for("main-only waits, saying why", lambda: next(
+                (c for c in status(api, namespace, "main-only").get("conditions", []) if c["type"] == "Admitted"
+                 and c["status"] == "False"), None), timeout=30)
+            assert waiting["reason"] == "ThresholdReached" and "of pool default" in waiting["message"]
+
+            core.delete_namespaced_pod("filler", namespace, grace_period_seconds=0)
+            create_sj(api, namespace, "later", on_main(fallbacks=overflow, fallbackAfter="0s"))
+            for name in ("later", "main-only"):
+                st = wait_phase(api, namespace, name, "Running", timeout=30)
+                assert st.get("configIndex", 0) == 0
+                assert run_pods(api, namespace, st["jobName"])[0].spec.node_name == main["name"]
+    finally:
+        op.stop()
