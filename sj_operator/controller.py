@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from gang.ssh import generate_ssh_keypair
+from sj_operator.adopter import Adopter
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus
 from sj_operator.builders.budget import protection_budget
 from sj_operator.builders.job import build_run_job
@@ -127,6 +128,7 @@ class Controller:
     launched: dict[tuple[str, str], _Launched] = field(default_factory=dict)
     metrics: Metrics = field(default_factory=Metrics)
     memo: PassMemo = field(init=False)
+    adopter: Adopter = field(init=False)
     held: dict[str, tuple[float, int]] = field(default_factory=dict)
     """SJs (by uid) whose namespace refused their pods: when to try again, and how many refusals in a row."""
     why_written: dict[str, float] = field(default_factory=dict)
@@ -134,6 +136,7 @@ class Controller:
 
     def __post_init__(self) -> None:
         self.memo = PassMemo(self.config.spec_limits)
+        self.adopter = Adopter(self.kube, self.config.spec_limits, handles=self.handles, clock=self.clock)
 
     @property
     def lifecycle_config(self) -> LifecycleConfig:
@@ -166,6 +169,7 @@ class Controller:
     async def reconcile(self, view: ClusterView) -> None:
         started = time.perf_counter()
         decided, launching = await self._pass(view)
+        await self.adopter.reconcile(view)
         self.metrics.reconcile.observe(time.perf_counter() - started)
         self._report(view, decided, launching)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus, parse_status
 from sj_operator.names import run_job_name
-from sj_operator.observed import JobView, NodeInfo, PodView, QuotaView, SJObject
+from sj_operator.observed import AdoptedJob, JobView, NodeInfo, PodView, QuotaView, SJObject
 from sj_operator.policy.lifecycle import WAITING, LifecycleConfig, Run, Step, step
 from sj_operator.policy.priority import (
     RunProgress,
@@ -50,6 +50,8 @@ class ClusterView:
     """Every non-terminated pod in the cluster, scheduled or not."""
     nodes: tuple[NodeInfo, ...]
     quotas: tuple[QuotaView, ...] = ()
+    adopted: tuple[AdoptedJob, ...] = ()
+    """Jobs labelled for adoption."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from typing import Any
 
 import kopf
 
-from sj_operator.admission import VALIDATE_PATH
 from sj_operator.builders.priority_classes import priority_class_objects
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
@@ -24,8 +23,9 @@ from sj_operator.decide import ClusterView
 from sj_operator.kube import Kube
 from sj_operator.leader import LeaseElector
 from sj_operator.metrics import Metrics, serve
-from sj_operator.names import GROUP, LABEL_SJ, PLURAL, QUOTA_PLURAL, VERSION
+from sj_operator.names import GROUP, LABEL_SCAVENGE, LABEL_SJ, PLURAL, QUOTA_PLURAL, VERSION
 from sj_operator.observed import (
+    adopted_job,
     job_view,
     node_info,
     pod_view,
@@ -75,12 +75,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 def _webhook(kube: Kube, config: OperatorConfig) -> WebhookServer:
     """Every replica serves the webhook (the Service spreads requests); only the leader decides."""
     assert config.webhook_port is not None
-    url = (None if config.webhook_host is None
-           else f"https://{config.webhook_host}:{config.webhook_port}{VALIDATE_PATH}")
+    url = None if config.webhook_host is None else f"https://{config.webhook_host}:{config.webhook_port}"
     return WebhookServer(
         kube, port=config.webhook_port, hosts=webhook_hosts(config.webhook_service, config.webhook_host),
         service=config.webhook_service, url=url, secret_namespace=config.lease_namespace,
-        secret_name=config.webhook_secret, limits=config.spec_limits, clock=lambda: datetime.now(UTC))
+        secret_name=config.webhook_secret, limits=config.spec_limits, clock=lambda: datetime.now(UTC),
+        namespaces=config.namespaces)
 
 
 @kopf.on.cleanup()
@@ -108,6 +108,13 @@ async def sjs(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
 async def runs(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[Any, Any]:
     memo.wake.set()
     job = job_view(body)
+    return {(job.namespace, job.name): job}
+
+
+@kopf.index("batch", "v1", "jobs", labels={LABEL_SCAVENGE: "true"})
+async def adopted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[Any, Any]:
+    memo.wake.set()
+    job = adopted_job(body)
     return {(job.namespace, job.name): job}
 
 
@@ -144,16 +151,16 @@ Indexes = kopf.Index[Any, Any]
 # kopf passes indexes as keyword arguments named after them, which its handler protocol cannot express.
 @kopf.on.event("", "v1", "namespaces", when=lambda name, **_: name == "default")  # type: ignore[arg-type]
 async def indexes_ready(sjs: Indexes, runs: Indexes, pods: Indexes, nodes: Indexes, quotas: Indexes,
-                        memo: kopf.Memo, **_: Any) -> None:
+                        adopted: Indexes, memo: kopf.Memo, **_: Any) -> None:
     """Runs only once every index is populated: hands the indexes to the loop."""
     if not memo.ready.is_set():
-        memo.shared["indexes"] = (sjs, runs, pods, nodes, quotas)
+        memo.shared["indexes"] = (sjs, runs, pods, nodes, quotas, adopted)
         memo.ready.set()
         log.info("watch caches are complete; the decision loop starts")
 
 
 def _view(shared: dict[str, Any]) -> ClusterView:
-    sj_idx, job_idx, pod_idx, node_idx, quota_idx = shared["indexes"]
+    sj_idx, job_idx, pod_idx, node_idx, quota_idx, adopted_idx = shared["indexes"]
     run_pods: dict[tuple[str, str], tuple[Any, ...]] = {}
     active: tuple[Any, ...] = ()
     for key in list(pod_idx):
@@ -170,6 +177,7 @@ def _view(shared: dict[str, Any]) -> ClusterView:
         active_pods=active,
         nodes=tuple(node_idx.get("node", ())),
         quotas=tuple(quota_idx.get("quota", ())),
+        adopted=tuple(next(iter(store)) for store in list(adopted_idx.values()) if len(store)),
     )
 
 

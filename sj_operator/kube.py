@@ -234,6 +234,24 @@ class Kube:
             await self._call(self.admission.patch_validating_webhook_configuration, name,
                              {"webhooks": configuration["webhooks"]})
 
+    async def apply_mutating_webhook(self, configuration: Mapping[str, Any]) -> None:
+        """Creates the MutatingWebhookConfiguration, or replaces its webhooks when it exists."""
+        name = configuration["metadata"]["name"]
+        try:
+            await self._call(self.admission.create_mutating_webhook_configuration, configuration)
+        except Conflict:
+            await self._call(self.admission.patch_mutating_webhook_configuration, name,
+                             {"webhooks": configuration["webhooks"]})
+
+    # --- adopted Jobs ------------------------------------------------------------------
+    async def create_sj(self, sj: Mapping[str, Any]) -> bool:
+        """Creates an SJ; False when one of that name exists."""
+        return await self.create_or_keep(lambda: self._call(
+            self.custom.create_namespaced_custom_object, GROUP, VERSION, sj["metadata"]["namespace"], PLURAL, sj))
+
+    async def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        await self._call(self.batch.patch_namespaced_job_status, name, namespace, {"status": dict(status)})
+
     # --- what the namespace allows ---------------------------------------------------
     async def dry_run_pod(self, pod: Mapping[str, Any]) -> None:
         """Creates ``pod`` as a server-side dry run: every admission rule of its namespace is applied and

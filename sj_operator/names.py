@@ -44,6 +44,15 @@ ANNOTATION_SAFE_TO_EVICT: Final = "cluster-autoscaler.kubernetes.io/safe-to-evic
 ANNOTATION_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 """Set by the Job controller on an Indexed Job's pods: the pod's index (its rank)."""
 
+LABEL_SCAVENGE: Final = f"{GROUP}/scavenge"
+"""On a ``batch/v1`` Job: ``"true"`` has the operator adopt it (suspend it and run it as an SJ of its name)."""
+ANNOTATION_DURATION: Final = f"{GROUP}/duration"
+ANNOTATION_PRIORITY_LEVELS: Final = f"{GROUP}/priority-levels"
+ANNOTATION_CHECKPOINT_VOLUME: Final = f"{GROUP}/checkpoint-volume"
+"""On an adopted Job: the SJ's ``duration``, ``priorityLevels`` and ``checkpointVolume``."""
+JOB_MANAGER: Final = f"{GROUP}/operator"
+"""``spec.managedBy`` of an adopted Job: the built-in Job controller leaves it (and its status) to the operator."""
+
 CONTAINER_NAME: Final = "main"
 """The one container of an SJ pod."""
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sj_operator.names import ANNOTATION_COMPLETION_INDEX, LABEL_PROTECTED, LABEL_RUN, LABEL_SJ
+from sj_operator.names import ANNOTATION_COMPLETION_INDEX, JOB_MANAGER, LABEL_PROTECTED, LABEL_RUN, LABEL_SJ
 from sj_operator.resources import Resources, accumulate, resources_milli
 
 
@@ -282,6 +282,8 @@ class SJObject:
     deleting: bool
     spec: Mapping[str, Any] = field(default_factory=dict)
     status: Mapping[str, Any] = field(default_factory=dict)
+    job_owner: str | None = None
+    """The uid of the Job that owns it, for an SJ that runs an adopted Job."""
 
     @property
     def key(self) -> str:
@@ -300,4 +302,37 @@ def sj_object(body: Mapping[str, Any]) -> SJObject:
         deleting=bool(meta.get("deletionTimestamp")),
         spec=dict(body.get("spec") or {}),
         status=dict(body.get("status") or {}),
+        job_owner=next((ref.get("uid") for ref in meta.get("ownerReferences") or []
+                        if ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1"), None),
+    )
+
+
+@dataclass(frozen=True)
+class AdoptedJob:
+    """A Job labelled for adoption, as read from the API."""
+
+    namespace: str
+    name: str
+    uid: str
+    created: datetime | None
+    managed: bool
+    """Its ``spec.managedBy`` is the operator's: the adoption webhook suspended it."""
+    finished: bool
+    """It has its final condition (Complete or Failed) already."""
+    body: Mapping[str, Any]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def adopted_job(body: Mapping[str, Any]) -> AdoptedJob:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return AdoptedJob(
+        namespace=meta.get("namespace", ""), name=meta.get("name", ""), uid=meta.get("uid", ""),
+        created=parse_time(meta.get("creationTimestamp")), managed=spec.get("managedBy") == JOB_MANAGER,
+        finished=any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions),
+        body={"metadata": dict(meta), "spec": dict(spec)},
     )

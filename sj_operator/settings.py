@@ -107,7 +107,10 @@ def parse_pools(text: str) -> tuple[Pool, ...]:
             share = float(threshold)
         except ValueError:
             raise ValueError(f"pool {name}: threshold {threshold!r} is not a number") from None
-        pools.append(Pool(name, tuple((key.strip(), value.strip()) for key, _, value in pairs), share))
+        try:
+            pools.append(Pool(name, tuple((key.strip(), value.strip()) for key, _, value in pairs), share))
+        except ValueError as exc:
+            raise ValueError(f"{exc} (in {entry!r})") from None
     names = [pool.name for pool in pools]
     if len(set(names)) != len(names):
         raise ValueError("pool names must be unique")

@@ -25,10 +25,11 @@ from typing import Any, Final
 from aiohttp import web
 
 from sj_operator.admission import VALIDATE_PATH, review
+from sj_operator.adoption import MUTATE_PATH, mutate_review
 from sj_operator.api import SpecLimits
 from sj_operator.certs import TLSBundle, not_after, renew, renewal_due
 from sj_operator.kube import Conflict, Kube, KubeError, NotFound
-from sj_operator.names import GROUP, MANAGED_BY, PLURAL
+from sj_operator.names import GROUP, LABEL_SCAVENGE, MANAGED_BY, PLURAL
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +37,57 @@ CONFIGURATION_NAME: Final = f"{PLURAL}.{GROUP}"
 WEBHOOK_NAME: Final = f"validate.{PLURAL}.{GROUP}"
 TIMEOUT_SECONDS: Final = 5
 FAILURE_POLICY: Final = "Ignore"
+ADOPTION_CONFIGURATION_NAME: Final = f"jobs.{GROUP}"
+ADOPTION_WEBHOOK_NAME: Final = f"adopt.jobs.{GROUP}"
+ADOPTION_FAILURE_POLICY: Final = "Fail"
+"""Only Jobs labelled for adoption are sent (an object selector): while no replica answers, creating
+such a Job fails instead of letting it run unsuspended at its own priority."""
 REFRESH: Final = timedelta(minutes=10)
 _SECRET_KEYS: Final = {"ca_bundle": "ca.crt", "ca_key": "ca.key", "cert": "tls.crt", "key": "tls.key"}
 
 
-def webhook_configuration(*, ca_bundle: bytes, service: str | None, url: str | None) -> dict[str, Any]:
-    """The ValidatingWebhookConfiguration sending SJ creates and updates to this operator."""
+def _client_config(ca_bundle: bytes, service: str | None, url: str | None, path: str) -> dict[str, Any]:
+    """Where the API server sends reviews: the Service, or ``url`` (scheme, host and port) outside a cluster."""
     client_config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
     if service is not None:
         namespace, name = service.split("/", 1)
-        client_config["service"] = {"namespace": namespace, "name": name, "path": VALIDATE_PATH, "port": 443}
+        client_config["service"] = {"namespace": namespace, "name": name, "path": path, "port": 443}
     else:
-        client_config["url"] = url
+        client_config["url"] = f"{url}{path}"
+    return client_config
+
+
+def adoption_configuration(*, ca_bundle: bytes, service: str | None, url: str | None,
+                           namespaces: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The MutatingWebhookConfiguration sending the creates of Jobs labelled for adoption (in the
+    namespaces this operator handles) to this operator."""
+    webhook: dict[str, Any] = {
+        "name": ADOPTION_WEBHOOK_NAME,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": ADOPTION_FAILURE_POLICY,
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "matchPolicy": "Equivalent",
+        "reinvocationPolicy": "Never",
+        "rules": [{"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"],
+                   "scope": "Namespaced"}],
+        "objectSelector": {"matchLabels": {LABEL_SCAVENGE: "true"}},
+        "clientConfig": _client_config(ca_bundle, service, url, MUTATE_PATH),
+    }
+    if namespaces:
+        webhook["namespaceSelector"] = {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespaces)}]}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": ADOPTION_CONFIGURATION_NAME, "labels": dict(MANAGED_BY)},
+        "webhooks": [webhook],
+    }
+
+
+def webhook_configuration(*, ca_bundle: bytes, service: str | None, url: str | None) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration sending SJ creates and updates to this operator."""
+    client_config = _client_config(ca_bundle, service, url, VALIDATE_PATH)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
@@ -89,8 +129,11 @@ class WebhookServer:
 
     def __init__(self, kube: Kube, *, port: int, hosts: list[str], service: str | None, url: str | None,
                  secret_namespace: str, secret_name: str, limits: SpecLimits,
-                 clock: Callable[[], datetime], refresh: timedelta = REFRESH) -> None:
-        self.kube, self.port, self.hosts = kube, port, hosts
+                 clock: Callable[[], datetime], refresh: timedelta = REFRESH,
+                 namespaces: tuple[str, ...] = ()) -> None:
+        """``url``: scheme, host and port the API server reaches this server at when not through ``service``;
+        ``namespaces``: where Jobs are adopted (empty: everywhere)."""
+        self.kube, self.port, self.hosts, self.namespaces = kube, port, hosts, namespaces
         self.service, self.url = service, url
         self.secret_namespace, self.secret_name = secret_namespace, secret_name
         self.limits, self.clock, self.refresh = limits, clock, refresh
@@ -107,6 +150,7 @@ class WebhookServer:
                 await asyncio.sleep(5)
         app = web.Application(client_max_size=4 * 1024 * 1024)
         app.router.add_post(VALIDATE_PATH, self._validate)
+        app.router.add_post(MUTATE_PATH, self._adopt)
         app.router.add_get("/healthz", self._healthz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -134,6 +178,8 @@ class WebhookServer:
             self.bundle = bundle
         await self.kube.apply_validating_webhook(
             webhook_configuration(ca_bundle=bundle.ca_bundle, service=self.service, url=self.url))
+        await self.kube.apply_mutating_webhook(adoption_configuration(
+            ca_bundle=bundle.ca_bundle, service=self.service, url=self.url, namespaces=self.namespaces))
 
     async def _shared_bundle(self) -> TLSBundle:
         for _ in range(5):
@@ -177,6 +223,20 @@ class WebhookServer:
         if not response["allowed"]:
             log.info("refused %s %s/%s: %s", body["request"].get("operation"), body["request"].get("namespace"),
                      body["request"].get("name"), response["status"]["message"])
+        return web.json_response(answer)
+
+    async def _adopt(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            answer = mutate_review(body, self.limits)
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        job = body["request"]
+        if not answer["response"]["allowed"]:
+            log.info("refused Job %s/%s for adoption: %s", job.get("namespace"), job.get("name"),
+                     answer["response"]["status"]["message"])
+        elif "patch" in answer["response"]:
+            log.info("Job %s/%s suspended for adoption", job.get("namespace"), job.get("name"))
         return web.json_response(answer)
 
     async def _healthz(self, _: web.Request) -> web.Response:

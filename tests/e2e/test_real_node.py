@@ -319,11 +319,15 @@ MAY = [
     ("create", "priorityclasses.scheduling.k8s.io", ""), ("update", "leases.coordination.k8s.io", SYSTEM),
     ("watch", "nodes", ""), ("create", "pods", "team-a"), ("list", "resourcequotas", "team-a"),
     ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io", ""),
+    ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", ""),
+    # Adoption: the SJ of a labelled Job, and that Job's final status.
+    ("create", "scavengerjobs.scavenger.dev", "team-a"), ("patch", "jobs.batch/status", "team-a"),
 ]
 MAY_NOT = [
     ("delete", "pods", "team-a"), ("list", "secrets", "team-a"),
     ("watch", "secrets", ""), ("update", "nodes", ""), ("delete", "nodes", ""),
-    ("create", "scavengerjobs.scavenger.dev", "team-a"), ("delete", "scavengerjobs.scavenger.dev", "team-a"),
+    ("delete", "scavengerjobs.scavenger.dev", "team-a"), ("update", "jobs.batch", "team-a"),
+    ("patch", "jobs.batch", "team-a"),
     ("update", "customresourcedefinitions.apiextensions.k8s.io", ""),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io", ""),
     ("escalate", "clusterroles.rbac.authorization.k8s.io", ""), ("impersonate", "serviceaccounts", ""),

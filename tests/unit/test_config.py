@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from sj_operator.config import ConfigError, OperatorConfig, parse_config
+from sj_operator.settings import Pool
 
 REPO = Path(__file__).resolve().parents[2]
 S = timedelta(seconds=1)
@@ -23,6 +25,7 @@ M = timedelta(minutes=1)
 
 DEFAULTS: dict[str, Any] = {
     "threshold": 0.70,
+    "pools": (),
     "start_timeout": 60 * S,
     "retry_backoff": 10 * S,
     "max_retry_backoff": 10 * M,
@@ -111,6 +114,10 @@ VALID: list[tuple[str, list[str], dict[str, str], dict[str, Any]]] = [
     ("--lease-namespace beats POD_NAMESPACE", ["--lease-namespace", "ops"], {"POD_NAMESPACE": "scavenger-system"},
      {"lease_namespace": "ops"}),
     ("-v is --verbose", ["-v"], {}, {"verbose": True}),
+    ("a burst pool", ["--pools", "burst:scavenger.dev/pool=burst:1.0"], {},
+     {"pools": (asdict(Pool("burst", (("scavenger.dev/pool", "burst"),), 1.0)),)}),
+    ("pools from the environment", [], {"SJ_POOLS": "spot:a=b,c=d:0.5;burst:p=b:1"},
+     {"pools": (asdict(Pool("spot", (("a", "b"), ("c", "d")), 0.5)), asdict(Pool("burst", (("p", "b"),), 1.0)))}),
 ]
 
 
@@ -152,6 +159,8 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("--min-duration", "SJ_MIN_DURATION", "1s", "must be longer than 1s"),
     ("--min-duration", "SJ_MIN_DURATION", "soon", "invalid duration 'soon'"),
     ("--webhook-port", "SJ_WEBHOOK_PORT", "0", "greater than or equal to 1"),
+    ("--pools", "SJ_POOLS", "burst:1.0", "is not NAME:KEY=VALUE"),
+    ("--pools", "SJ_POOLS", "burst:p=b:2", "pool burst: threshold must be within [0, 1]"),
 ]
 INVALID_IDS = [f"{flag} {value}" for flag, _, value, _ in INVALID]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import socket
 import ssl
 from collections.abc import AsyncIterator, Iterator
@@ -21,10 +22,17 @@ import pytest
 from cryptography import x509
 
 from sj_operator.admission import VALIDATE_PATH
+from sj_operator.adoption import MUTATE_PATH
 from sj_operator.api import DEFAULT_LIMITS
 from sj_operator.certs import SERVING_VALIDITY
 from sj_operator.kube import Conflict, NotFound
-from sj_operator.webhook import CONFIGURATION_NAME, FAILURE_POLICY, WebhookServer, webhook_configuration
+from sj_operator.webhook import (
+    CONFIGURATION_NAME,
+    FAILURE_POLICY,
+    WebhookServer,
+    adoption_configuration,
+    webhook_configuration,
+)
 
 
 class FakeKube:
@@ -34,6 +42,7 @@ class FakeKube:
         self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
         self.version = 0
         self.configurations: list[dict[str, Any]] = []
+        self.mutating: list[dict[str, Any]] = []
         self.before_write: list[Any] = []
 
     async def read_secret(self, namespace: str, name: str) -> Any:
@@ -65,6 +74,9 @@ class FakeKube:
     async def apply_validating_webhook(self, configuration: dict[str, Any]) -> None:
         self.configurations.append(configuration)
 
+    async def apply_mutating_webhook(self, configuration: dict[str, Any]) -> None:
+        self.mutating.append(configuration)
+
 
 def _port() -> int:
     with socket.socket() as sock:
@@ -84,7 +96,7 @@ class Clock:
 
 def server(kube: FakeKube, clock: Clock, port: int = 0) -> WebhookServer:
     return WebhookServer(kube, port=port or _port(), hosts=["127.0.0.1"], service=None,  # type: ignore[arg-type]
-                         url=f"https://127.0.0.1:{port}{VALIDATE_PATH}", secret_namespace="ops",
+                         url=f"https://127.0.0.1:{port}", secret_namespace="ops",
                          secret_name="tls", limits=DEFAULT_LIMITS, clock=clock, refresh=timedelta(hours=1))
 
 
@@ -95,10 +107,11 @@ def trusted_by_api_server(kube: FakeKube) -> ssl.SSLContext:
     return context
 
 
-async def post(port: int, context: ssl.SSLContext, body: Any) -> tuple[int, Any, x509.Certificate]:
+async def post(port: int, context: ssl.SSLContext, body: Any,
+               path: str = VALIDATE_PATH) -> tuple[int, Any, x509.Certificate]:
     """POST over a new TLS connection verified with ``context``; also returns the certificate served."""
     async with aiohttp.ClientSession() as session, session.post(
-            f"https://127.0.0.1:{port}{VALIDATE_PATH}", json=body, ssl=context) as response:
+            f"https://127.0.0.1:{port}{path}", json=body, ssl=context) as response:
         status, answer = response.status, await response.json()
     _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
     peer = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
@@ -161,6 +174,42 @@ def test_it_answers_over_tls_trusted_by_the_registered_ca_bundle() -> None:
         assert hook["rules"][0]["resources"] == ["scavengerjobs"], "status writes never go through it"
 
     asyncio.run(scenario())
+
+
+def test_labelled_jobs_are_suspended_for_adoption_over_the_same_tls() -> None:
+    async def scenario() -> None:
+        async with serving() as (kube, _, port, _):
+            context = trusted_by_api_server(kube)
+            job = {"metadata": {"name": "j", "labels": {"scavenger.dev/scavenge": "true"}},
+                   "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+            review = {"request": {"uid": "u-8", "operation": "CREATE", "object": job}}
+            code, answer, _ = await post(port, context, review, path=MUTATE_PATH)
+            assert code == 200 and answer["response"]["allowed"] is True
+            assert json.loads(base64.b64decode(answer["response"]["patch"])) == [
+                {"op": "add", "path": "/spec/suspend", "value": True},
+                {"op": "add", "path": "/spec/managedBy", "value": "scavenger.dev/operator"}]
+            job["spec"]["activeDeadlineSeconds"] = 60
+            code, answer, _ = await post(port, context, review, path=MUTATE_PATH)
+            assert answer["response"]["allowed"] is False
+            assert answer["response"]["status"]["message"].startswith("spec.activeDeadlineSeconds: ")
+        [configuration] = kube.mutating
+        hook = configuration["webhooks"][0]
+        assert configuration["kind"] == "MutatingWebhookConfiguration"
+        assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] == 5
+        assert hook["objectSelector"] == {"matchLabels": {"scavenger.dev/scavenge": "true"}}
+        assert hook["clientConfig"]["url"] == f"https://127.0.0.1:{port}{MUTATE_PATH}"
+        assert hook["rules"][0]["resources"] == ["jobs"] and hook["rules"][0]["operations"] == ["CREATE"]
+
+    asyncio.run(scenario())
+
+
+def test_adoption_is_limited_to_the_namespaces_handled() -> None:
+    hook = adoption_configuration(ca_bundle=b"CA", service="ops/hook", url=None, namespaces=("a", "b"))["webhooks"][0]
+    assert hook["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "b"]}]}
+    assert hook["clientConfig"]["service"]["path"] == MUTATE_PATH
+    assert "namespaceSelector" not in adoption_configuration(ca_bundle=b"CA", service=None, url="https://h:1")[
+        "webhooks"][0]
 
 
 def test_a_renewed_certificate_is_served_without_a_restart() -> None:

@@ -1,0 +1,225 @@
+"""Adoption of labelled Jobs: the Job-to-SJ mapping, the webhook's answer, the final Job status, the adopter."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from sj_operator.adopter import Adopter
+from sj_operator.adoption import job_final_status, mutate_review, sj_for_job, sj_spec_for_job
+from sj_operator.api import DEFAULT_LIMITS, InvalidSpec
+from sj_operator.decide import ClusterView
+from sj_operator.kube import Invalid
+from sj_operator.observed import adopted_job, sj_object
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+
+
+def job(**spec: Any) -> dict[str, Any]:
+    """A labelled Job as the API server stores it (defaults filled in, the selector's template labels)."""
+    return {
+        "metadata": {"name": "j", "namespace": "team", "uid": "job-uid", "creationTimestamp": "2026-11-24T11:00:00Z",
+                     "labels": {"scavenger.dev/scavenge": "true"},
+                     "annotations": {"scavenger.dev/duration": "5m", "scavenger.dev/priority-levels": "4",
+                                     "scavenger.dev/checkpoint-volume": "ckpt"}},
+        "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 6, "completionMode": "NonIndexed",
+                 "suspend": True, "managedBy": "scavenger.dev/operator", "podReplacementPolicy": "TerminatingOrFailed",
+                 "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "job-uid"}},
+                 "template": {
+                     "metadata": {"labels": {"app": "sim", "batch.kubernetes.io/controller-uid": "job-uid",
+                                             "controller-uid": "job-uid", "job-name": "j"},
+                                  "annotations": {"team": "a"}},
+                     "spec": {"restartPolicy": "Never", "dnsPolicy": "ClusterFirst",
+                              "schedulerName": "default-scheduler", "enableServiceLinks": True,
+                              "securityContext": {"runAsUser": 1000, "runAsNonRoot": True},
+                              "terminationGracePeriodSeconds": 30, "nodeSelector": {"pool": "a"},
+                              "tolerations": [{"key": "pool", "operator": "Exists"}],
+                              "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "c"}}],
+                              "containers": [{"name": "main", "image": "sim:1", "command": ["run"], "args": ["--fast"],
+                                              "env": [{"name": "MODE", "value": "x"}],
+                                              "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}},
+                                              "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}],
+                                              "imagePullPolicy": "IfNotPresent",
+                                              "terminationMessagePath": "/dev/termination-log",
+                                              "terminationMessagePolicy": "File"}]}}, **spec},
+    }
+
+
+def changed(path: str, value: Any) -> dict[str, Any]:
+    """``job()`` with the value at ``path`` (dots, list indexes as numbers) set."""
+    body = job()
+    *parents, last = path.split(".")
+    node: Any = body
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node[part]
+    node[int(last) if last.isdigit() else last] = value
+    return body
+
+
+def test_a_job_maps_to_the_sj_that_runs_it() -> None:
+    assert sj_spec_for_job(job(), DEFAULT_LIMITS) == {
+        "parallelism": 1, "image": "sim:1", "command": ["run"], "args": ["--fast"],
+        "env": [{"name": "MODE", "value": "x"}], "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}},
+        "volumes": [{"name": "ckpt", "mountPath": "/ckpt", "persistentVolumeClaim": {"claimName": "c"}}],
+        "nodeSelector": {"pool": "a"}, "tolerations": [{"key": "pool", "operator": "Exists"}],
+        "terminationGracePeriodSeconds": 30, "runAsUser": 1000,
+        "podLabels": {"app": "sim"}, "podAnnotations": {"team": "a"},
+        "duration": "5m", "priorityLevels": 4, "checkpointVolume": "ckpt",
+    }
+
+
+def test_an_indexed_job_is_a_gang_and_the_sj_is_owned_by_the_job() -> None:
+    sj = sj_for_job(job(parallelism=3, completions=3, completionMode="Indexed"), DEFAULT_LIMITS)
+    assert sj["spec"]["parallelism"] == 3
+    assert sj["metadata"]["ownerReferences"] == [{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                                                  "uid": "job-uid", "controller": True, "blockOwnerDeletion": False}]
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    (changed("spec.activeDeadlineSeconds", 60), "spec.activeDeadlineSeconds"),
+    (changed("spec.podFailurePolicy", {"rules": []}), "spec.podFailurePolicy"),
+    (changed("spec.managedBy", "kueue.x-k8s.io/multikueue"), "spec.managedBy"),
+    (changed("spec.parallelism", 2), "spec.parallelism"),
+    (changed("spec.completions", 4), "spec.completions"),
+    (job(parallelism=3, completions=2, completionMode="Indexed"), "spec.completions"),
+    (changed("spec.template.spec.initContainers", [{"name": "i", "image": "x"}]), "spec.template.spec.initContainers"),
+    (changed("spec.template.spec.hostNetwork", True), "spec.template.spec.hostNetwork"),
+    (changed("spec.template.spec.priorityClassName", "high"), "spec.template.spec.priorityClassName"),
+    (changed("spec.template.spec.dnsPolicy", "None"), "spec.template.spec.dnsPolicy"),
+    (changed("spec.template.spec.containers.0.livenessProbe", {"exec": {}}),
+     "spec.template.spec.containers[0].livenessProbe"),
+    (changed("spec.template.spec.containers.0.securityContext", {"privileged": True}),
+     "spec.template.spec.containers[0].securityContext"),
+    (changed("spec.template.spec.securityContext", {"runAsUser": 0, "runAsNonRoot": True}),
+     "spec.template.spec.securityContext.runAsNonRoot"),
+    (changed("spec.template.spec.containers.0.volumeMounts.0.mountPropagation", "Bidirectional"),
+     "spec.template.spec.containers[0].volumeMounts[0].mountPropagation"),
+    (changed("spec.template.spec.volumes", [{"name": "ckpt", "hostPath": {"path": "/"}}]),
+     "spec.template.spec.volumes[0]"),
+    (changed("spec.template.spec.containers.0.resources", {"requests": {"cpu": "-1"}}),
+     "spec.template.spec.containers[0].resources.requests[cpu]"),
+    (changed("spec.template.spec.containers.0.env", [{"name": "SJ_RANK", "value": "1"}]),
+     "spec.template.spec.containers[0].env[0].name"),
+    (changed("spec.template.spec.terminationGracePeriodSeconds", 100_000),
+     "spec.template.spec.terminationGracePeriodSeconds"),
+    (changed("metadata.annotations", {"scavenger.dev/duration": "soon"}),
+     "metadata.annotations[scavenger.dev/duration]"),
+    (changed("metadata.annotations", {"scavenger.dev/priority-levels": "many"}),
+     "metadata.annotations[scavenger.dev/priority-levels]"),
+    (changed("metadata.annotations", {"scavenger.dev/checkpoint-volume": "nope"}),
+     "metadata.annotations[scavenger.dev/checkpoint-volume]"),
+], ids=lambda value: value if isinstance(value, str) else "")
+def test_what_an_sj_cannot_express_is_refused_naming_the_jobs_field(body: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidSpec) as refused:
+        sj_spec_for_job(body, DEFAULT_LIMITS)
+    assert refused.value.field == field
+
+
+def review(body: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
+    return {"request": {"uid": "r-1", "operation": operation, "object": body}}
+
+
+def test_the_webhook_suspends_an_adoptable_job_and_leaves_others_alone() -> None:
+    fresh = job()
+    del fresh["spec"]["suspend"], fresh["spec"]["managedBy"]
+    answer = mutate_review(review(fresh), DEFAULT_LIMITS)["response"]
+    assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(answer["patch"])) == [
+        {"op": "add", "path": "/spec/suspend", "value": True},
+        {"op": "add", "path": "/spec/managedBy", "value": "scavenger.dev/operator"}]
+    unlabelled = copy.deepcopy(fresh)
+    unlabelled["metadata"]["labels"] = {}
+    assert mutate_review(review(unlabelled), DEFAULT_LIMITS)["response"] == {"uid": "r-1", "allowed": True}
+    refused = mutate_review(review(changed("spec.activeDeadlineSeconds", 5)), DEFAULT_LIMITS)["response"]
+    assert refused["allowed"] is False and refused["status"]["code"] == 422
+    assert refused["status"]["message"].startswith("spec.activeDeadlineSeconds: a ScavengerJob cannot express this")
+    with pytest.raises(ValueError, match="not an AdmissionReview"):
+        mutate_review({"request": {}}, DEFAULT_LIMITS)
+
+
+def test_the_final_status_is_what_the_api_server_requires_of_an_external_manager() -> None:
+    done = job_final_status(succeeded=True, message="m", started=NOW - timedelta(hours=1), now=NOW, pods=3)
+    assert [c["type"] for c in done["conditions"]] == ["SuccessCriteriaMet", "Complete"]
+    assert done["succeeded"] == 3 and done["completionTime"] == "2026-11-24T12:00:00Z"
+    assert done["startTime"] == "2026-11-24T11:00:00Z" and done["active"] == 0
+    failed = job_final_status(succeeded=False, message="m", started=NOW + timedelta(seconds=5), now=NOW, pods=1)
+    assert [c["type"] for c in failed["conditions"]] == ["FailureTarget", "Failed"]
+    assert "completionTime" not in failed and failed["startTime"] <= "2026-11-24T12:00:00Z"
+
+
+class FakeKube:
+    def __init__(self, *, invalid: bool = False) -> None:
+        self.created: list[dict[str, Any]] = []
+        self.statuses: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[str] = []
+        self.invalid = invalid
+
+    async def create_sj(self, sj: dict[str, Any]) -> bool:
+        if self.invalid:
+            raise Invalid(422, "Invalid", "spec: refused by a CEL rule")
+        self.created.append(sj)
+        return True
+
+    async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.statuses.append((name, status))
+
+    async def event(self, **kw: Any) -> None:
+        self.events.append(kw["reason"])
+
+
+def view(jobs: list[dict[str, Any]], sjs: list[dict[str, Any]] = ()) -> ClusterView:  # type: ignore[assignment]
+    return ClusterView(sjs=tuple(sj_object(s) for s in sjs), jobs={}, run_pods={}, active_pods=(), nodes=(),
+                       adopted=tuple(adopted_job(j) for j in jobs))
+
+
+def sj_of(phase: str | None, owner: str = "job-uid") -> dict[str, Any]:
+    return {"metadata": {"name": "j", "namespace": "team", "uid": "sj-uid",
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": owner}]},
+            "spec": {"parallelism": 2}, "status": {"phase": phase, "message": "all done"} if phase else {}}
+
+
+def adopt(kube: FakeKube, v: ClusterView, handles: str | None = None) -> None:
+    asyncio.run(Adopter(kube, DEFAULT_LIMITS, handles=lambda ns: handles in (None, ns),  # type: ignore[arg-type]
+                        clock=lambda: NOW).reconcile(v))
+
+
+@pytest.mark.parametrize(("jobs", "sjs", "created", "ended", "events"), [
+    ([job()], [], 1, None, ["Adopted"]),
+    ([job()], [sj_of("Running")], 0, None, []),
+    ([job()], [sj_of("Succeeded")], 0, "Complete", ["Completed"]),
+    ([job()], [sj_of("Failed")], 0, "Failed", ["Failed"]),
+    ([job()], [sj_of("Running", owner="someone-else")], 0, "Failed", ["Failed"]),
+    ([changed("spec.managedBy", None)], [], 0, None, []),  # admitted while no webhook answered: not adopted
+    ([changed("status", {"conditions": [{"type": "Complete", "status": "True"}]})], [sj_of("Succeeded")], 0, None,
+     []),
+], ids=["creates-the-sj", "running", "succeeded", "failed", "name-taken", "not-managed", "already-ended"])
+def test_the_adopter(jobs, sjs, created, ended, events) -> None:
+    kube = FakeKube()
+    for body in jobs:
+        body.setdefault("status", {})
+    adopt(kube, view(jobs, sjs))
+    assert len(kube.created) == created
+    assert [status["conditions"][-1]["type"] for _, status in kube.statuses] == ([ended] if ended else [])
+    assert kube.events == events
+    if ended == "Complete":
+        assert kube.statuses[0][1]["succeeded"] == 2
+        assert kube.statuses[0][1]["conditions"][-1]["message"] == "ScavengerJob j succeeded: all done"
+
+
+def test_an_sj_the_api_server_refuses_fails_the_job_with_its_reason() -> None:
+    kube = FakeKube(invalid=True)
+    adopt(kube, view([job()]))
+    [(_, status)] = kube.statuses
+    assert status["conditions"][-1]["type"] == "Failed"
+    assert "refused by a CEL rule" in status["conditions"][-1]["message"]
+
+
+def test_jobs_outside_the_namespaces_handled_are_left() -> None:
+    kube = FakeKube()
+    adopt(kube, view([job()]), handles="other")
+    assert not kube.created and not kube.statuses
