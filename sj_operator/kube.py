@@ -227,21 +227,20 @@ class Kube:
 
     async def apply_validating_webhook(self, configuration: Mapping[str, Any]) -> None:
         """Creates the ValidatingWebhookConfiguration, or replaces its webhooks when it exists."""
-        name = configuration["metadata"]["name"]
-        try:
-            await self._call(self.admission.create_validating_webhook_configuration, configuration)
-        except Conflict:
-            await self._call(self.admission.patch_validating_webhook_configuration, name,
-                             {"webhooks": configuration["webhooks"]})
+        await self._apply_webhook(self.admission.create_validating_webhook_configuration,
+                                  self.admission.patch_validating_webhook_configuration, configuration)
 
     async def apply_mutating_webhook(self, configuration: Mapping[str, Any]) -> None:
         """Creates the MutatingWebhookConfiguration, or replaces its webhooks when it exists."""
-        name = configuration["metadata"]["name"]
+        await self._apply_webhook(self.admission.create_mutating_webhook_configuration,
+                                  self.admission.patch_mutating_webhook_configuration, configuration)
+
+    async def _apply_webhook(self, create: Callable[..., Any], patch: Callable[..., Any],
+                             configuration: Mapping[str, Any]) -> None:
         try:
-            await self._call(self.admission.create_mutating_webhook_configuration, configuration)
+            await self._call(create, configuration)
         except Conflict:
-            await self._call(self.admission.patch_mutating_webhook_configuration, name,
-                             {"webhooks": configuration["webhooks"]})
+            await self._call(patch, configuration["metadata"]["name"], {"webhooks": configuration["webhooks"]})
 
     # --- adopted Jobs ------------------------------------------------------------------
     async def create_sj(self, sj: Mapping[str, Any]) -> bool:

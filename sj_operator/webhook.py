@@ -17,7 +17,7 @@ import base64
 import logging
 import ssl
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
@@ -149,8 +149,8 @@ class WebhookServer:
             if self.bundle is None:
                 await asyncio.sleep(5)
         app = web.Application(client_max_size=4 * 1024 * 1024)
-        app.router.add_post(VALIDATE_PATH, self._validate)
-        app.router.add_post(MUTATE_PATH, self._adopt)
+        app.router.add_post(VALIDATE_PATH, self._answering(review, "ScavengerJob"))
+        app.router.add_post(MUTATE_PATH, self._answering(mutate_review, "Job"))
         app.router.add_get("/healthz", self._healthz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -213,31 +213,23 @@ class WebhookServer:
             key.write_bytes(bundle.key)
             self.context.load_cert_chain(cert, key)
 
-    async def _validate(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-            answer = review(body, self.limits)
-        except ValueError as exc:
-            return web.json_response({"error": str(exc)}, status=400)
-        response = answer["response"]
-        if not response["allowed"]:
-            log.info("refused %s %s/%s: %s", body["request"].get("operation"), body["request"].get("namespace"),
-                     body["request"].get("name"), response["status"]["message"])
-        return web.json_response(answer)
-
-    async def _adopt(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-            answer = mutate_review(body, self.limits)
-        except ValueError as exc:
-            return web.json_response({"error": str(exc)}, status=400)
-        job = body["request"]
-        if not answer["response"]["allowed"]:
-            log.info("refused Job %s/%s for adoption: %s", job.get("namespace"), job.get("name"),
-                     answer["response"]["status"]["message"])
-        elif "patch" in answer["response"]:
-            log.info("Job %s/%s suspended for adoption", job.get("namespace"), job.get("name"))
-        return web.json_response(answer)
+    def _answering(self, decide: Callable[[Any, SpecLimits], dict[str, Any]],
+                   what: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """A handler answering AdmissionReviews with ``decide``; refusals and changes are logged."""
+        async def answer(request: web.Request) -> web.Response:
+            try:
+                body = await request.json()
+                review_answer = decide(body, self.limits)
+            except ValueError as exc:
+                return web.json_response({"error": str(exc)}, status=400)
+            asked, response = body["request"], review_answer["response"]
+            where = f"{what} {asked.get('namespace')}/{asked.get('name')}"
+            if not response["allowed"]:
+                log.info("refused %s %s: %s", asked.get("operation"), where, response["status"]["message"])
+            elif "patch" in response:
+                log.info("%s suspended for adoption", where)
+            return web.json_response(review_answer)
+        return answer
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.Response(text="ok")

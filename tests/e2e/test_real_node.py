@@ -380,6 +380,36 @@ def test_the_in_cluster_webhook_refuses_an_invalid_sj_naming_the_field(api: clie
             "must be at least 10s") in proc.stderr
 
 
+def test_the_in_cluster_operator_adopts_a_labelled_job_which_ends_complete(api: client.ApiClient, namespace: str,
+                                                                          cluster_operator: None) -> None:
+    """kubectl apply of a plain Job labelled for adoption: the replicas' mutating webhook suspends it, the
+    leader runs it as an SJ in the band, and the Job ends Complete; all with the chart's RBAC."""
+    manifest = json.dumps({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "counted", "namespace": namespace, "labels": {"scavenger.dev/scavenge": "true"},
+                     "annotations": {"scavenger.dev/duration": "2m", "scavenger.dev/checkpoint-volume": "ckpt"}},
+        "spec": {"template": {"spec": {
+            "restartPolicy": "Never", **ON_NODE, "volumes": [{"name": "ckpt", "emptyDir": {}}],
+            "containers": [{"name": "counter", "image": "scavenger/generic-counter:dev",
+                            "env": [{"name": "COUNTER_TARGET", "value": "20"},
+                                    {"name": "COUNTER_STEP_SECONDS", "value": "0.1"}],
+                            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                            "volumeMounts": [{"name": "ckpt", "mountPath": "/checkpoints"}]}]}}}})
+    kubectl("apply", "-f", "-", input=manifest)
+    batch = client.BatchV1Api(api)
+    job = batch.read_namespaced_job("counted", namespace)
+    assert job.spec.suspend is True and job.spec.managed_by == "scavenger.dev/operator"
+    st = wait_phase(api, namespace, "counted", "Succeeded", timeout=180)
+    pod = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"scavenger.dev/run={st['jobName']}")
+    assert pod.items and pod.items[0].spec.priority_class_name.startswith("scavenger-band-")
+    complete = wait_for("the Job Complete", lambda: next((c for c in batch.read_namespaced_job(
+        "counted", namespace).status.conditions or [] if c.type == "Complete" and c.status == "True"), None),
+        timeout=60)
+    assert complete.message.startswith("ScavengerJob counted succeeded")
+    hook = client.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration("jobs.scavenger.dev").webhooks[0]
+    assert hook.client_config.service.name == "scavenger-webhook" and hook.failure_policy == "Fail"
+
+
 def test_node_down_leaves_the_host_as_up_found_it_and_both_are_idempotent(real_node: str) -> None:
     """Last of the stage: the node goes, and with it every process, mount, link and sysctl it made."""
     if not BEFORE:
