@@ -227,20 +227,39 @@ class Kube:
 
     async def apply_validating_webhook(self, configuration: Mapping[str, Any]) -> None:
         """Creates the ValidatingWebhookConfiguration, or replaces its webhooks when it exists."""
-        await self._apply_webhook(self.admission.create_validating_webhook_configuration,
-                                  self.admission.patch_validating_webhook_configuration, configuration)
+        a = self.admission
+        await self._apply_webhook(a.create_validating_webhook_configuration, a.read_validating_webhook_configuration,
+                                  a.replace_validating_webhook_configuration, configuration)
 
     async def apply_mutating_webhook(self, configuration: Mapping[str, Any]) -> None:
         """Creates the MutatingWebhookConfiguration, or replaces its webhooks when it exists."""
-        await self._apply_webhook(self.admission.create_mutating_webhook_configuration,
-                                  self.admission.patch_mutating_webhook_configuration, configuration)
+        a = self.admission
+        await self._apply_webhook(a.create_mutating_webhook_configuration, a.read_mutating_webhook_configuration,
+                                  a.replace_mutating_webhook_configuration, configuration)
 
-    async def _apply_webhook(self, create: Callable[..., Any], patch: Callable[..., Any],
+    async def _apply_webhook(self, create: Callable[..., Any], read: Callable[..., Any], replace: Callable[..., Any],
                              configuration: Mapping[str, Any]) -> None:
-        try:
-            await self._call(create, configuration)
-        except Conflict:
-            await self._call(patch, configuration["metadata"]["name"], {"webhooks": configuration["webhooks"]})
+        """Replaced whole, not patched: a patch would merge a Service reference into a URL one (or back)
+        when the operator moves between running in and outside the cluster, which the API server refuses."""
+        name = configuration["metadata"]["name"]
+        for _ in range(3):
+            try:
+                await self._call(create, configuration)
+                return
+            except Conflict:
+                pass
+            try:
+                current = await self._call(read, name)
+            except NotFound:
+                continue
+            body = {**configuration, "metadata": {**configuration["metadata"],
+                                                  "resourceVersion": current.metadata.resource_version}}
+            try:
+                await self._call(replace, name, body)
+                return
+            except (Conflict, NotFound):
+                continue
+        raise Conflict(409, "Conflict", f"webhook configuration {name} kept changing")
 
     # --- adopted Jobs ------------------------------------------------------------------
     async def create_sj(self, sj: Mapping[str, Any]) -> bool:
