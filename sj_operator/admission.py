@@ -12,7 +12,7 @@ take effect at the SJ's next run: the answer carries a warning saying so when th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from sj_operator.api import InvalidSpec, Phase, SpecLimits, parse_spec
@@ -31,13 +31,20 @@ _MID_RUN = (Phase.STARTING, Phase.RUNNING)
 
 def review(body: Mapping[str, Any], limits: SpecLimits) -> dict[str, Any]:
     """The AdmissionReview answering ``body`` (an AdmissionReview request)."""
+    return answer_review(body, lambda request: _answer(request, limits))
+
+
+def answer_review(body: Mapping[str, Any],
+                  decide: Callable[[Mapping[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    """The AdmissionReview whose response is what ``decide`` answers to the request in ``body``.
+    Raises ValueError when ``body`` is not an AdmissionReview request."""
     request = body.get("request") if isinstance(body, Mapping) else None
     if not isinstance(request, Mapping):
         raise ValueError("not an AdmissionReview request: no request")
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise ValueError("not an AdmissionReview request: no uid")
-    response = {"uid": uid, **_answer(request, limits)}
+    response = {"uid": uid, **decide(request)}
     return {"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response}
 
 

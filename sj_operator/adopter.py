@@ -39,12 +39,12 @@ class Adopter:
         self.kube, self.limits, self.handles, self.clock = kube, limits, handles, clock
 
     async def reconcile(self, view: ClusterView) -> None:
-        if not view.adopted:
+        # Ended Jobs stay labelled until deleted: the SJs are indexed only when some Job is still running.
+        pending = [job for job in view.adopted if job.managed and not job.finished and self.handles(job.namespace)]
+        if not pending:
             return
         sjs = {sj.key: sj for sj in view.sjs}
-        for job in view.adopted:
-            if not job.managed or job.finished or not self.handles(job.namespace):
-                continue
+        for job in pending:
             try:
                 await self._one(job, sjs.get(job.key))
             except KubeError as exc:

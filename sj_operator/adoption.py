@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
+from sj_operator.admission import answer_review
 from sj_operator.api import InvalidSpec, SpecLimits, parse_spec
 from sj_operator.names import (
     ANNOTATION_CHECKPOINT_VOLUME,
@@ -132,11 +133,12 @@ def sj_for_job(job: Mapping[str, Any], limits: SpecLimits) -> dict[str, Any]:
 def mutate_review(body: Mapping[str, Any], limits: SpecLimits) -> dict[str, Any]:
     """The AdmissionReview answering a Job's CREATE: suspended and managed by the operator, or refused
     naming the field an SJ cannot express. A Job that does not ask to be scavenged passes unchanged."""
-    request = body.get("request") if isinstance(body, Mapping) else None
-    if not isinstance(request, Mapping) or not isinstance(request.get("uid"), str) or not request["uid"]:
-        raise ValueError("not an AdmissionReview request")
+    return answer_review(body, lambda request: _adopting(request, limits))
+
+
+def _adopting(request: Mapping[str, Any], limits: SpecLimits) -> dict[str, Any]:
     job = _map(request.get("object"))
-    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    response: dict[str, Any] = {"allowed": True}
     if request.get("operation") == "CREATE" and is_adoptable(job):
         try:
             sj_spec_for_job(job, limits)
@@ -149,7 +151,7 @@ def mutate_review(body: Mapping[str, Any], limits: SpecLimits) -> dict[str, Any]
             patch = [{"op": "add", "path": "/spec/suspend", "value": True},
                      {"op": "add", "path": "/spec/managedBy", "value": JOB_MANAGER}]
             response.update(patchType="JSONPatch", patch=base64.b64encode(json.dumps(patch).encode()).decode())
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+    return response
 
 
 def job_final_status(*, succeeded: bool, message: str, started: datetime, now: datetime,

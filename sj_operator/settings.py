@@ -90,6 +90,12 @@ class Pool:
         return all(labels.get(key) == value for key, value in self.node_selector)
 
 
+def check_pool_names(pools: tuple[Pool, ...]) -> tuple[Pool, ...]:
+    names = [pool.name for pool in pools]
+    if len(set(names)) != len(names):
+        raise ValueError("pool names must be unique")
+    return pools
+
 
 def parse_pools(text: str) -> tuple[Pool, ...]:
     """``NAME:KEY=VALUE[,KEY=VALUE...]:THRESHOLD`` entries separated by ``;``, e.g.
@@ -111,7 +117,4 @@ def parse_pools(text: str) -> tuple[Pool, ...]:
             pools.append(Pool(name, tuple((key.strip(), value.strip()) for key, _, value in pairs), share))
         except ValueError as exc:
             raise ValueError(f"{exc} (in {entry!r})") from None
-    names = [pool.name for pool in pools]
-    if len(set(names)) != len(names):
-        raise ValueError("pool names must be unique")
-    return tuple(pools)
+    return check_pool_names(tuple(pools))

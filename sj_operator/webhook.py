@@ -62,45 +62,41 @@ def adoption_configuration(*, ca_bundle: bytes, service: str | None, url: str | 
     """The MutatingWebhookConfiguration sending the creates of Jobs labelled for adoption (in the
     namespaces this operator handles) to this operator."""
     webhook: dict[str, Any] = {
-        "name": ADOPTION_WEBHOOK_NAME,
-        "admissionReviewVersions": ["v1"],
-        "sideEffects": "None",
-        "failurePolicy": ADOPTION_FAILURE_POLICY,
-        "timeoutSeconds": TIMEOUT_SECONDS,
-        "matchPolicy": "Equivalent",
         "reinvocationPolicy": "Never",
         "rules": [{"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"],
                    "scope": "Namespaced"}],
         "objectSelector": {"matchLabels": {LABEL_SCAVENGE: "true"}},
-        "clientConfig": _client_config(ca_bundle, service, url, MUTATE_PATH),
     }
     if namespaces:
         webhook["namespaceSelector"] = {"matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespaces)}]}
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": ADOPTION_CONFIGURATION_NAME, "labels": dict(MANAGED_BY)},
-        "webhooks": [webhook],
-    }
+    return _configuration("MutatingWebhookConfiguration", ADOPTION_CONFIGURATION_NAME, ADOPTION_WEBHOOK_NAME,
+                          ADOPTION_FAILURE_POLICY, _client_config(ca_bundle, service, url, MUTATE_PATH), webhook)
 
 
 def webhook_configuration(*, ca_bundle: bytes, service: str | None, url: str | None) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration sending SJ creates and updates to this operator."""
-    client_config = _client_config(ca_bundle, service, url, VALIDATE_PATH)
+    rules = [{"apiGroups": [GROUP], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+              "resources": [PLURAL], "scope": "Namespaced"}]
+    return _configuration("ValidatingWebhookConfiguration", CONFIGURATION_NAME, WEBHOOK_NAME, FAILURE_POLICY,
+                          _client_config(ca_bundle, service, url, VALIDATE_PATH), {"rules": rules})
+
+
+def _configuration(kind: str, name: str, webhook: str, failure_policy: str, client_config: dict[str, Any],
+                   rest: dict[str, Any]) -> dict[str, Any]:
+    """A webhook configuration of one webhook; what every one of the operator's shares is set here."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": CONFIGURATION_NAME, "labels": dict(MANAGED_BY)},
+        "kind": kind,
+        "metadata": {"name": name, "labels": dict(MANAGED_BY)},
         "webhooks": [{
-            "name": WEBHOOK_NAME,
+            "name": webhook,
             "admissionReviewVersions": ["v1"],
             "sideEffects": "None",
-            "failurePolicy": FAILURE_POLICY,
+            "failurePolicy": failure_policy,
             "timeoutSeconds": TIMEOUT_SECONDS,
             "matchPolicy": "Equivalent",
-            "rules": [{"apiGroups": [GROUP], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
-                       "resources": [PLURAL], "scope": "Namespaced"}],
+            **rest,
             "clientConfig": client_config,
         }],
     }

@@ -280,7 +280,8 @@ def _pool_index(node: NodeView, pools: Sequence[Pool]) -> int:
 
 
 def _pools(all_nodes: Sequence[NodeView], schedulable: Sequence[NodeView], cluster_requested: Resources,
-           threshold: Fraction, pools: Sequence[Pool], allocatable: Mapping[str, list[int]]) -> list[_PoolState]:
+           threshold: Fraction, pools: Sequence[Pool], pool_of: Mapping[str, int],
+           allocatable: Mapping[str, list[int]]) -> list[_PoolState]:
     """The default pool and the configured ones. Without pools the default pool is the whole cluster
     and what every pod requests counts in it; with pools, what a node's pods request counts in its
     pool, and pods bound to no node count in the default pool."""
@@ -292,12 +293,12 @@ def _pools(all_nodes: Sequence[NodeView], schedulable: Sequence[NodeView], clust
     totals_of: list[dict[str, int]] = [{} for _ in names]
     used_of: list[dict[str, int]] = [{} for _ in names]
     for node in schedulable:
-        totals = totals_of[_pool_index(node, pools)]
+        totals = totals_of[pool_of[node.name]]
         for r, amount in node.allocatable.items():
             totals[r] = totals.get(r, 0) + amount
     unbound = dict(cluster_requested)
     for node in all_nodes:
-        used = used_of[_pool_index(node, pools)]
+        used = used_of[pool_of[node.name]]
         for r, amount in node.requested.items():
             used[r] = used.get(r, 0) + amount
             unbound[r] = unbound.get(r, 0) - amount
@@ -333,8 +334,9 @@ class _PassState:
         self._free_total = {r: sum(filter((0).__lt__, column)) for r, column in self._free.items()}
         self._max_free = {r: max(column) for r, column in self._free.items()}
         self._stale_max: set[str] = set()
-        self._pools = _pools(nodes, self._nodes, cluster_requested, threshold, pools, self._allocatable)
-        self._pool_of = [_pool_index(node, pools) for node in self._nodes]
+        pool_of = {node.name: _pool_index(node, pools) for node in nodes} if pools else {}
+        self._pools = _pools(nodes, self._nodes, cluster_requested, threshold, pools, pool_of, self._allocatable)
+        self._pool_of = [pool_of.get(node.name, 0) for node in self._nodes]
         self._reserved = 0
         """Reservations made so far in the pass: a cached explanation of a shape is valid while it is equal."""
         self._why_cache: dict[tuple[_Need, _EligibilityKey, int], tuple[int, RoomReason, str]] = {}

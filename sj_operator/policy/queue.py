@@ -17,6 +17,7 @@ from sj_operator.settings import (
     DEFAULT_STARVATION_AFTER,
     DEFAULT_THRESHOLD,
     Pool,
+    check_pool_names,
     check_threshold,
 )
 
@@ -45,9 +46,7 @@ class PolicyConfig:
             raise ValueError("starvation_after must not be negative")
         if self.aging_step <= timedelta(0) or self.aging_cap < 0:
             raise ValueError("aging_step must be positive and aging_cap not negative")
-        names = [pool.name for pool in self.pools]
-        if len(set(names)) != len(names):
-            raise ValueError("pool names must be unique")
+        check_pool_names(self.pools)
 
 
 DEFAULT_POLICY = PolicyConfig()
