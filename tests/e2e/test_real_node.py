@@ -22,7 +22,7 @@ from kubernetes import client, watch
 
 from sj_operator.observed import pod_requests
 from sj_operator.resources import to_milli
-from tests.e2e.kube import unique, wait_for
+from tests.e2e.kube import CHECKS, unique, wait_for
 from tests.e2e.sj import create_sj, event_messages, jobs_of, run_pods, sj_spec, status, wait_phase
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +75,23 @@ def real_node(api: client.ApiClient) -> Iterator[str]:
     subprocess.run([str(REPO / "hack/node"), "up"], check=True)
     subprocess.run([str(REPO / "hack/images"), "--containerd", str(REPO / ".node/containerd/containerd.sock"),
                     "pause", "operator", "generic-counter", "mpi-heat"], check=True)
-    yield NODE
+    CHECKS.append(_node_processes_alive)
+    try:
+        yield NODE
+    finally:
+        CHECKS.remove(_node_processes_alive)
+
+
+def _node_processes_alive() -> None:
+    """Fails a waiting test at once, with the log's end, when a process of the node exited: a test that
+    waits on pods of a dead kubelet would otherwise time out saying only what it waited for."""
+    state = REPO / ".node"
+    for name in ("kubelet", "containerd"):
+        pid = (state / f"{name}.pid").read_text().strip() if (state / f"{name}.pid").exists() else ""
+        if not pid or not Path(f"/proc/{pid}").exists():
+            log = state / f"{name}.log"
+            tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+            raise AssertionError(f"the real node's {name} is not running; the end of {log}:\n{tail}")
 
 
 @pytest.fixture(scope="module")
