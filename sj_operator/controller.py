@@ -34,19 +34,15 @@ from sj_operator.decide import (
     ClusterView,
     Decided,
     Observed,
-    admission_snapshot,
-    decide,
     in_flight,
     nodes_being_drained,
-    observe,
 )
 from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotFound
 from sj_operator.memo import PassMemo
 from sj_operator.metrics import Metrics
 from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
-from sj_operator.observed import SJObject
-from sj_operator.policy.admission import AdmissionPass, PolicyConfig
-from sj_operator.policy.admission import decide_pass as admit
+from sj_operator.observed import NodeInfo, SJObject
+from sj_operator.policy.admission import AdmissionPass, PolicyConfig, Waiting
 from sj_operator.policy.conditions import WAIT_REASONS, admitted_condition, wait_changed
 from sj_operator.policy.lifecycle import (
     DeleteRun,
@@ -65,14 +61,16 @@ from sj_operator.policy.lifecycle import (
 from sj_operator.policy.priority import launch_class
 from sj_operator.policy.snapshot import InFlightRun
 from sj_operator.policy.tenancy import quota_shortfall, quota_view
-from sj_operator.resources import resources_milli, total
+from sj_operator.resources import EMPTY, Resources, resources_milli, total
 
 __all__ = ["ClusterView", "Controller", "utcnow"]
 
 log = logging.getLogger("sj_operator.controller")
 Clock = Callable[[], datetime]
 T = TypeVar("T")
-API_CONCURRENCY = 8  # the blocking client runs in worker threads; more would only queue there
+API_CONCURRENCY = 24
+"""SJs whose writes are in flight at once; the client has `kube.API_THREADS` threads, some left for the
+leader election and the webhook."""
 WRITTEN_TTL = 30.0
 """Seconds a status this process wrote is preferred over a watch that has not shown it yet."""
 LAUNCHED_TTL = 60.0
@@ -86,7 +84,30 @@ _NO_RUN = Run(job=None)
 
 def _writes(d: Decided) -> bool:
     """Whether a decision has anything to carry out: a new status, an Event or an action."""
-    return bool(d.step.events or d.step.actions) or d.step.status != d.observed.status
+    return bool(d.step.events or d.step.actions) or (d.step.status is not d.observed.status
+                                                     and d.step.status != d.observed.status)
+
+
+def _gauge_labels(status: ScavengerJobStatus) -> tuple[str | None, str | None]:
+    """An SJ's phase in the gauges and, while it waits, why (``Queued`` when no reason is written)."""
+    if status.phase is None:
+        return None, None
+    if status.phase not in (Phase.PENDING, Phase.INTERRUPTED, Phase.SUSPENDED):
+        return status.phase.value, None
+    cond = admitted_condition(status.conditions)
+    return status.phase.value, cond.reason if cond is not None and cond.status == "False" and cond.reason else "Queued"
+
+
+def _first_sight(d: Decided) -> bool:
+    """A new SJ whose only decision is to queue it: when admitted in the same pass, that status is not
+    written on its own but together with the launch."""
+    return d.observed.status.phase is None and not d.step.actions and d.step.waiting
+
+
+def _says(status: ScavengerJobStatus, why: Waiting) -> bool:
+    """The SJ's Admitted condition gives exactly this reason and message."""
+    cond = admitted_condition(status.conditions)
+    return cond is not None and (cond.status, cond.reason, cond.message) == ("False", why.reason, why.message)
 
 
 def utcnow() -> datetime:
@@ -133,6 +154,12 @@ class Controller:
     """SJs (by uid) whose namespace refused their pods: when to try again, and how many refusals in a row."""
     why_written: dict[str, float] = field(default_factory=dict)
     """When this process last wrote each waiting SJ's reason (monotonic seconds), by uid."""
+    why_settled: dict[str, tuple[Decided, str, str | None, float]] = field(default_factory=dict)
+    """Waiting SJs with nothing to write about why they wait, by uid: the decision, its reason, and the
+    message the condition gives, or (None) until when (monotonic) only its numbers may move unwritten."""
+    reported: dict[str, tuple[ScavengerJobStatus, str | None, str | None]] = field(default_factory=dict)
+    """Each SJ's status as last reported in the gauges, with its phase and why it waits, by uid."""
+    _capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
 
     def __post_init__(self) -> None:
         self.memo = PassMemo(self.config.spec_limits)
@@ -163,7 +190,7 @@ class Controller:
                 del self.written[sj.uid]
             else:
                 return mine.resource_version, mine.status
-        return sj.resource_version, dict(sj.status)
+        return sj.resource_version, sj.status
 
     # --- one pass --------------------------------------------------------------------
     async def reconcile(self, view: ClusterView) -> None:
@@ -176,16 +203,16 @@ class Controller:
     async def _pass(self, view: ClusterView) -> tuple[list[Decided], set[str]]:
         now = self.clock()
         self.memo.forget_gone(view.sjs)
-        if self.held or self.why_written:
+        tables: tuple[dict[str, Any], ...] = (self.held, self.why_written, self.why_settled, self.reported)
+        if sum(map(len, tables)) > 4 * len(view.sjs) + 1000 or (self.held and len(self.held) > len(view.sjs)):
             present = {sj.uid for sj in view.sjs}
-            for table in (self.held, self.why_written):
+            for table in tables:
                 for gone in table.keys() - present:
                     del table[gone]
-        observation = observe(view, handles=self.handles, fresh=self.fresh, spec_of=self.memo.spec_of,
-                              status_of=self.memo.status_of)
-        decided = decide(observation.sjs, now, self.lifecycle_config,
-                         on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc),
-                         draining=nodes_being_drained(view))
+        observation = self.memo.observe(view, handles=self.handles, fresh=self.fresh)
+        decided = self.memo.decide(observation.sjs, now, self.lifecycle_config,
+                                   on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc),
+                                   draining=nodes_being_drained(view))
         runs = self._in_flight(decided)
         self._add_launched(view, runs)
         # Admission is decided on the statuses about to be written, so a waiting SJ's reason (Admitted=False)
@@ -194,11 +221,14 @@ class Controller:
         decided = [self._explained(d, admitted, now) for d in decided]
         # SJs are independent of each other: their writes go out concurrently; an SJ with nothing to
         # write costs no task.
-        writing = [d for d in decided if _writes(d)]
+        # A new SJ admitted at first sight goes from no status to Starting in one write, at its launch.
+        at_once = {a.key for a in admitted.admitted}
+        writing = [d for d in decided
+                   if _writes(d) and not (at_once and _first_sight(d) and d.observed.sj.key in at_once)]
         applied = dict(zip((id(d) for d in writing),
                            await self._concurrently(self._apply(d.observed, d.step) for d in writing), strict=True))
         await self._delete_strays(view, observation.known_runs)
-        by_key = {d.observed.sj.key: d for d in decided}
+        by_key = {d.observed.sj.key: d for d in decided} if admitted.admitted else {}
         launching = [(w, a.config_index) for a in admitted.admitted if applied.get(id(d := by_key[a.key]), True)
                      and (w := self._waiting(d)) is not None]
         await self._concurrently(self.launch(w, now, index) for w, index in launching)
@@ -208,17 +238,22 @@ class Controller:
         """The gauges after a pass: SJs by phase and why the waiting ones wait; capacity in use."""
         phases: dict[str, int] = {}
         pending: dict[str, int] = {}
+        reported = self.reported
         for d in decided:
-            st = d.step.status
-            if st.phase is None or d.observed.sj.key in launching:
+            st, uid = d.step.status, d.observed.sj.uid
+            labels = reported.get(uid)
+            if labels is None or labels[0] is not st:
+                labels = reported[uid] = (st, *_gauge_labels(st))
+            if labels[1] is None or (launching and d.observed.sj.key in launching):
                 continue
-            phases[st.phase.value] = phases.get(st.phase.value, 0) + 1
-            if st.phase in (Phase.PENDING, Phase.INTERRUPTED, Phase.SUSPENDED):
-                cond = admitted_condition(st.conditions)
-                reason = cond.reason if cond is not None and cond.status == "False" and cond.reason else "Queued"
-                pending[reason] = pending.get(reason, 0) + 1
-        schedulable = total(n.allocatable for n in view.nodes if n.ready and not n.unschedulable)
-        requested = total(p.requests for p in view.active_pods)
+            phases[labels[1]] = phases.get(labels[1], 0) + 1
+            if labels[2] is not None:
+                pending[labels[2]] = pending.get(labels[2], 0) + 1
+        if self._capacity[0] != view.nodes:
+            self._capacity = (view.nodes, total(n.allocatable for n in view.nodes if n.ready and not n.unschedulable))
+        schedulable = self._capacity[1]
+        self.memo.sums.update(view.active_pods)
+        requested = self.memo.sums.cluster
         used = {r: requested.get(r, 0) / amount for r, amount in schedulable.items() if amount > 0 and r != "pods"}
         self.metrics.set_state(pending, phases, used, reasons=(*WAIT_REASONS, "Queued"),
                                phase_names=(p.value for p in Phase))
@@ -258,6 +293,8 @@ class Controller:
         assert not isinstance(o.spec, InvalidSpec)
         if result.status == o.status:
             return _Waiting(o.sj, o.spec, o.status, o.raw_status, o.resource_version)
+        if _first_sight(d):  # queued and launched in one write: over the status as stored
+            return _Waiting(o.sj, o.spec, result.status, o.raw_status, o.resource_version)
         if (mine := self.written.get(o.sj.uid)) is not None:
             # Queued in this very pass: launched on top of the status just written.
             return _Waiting(o.sj, o.spec, result.status, mine.status, mine.resource_version)
@@ -270,9 +307,18 @@ class Controller:
         if why is None:
             return d
         status, uid = d.step.status, d.observed.sj.uid
+        settled = self.why_settled.get(uid)
+        if settled is not None and settled[0] is d and settled[1] == why.reason and (
+                settled[2] == why.message if settled[2] is not None else self.monotonic() < settled[3]):
+            return d
         written = self.why_written.get(uid)
         if not wait_changed(status.conditions, why.reason, why.message, refresh=WHY_REFRESH,
                             since_written=None if written is None else self.monotonic() - written):
+            # Nothing to write: the condition says just this, or only its numbers moved since it was
+            # written (then they are written once `WHY_REFRESH` has passed).
+            exact = _says(status, why)
+            self.why_settled[uid] = (d, why.reason, why.message if exact else None,
+                                     0.0 if exact or written is None else written + WHY_REFRESH)
             return d
         self.why_written[uid] = self.monotonic()
         return replace(d, step=replace(d.step, status=waiting_for_room(status, now, why.reason, why.message)))
@@ -368,16 +414,16 @@ class Controller:
         """Which waiting SJs start now, and why the others wait. SJs their namespace refused wait out their
         retry delay without holding room for the others (their reason is already written)."""
         clock = self.monotonic()
-        queue = tuple(self.memo.queued(o.sj, o.spec, d.step.status, o.resource_version, now) for d in decided
+        held = self.held
+        queue = tuple(self.memo.queued(o.sj, o.spec, d.step.status, now) for d in decided
                       if d.step.waiting and not isinstance((o := d.observed).spec, InvalidSpec)
-                      and self.held.get(o.sj.uid, (0.0, 0))[0] <= clock)
+                      and (not held or held.get(o.sj.uid, (0.0, 0))[0] <= clock))
         if not queue:
             return AdmissionPass([], {})
-        snapshot = admission_snapshot(view, queue, runs)
         started = time.perf_counter()
-        admission = admit(snapshot, now, self.policy_config)
-        log.debug("admission pass over %d waiting SJ(s), %d node(s): %d admitted in %.1f ms", len(queue),
-                  len(snapshot.nodes), len(admission.admitted), (time.perf_counter() - started) * 1000)
+        admission = self.memo.admission(view, queue, runs, now, self.policy_config)
+        log.debug("admission over %d waiting SJ(s), %d node(s): %d admitted in %.1f ms", len(queue),
+                  len(view.nodes), len(admission.admitted), (time.perf_counter() - started) * 1000)
         return admission
 
     async def launch(self, w: _Waiting, now: datetime, config_index: int = 0) -> None:
@@ -455,13 +501,13 @@ class Controller:
         return launch_forbidden(w.status, now, reason, f"{message} (trying again in {int(delay.total_seconds())}s)")
 
     async def _create_children(self, sj: SJObject, spec: ScavengerJobSpec, job_name: str) -> None:
-        """What a run needs before its Job: MPI objects, the gang's Service, the protection budget."""
+        """What a run needs before its Job: MPI objects, the gang's Service. (The protection budget is made
+        when the run is first protected: most runs never are, and it saves a write per SJ.)"""
         if spec.mpi is not None:
             await self._ensure_mpi_objects(sj, spec, job_name)
         if spec.is_gang:
             service = build_gang_service(job_name=job_name, namespace=sj.namespace, sj_name=sj.name, sj_uid=sj.uid)
             await self.kube.create_or_keep(lambda: self.kube.create_service(service))
-        await self.kube.apply_pdb(protection_budget(sj.namespace, sj.name, sj.uid))
 
     async def _ensure_mpi_objects(self, sj: SJObject, spec: ScavengerJobSpec, job_name: str) -> None:
         """The SJ's ssh Secret (generated once, reused by every run) and the hostfile of this run."""

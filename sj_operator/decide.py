@@ -98,20 +98,32 @@ def observe(view: ClusterView, *, handles: Callable[[str], bool],
             continue
         rv, raw_status = fresh(sj)
         status = parse_status(raw_status) if status_of is None else status_of(sj, rv, raw_status)
-        current = status.job_name
-        if status.phase is None or status.phase in WAITING:
-            current = run_job_name(sj.name, status.attempt + 1)
-        if current:
-            known.add((sj.namespace, current))
-        if status.job_name:
-            known.add((sj.namespace, status.job_name))
-        key = (sj.namespace, current or "")
-        run = Run(job=view.jobs.get(key), pods=view.run_pods.get(key, ()))
-        spec = spec_of(sj)
-        if status.config_index and not isinstance(spec, InvalidSpec) and status.phase not in (None, *WAITING):
-            spec = _configured(spec, status.config_index)
-        observed.append(Observed(sj, rv, raw_status, status, spec, run))
+        keys = run_keys(sj, status)
+        known.update(keys)
+        observed.append(observe_one(sj, rv, raw_status, status, spec_of(sj), view, keys[0] if keys else None))
     return Observation(tuple(observed), frozenset(known))
+
+
+def run_keys(sj: SJObject, status: ScavengerJobStatus) -> tuple[RunKey, ...]:
+    """The runs the SJ's status points at: its current run first (the next one while it waits, to adopt
+    it), then the run its status names when that is another."""
+    current = status.job_name
+    if status.phase is None or status.phase in WAITING:
+        current = run_job_name(sj.name, status.attempt + 1)
+    keys = [(sj.namespace, current)] if current else []
+    if status.job_name and status.job_name != current:
+        keys.append((sj.namespace, status.job_name))
+    return tuple(keys)
+
+
+def observe_one(sj: SJObject, rv: str, raw_status: Mapping[str, Any], status: ScavengerJobStatus,
+                spec: ScavengerJobSpec | InvalidSpec, view: ClusterView, run_key: RunKey | None) -> Observed:
+    """One SJ with its current run (``run_key``, the first of its ``run_keys``) as the view shows it."""
+    key = run_key or (sj.namespace, "")
+    run = Run(job=view.jobs.get(key), pods=view.run_pods.get(key, ()))
+    if status.config_index and not isinstance(spec, InvalidSpec) and status.phase not in (None, *WAITING):
+        spec = _configured(spec, status.config_index)
+    return Observed(sj, rv, raw_status, status, spec, run)
 
 
 def _configured(spec: ScavengerJobSpec, index: int) -> ScavengerJobSpec:
@@ -195,12 +207,18 @@ def node_views(view: ClusterView) -> tuple[NodeView, ...]:
 
 def admission_snapshot(view: ClusterView, queue: tuple[QueuedSJ, ...],
                        runs: tuple[InFlightRun, ...]) -> ClusterSnapshot:
-    quotas: dict[str, NamespaceQuota] = {}
-    for q in sorted(view.quotas, key=lambda q: (q.namespace, q.name)):  # one per namespace counts: the first
-        quotas.setdefault(q.namespace, NamespaceQuota(q.name, freeze(q.hard), q.weight))
+    quotas = quota_table(view)
     return ClusterSnapshot(nodes=node_views(view), cluster_requested=total(p.requests for p in view.active_pods),
                            in_flight=runs, queue=queue, quotas=quotas,
                            namespace_used=namespace_used(view, runs) if quotas else {})
+
+
+def quota_table(view: ClusterView) -> dict[str, NamespaceQuota]:
+    """The ScavengerQuota that counts in each namespace: the first by name, when there are several."""
+    quotas: dict[str, NamespaceQuota] = {}
+    for q in sorted(view.quotas, key=lambda q: (q.namespace, q.name)):
+        quotas.setdefault(q.namespace, NamespaceQuota(q.name, freeze(q.hard), q.weight))
+    return quotas
 
 
 def namespace_used(view: ClusterView, runs: tuple[InFlightRun, ...]) -> dict[str, dict[str, int]]:

@@ -52,6 +52,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.kube = memo.get("kube") or Kube.from_environment()
     metrics = Metrics()
     memo.kube.on_error = metrics.api_error
+    memo.kube.on_request = metrics.api_request
     memo.controller = Controller(memo.kube, config, metrics=metrics)
     for pc in priority_class_objects():
         if await memo.kube.ensure_priority_class(pc):

@@ -1,6 +1,6 @@
 """The one module that talks to the Kubernetes API.
 
-Every call goes through `_call`, which runs the blocking client in a worker thread
+Every call goes through `_call`, which runs the blocking client in one of `API_THREADS` worker threads
 and retries what is worth retrying (connection errors, 429, 5xx) with exponential
 backoff (tenacity). What is not worth retrying is raised as a typed error the
 controller knows how to handle: `NotFound`, `Conflict` (optimistic-concurrency
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -31,6 +33,9 @@ from sj_operator.names import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+API_THREADS = 32
+"""Worker threads (and pooled connections) for the blocking client: calls wait on the API server, not on
+this process's CPU, so far more of them are in flight than there are cores."""
 # Waits between retries: 0.2-0.4 s, 0.4-0.6 s, 0.8-1.0 s, ... capped at 5 s.
 RETRY_WAIT = wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.2)
 
@@ -87,7 +92,12 @@ class Kube:
                  stop: Any = None, sleep: Callable[[float], Awaitable[None]] | None = None) -> None:
         """`retry_for`: how long transient errors are retried; `stop` and `sleep` replace tenacity's
         stop condition and sleep (tests use them to retry without waiting)."""
-        self.api = api or client.ApiClient()
+        if api is None:
+            configuration = client.Configuration.get_default_copy()
+            configuration.connection_pool_maxsize = API_THREADS  # one connection per worker thread
+            api = client.ApiClient(configuration)
+        self.api = api
+        self._threads = ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="kube-api")
         self.core = client.CoreV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
@@ -100,6 +110,8 @@ class Kube:
         self.sleep = sleep if sleep is not None else asyncio.sleep
         self.on_error: Callable[[str, int], None] = lambda operation, status: None
         """Told of every failed attempt (operation, HTTP status; 0 without a response): the metrics."""
+        self.on_request: Callable[[str], None] = lambda operation: None
+        """Told of every attempt (operation): the metrics."""
 
     @classmethod
     def from_environment(cls) -> Kube:
@@ -121,8 +133,10 @@ class Kube:
         try:
             async for attempt in retrying:
                 with attempt:
+                    self.on_request(_operation(fn))
                     try:
-                        return await asyncio.to_thread(fn, *args, **kwargs)
+                        return await asyncio.get_running_loop().run_in_executor(
+                            self._threads, functools.partial(fn, *args, **kwargs))
                     except ApiException as exc:
                         self.on_error(_operation(fn), exc.status or 0)
                         raise

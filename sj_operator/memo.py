@@ -1,29 +1,151 @@
 """What a decision pass remembers between passes, so its cost follows what changed.
 
-A spec is parsed once per generation, a status once per resourceVersion (a version names one stored
-content), and a waiting SJ's queue entry is made once per version; entries of SJs that no longer exist
-are dropped once the caches have grown past the cluster's SJs.
+The watch cache hands the loop immutable views, replaced only when the object changed, so "the same
+object as last pass" means "unchanged". On that:
+
+* a spec is parsed once per generation, a status once per resourceVersion, and a waiting SJ's queue
+  entry is made once per version;
+* an SJ whose object, status and run are the ones of the last pass is observed as it was then; when the
+  state machine found nothing to do for it, that quiet result is kept until time alone could change it
+  (``lifecycle.quiet_until``), so a queue of thousands costs no state machine step per pass;
+* what the active pods request, per node, per namespace and in all, is kept up to date by the pods that
+  changed (``PodSums``), and the admission's node views are rebuilt only for nodes whose pods or
+  object changed;
+* the admission pass is reused while its inputs are the same objects and no SJ's clock has ticked
+  (``admission.settled_until``).
+
+Entries of SJs that no longer exist are dropped once the caches have grown past the cluster's SJs.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sj_operator.api import InvalidSpec, ScavengerJobSpec, ScavengerJobStatus, SpecLimits, parse_spec, parse_status
-from sj_operator.decide import queued
-from sj_operator.observed import SJObject
-from sj_operator.policy.snapshot import QueuedSJ
+from sj_operator.decide import (
+    ClusterView,
+    Decided,
+    Observation,
+    Observed,
+    RunKey,
+    decide,
+    observe_one,
+    queued,
+    quota_table,
+    run_keys,
+)
+from sj_operator.observed import JobView, NodeInfo, PodView, SJObject
+from sj_operator.policy.admission import AdmissionPass, PolicyConfig, decide_pass, settled_until
+from sj_operator.policy.lifecycle import LifecycleConfig, quiet_until
+from sj_operator.policy.queue import queue_order
+from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Resources, Taint
+from sj_operator.resources import freeze
+
+
+@dataclass
+class _Seen:
+    """One SJ as the last pass observed it, and its quiet decision while that holds."""
+
+    sj: SJObject
+    resource_version: str
+    job: JobView | None
+    pods: tuple[PodView, ...]
+    observed: Observed
+    known: tuple[RunKey, ...]
+    decided: Decided | None = None
+    until: datetime | None = None
+
+
+@dataclass
+class PodSums:
+    """What the active pods request (milli-units): per node, per namespace (SJ pods only) and in all.
+
+    ``update`` takes the pods a watch cache shows now and counts only the pods that changed since the
+    last call (a pod view is immutable: an unchanged pod is the same object). ``node_versions`` moves
+    for a node whenever its sum does."""
+
+    nodes: dict[str, dict[str, int]] = field(default_factory=dict)
+    namespaces: dict[str, dict[str, int]] = field(default_factory=dict)
+    cluster: dict[str, int] = field(default_factory=dict)
+    node_versions: dict[str, int] = field(default_factory=dict)
+    version: int = 0
+    """Moves whenever any sum does."""
+    _pods: dict[str, PodView] = field(default_factory=dict)
+    _last: tuple[PodView, ...] | None = None
+
+    def update(self, pods: tuple[PodView, ...]) -> None:
+        if pods is self._last:
+            return
+        self._last = pods
+        changed = False
+        for pod in pods:
+            old = self._pods.get(pod.uid)
+            if old is pod:
+                continue
+            if old is not None:
+                self._count(old, -1)
+            self._count(pod, 1)
+            self._pods[pod.uid] = pod
+            changed = True
+        if len(self._pods) != len(pods):
+            present = {pod.uid for pod in pods}
+            for uid in [uid for uid in self._pods if uid not in present]:
+                self._count(self._pods.pop(uid), -1)
+                changed = True
+        if changed:
+            self.version += 1
+
+    def _count(self, pod: PodView, sign: int) -> None:
+        _add(self.cluster, pod.requests, sign)
+        if pod.node:
+            _add(self.nodes.setdefault(pod.node, {}), pod.requests, sign)
+            self.node_versions[pod.node] = self.node_versions.get(pod.node, 0) + 1
+        if pod.sj is not None:
+            _add(self.namespaces.setdefault(pod.namespace, {}), pod.requests, sign)
+
+
+def _add(into: dict[str, int], amounts: Mapping[str, int], sign: int) -> None:
+    """Adds (``sign`` 1) or takes away (-1) ``amounts``; a resource whose sum is back to 0 is dropped."""
+    for resource, amount in amounts.items():
+        value = into.get(resource, 0) + sign * amount
+        if value:
+            into[resource] = value
+        else:
+            into.pop(resource, None)
+
+
+@dataclass
+class _Admitted:
+    inputs: tuple[Any, ...]
+    until: datetime
+    result: AdmissionPass
+
+
+@dataclass
+class _Order:
+    """The queue in ``queue_order``, the same until time moves an SJ (``settled_until``) or the queue changes."""
+    queue: tuple[QueuedSJ, ...]
+    config: PolicyConfig
+    ordered: list[QueuedSJ]
+    until: datetime
 
 
 @dataclass
 class PassMemo:
     limits: SpecLimits
+    sums: PodSums = field(default_factory=PodSums)
     _specs: dict[str, tuple[int, ScavengerJobSpec | InvalidSpec]] = field(default_factory=dict)
     _statuses: dict[str, tuple[str, ScavengerJobStatus]] = field(default_factory=dict)
-    _queue: dict[str, tuple[tuple[str, int], QueuedSJ]] = field(default_factory=dict)
+    _queue: dict[str, tuple[ScavengerJobStatus, SJObject, QueuedSJ]] = field(default_factory=dict)
+    _seen: dict[str, _Seen] = field(default_factory=dict)
+    _node_views: dict[str, tuple[NodeInfo, int, NodeView]] = field(default_factory=dict)
+    _last_nodes: tuple[NodeView, ...] = ()
+    _admitted: _Admitted | None = None
+    _order: _Order | None = None
 
+    # --- parsing -------------------------------------------------------------------------
     def spec_of(self, sj: SJObject) -> ScavengerJobSpec | InvalidSpec:
         """The parsed spec (or why it is invalid), once per generation."""
         cached = self._specs.get(sj.uid)
@@ -45,20 +167,135 @@ class PassMemo:
         self._statuses[sj.uid] = (resource_version, status)
         return status
 
-    def queued(self, sj: SJObject, spec: ScavengerJobSpec, status: ScavengerJobStatus, resource_version: str,
-               now: datetime) -> QueuedSJ:
-        """A waiting SJ as the admission policy sees it, once per version of the SJ."""
-        version = (resource_version, sj.generation)
+    def queued(self, sj: SJObject, spec: ScavengerJobSpec, status: ScavengerJobStatus, now: datetime) -> QueuedSJ:
+        """A waiting SJ as the admission policy sees it, once per version of the SJ (its object and the
+        status parsed for it)."""
         cached = self._queue.get(sj.uid)
-        if cached is not None and cached[0] == version and sj.created is not None:
-            return cached[1]
+        if cached is not None and cached[0] is status and cached[1] is sj and sj.created is not None:
+            return cached[2]
         entry = queued(sj, spec, status, now)
-        self._queue[sj.uid] = (version, entry)
+        self._queue[sj.uid] = (status, sj, entry)
         return entry
 
+    # --- one pass ------------------------------------------------------------------------
+    def observe(self, view: ClusterView, *, handles: Callable[[str], bool],
+                fresh: Callable[[SJObject], tuple[str, Mapping[str, Any]]]) -> Observation:
+        """``decide.observe``, reusing what the last pass observed of each SJ that did not change."""
+        observed: list[Observed] = []
+        known: set[RunKey] = set()
+        jobs, run_pods = view.jobs, view.run_pods
+        for sj in view.sjs:
+            if sj.deleting or not handles(sj.namespace):
+                continue
+            rv, raw = fresh(sj)
+            seen = self._seen.get(sj.uid)
+            if seen is not None and seen.sj is sj and seen.resource_version == rv:
+                run = seen.known[0] if seen.known else None
+                job = jobs.get(run) if run is not None else None
+                pods = run_pods.get(run, ()) if run is not None else ()
+                if job is seen.job and (pods is seen.pods or pods == seen.pods):
+                    observed.append(seen.observed)
+                    known.update(seen.known)
+                    continue
+            status = self.status_of(sj, rv, raw)
+            keys = run_keys(sj, status)
+            one = observe_one(sj, rv, raw, status, self.spec_of(sj), view, keys[0] if keys else None)
+            self._seen[sj.uid] = _Seen(sj, rv, one.run.job, one.run.pods, one, keys)
+            observed.append(one)
+            known.update(keys)
+        return Observation(tuple(observed), frozenset(known))
+
+    def decide(self, observed: tuple[Observed, ...], now: datetime, cfg: LifecycleConfig, *,
+               on_error: Callable[[Observed, Exception], None], draining: frozenset[str]) -> list[Decided]:
+        """``decide.decide``, reusing each quiet decision while its SJ is observed as it was and its
+        ``quiet_until`` has not come; the others are decided afresh (victim steering among them, since a
+        running SJ is never reused)."""
+        reused: dict[str, Decided] = {}
+        pending: list[Observed] = []
+        for o in observed:
+            seen = self._seen.get(o.sj.uid)
+            if (seen is not None and seen.decided is not None and seen.observed is o and seen.until is not None
+                    and now < seen.until):
+                reused[o.sj.uid] = seen.decided
+            else:
+                pending.append(o)
+        if not pending:
+            return [reused[o.sj.uid] for o in observed]
+        fresh = {d.observed.sj.uid: d for d in decide(pending, now, cfg, on_error=on_error, draining=draining)}
+        for d in fresh.values():
+            seen = self._seen.get(d.observed.sj.uid)
+            if seen is None or seen.observed is not d.observed:
+                continue
+            quiet = not (d.step.events or d.step.actions) and d.step.status == d.observed.status
+            seen.until = quiet_until(d.observed.spec, d.observed.status, now) if quiet else None
+            seen.decided = d if seen.until is not None else None
+        out = []
+        for o in observed:
+            one = reused.get(o.sj.uid) or fresh.get(o.sj.uid)
+            if one is not None:  # None: its decision failed (reported through on_error)
+                out.append(one)
+        return out
+
+    def admission(self, view: ClusterView, queue: tuple[QueuedSJ, ...], runs: tuple[InFlightRun, ...],
+                  now: datetime, config: PolicyConfig) -> AdmissionPass:
+        """``decide_pass`` over the snapshot of ``view``, reused while its inputs are unchanged and no
+        SJ's clock has ticked since (``settled_until``)."""
+        self.sums.update(view.active_pods)
+        nodes = self.node_views(view)
+        # By value: a pod replaced without a change of its requests or node (most pod events) changes nothing.
+        inputs = (queue, nodes, dict(self.sums.cluster), runs, view.quotas,
+                  {ns: dict(used) for ns, used in self.sums.namespaces.items()} if view.quotas else None, config)
+        last = self._admitted
+        if last is not None and now < last.until and last.inputs == inputs:
+            return last.result
+        order = self._order
+        if order is None or not (now < order.until and order.queue == queue and order.config == config):
+            order = self._order = _Order(queue, config, queue_order(queue, now, config),
+                                         settled_until(queue, now, config))
+        quotas = quota_table(view)
+        snapshot = ClusterSnapshot(nodes=nodes, cluster_requested=self.sums.cluster, in_flight=runs, queue=queue,
+                                   quotas=quotas, namespace_used=self._namespace_used(runs) if quotas else {})
+        result = decide_pass(snapshot, now, config, ordered=order.ordered)
+        self._admitted = _Admitted(inputs, order.until, result)
+        return result
+
+    def node_views(self, view: ClusterView) -> tuple[NodeView, ...]:
+        """``decide.node_views`` from the running sums: a node's view is rebuilt only when its object or
+        its pods changed (the same tuple is returned while none did)."""
+        self.sums.update(view.active_pods)
+        built: list[NodeView] = []
+        versions, cache = self.sums.node_versions, self._node_views
+        for n in view.nodes:
+            version = versions.get(n.name, 0)
+            cached = cache.get(n.name)
+            if cached is not None and cached[0] is n and cached[1] == version:
+                built.append(cached[2])
+                continue
+            node = NodeView(name=n.name, allocatable=n.allocatable, requested=self.sums.nodes.get(n.name, {}),
+                            labels=n.labels, taints=tuple(Taint(k, v, e) for k, v, e in n.taints),
+                            unschedulable=n.unschedulable or not n.ready)
+            cache[n.name] = (n, version, node)
+            built.append(node)
+        nodes = tuple(built)
+        if nodes != self._last_nodes:
+            self._last_nodes = nodes
+        if len(cache) > 2 * len(nodes) + 100:
+            present = {n.name for n in view.nodes}
+            self._node_views = {name: entry for name, entry in cache.items() if name in present}
+        return self._last_nodes
+
+    def _namespace_used(self, runs: tuple[InFlightRun, ...]) -> dict[str, Resources]:
+        """``decide.namespace_used`` from the running sums."""
+        used = {ns: dict(amounts) for ns, amounts in self.sums.namespaces.items()}
+        for run in runs:
+            _add(used.setdefault(run.key.split("/", 1)[0], {}),
+                 {r: a * run.unscheduled_pods for r, a in run.request.items()}, 1)
+        return {ns: freeze(amounts) for ns, amounts in used.items()}
+
     def forget_gone(self, sjs: tuple[SJObject, ...]) -> None:
-        if len(self._specs) + len(self._statuses) + len(self._queue) > 6 * len(sjs) + 1000:
+        tables: tuple[dict[str, Any], ...] = (self._specs, self._statuses, self._queue, self._seen)
+        if sum(map(len, tables)) > 8 * len(sjs) + 1000:
             alive = {sj.uid for sj in sjs}
-            self._specs = {uid: entry for uid, entry in self._specs.items() if uid in alive}
-            self._statuses = {uid: entry for uid, entry in self._statuses.items() if uid in alive}
-            self._queue = {uid: entry for uid, entry in self._queue.items() if uid in alive}
+            for table in tables:
+                for uid in table.keys() - alive:
+                    del table[uid]

@@ -49,6 +49,9 @@ class Metrics:
         self.api_errors = Counter("scavenger_api_errors_total",
                                   "Kubernetes API calls that failed (each attempt), by operation and HTTP status",
                                   ["operation", "code"], registry=r)
+        self.api_requests = Counter("scavenger_api_requests_total",
+                                    "Kubernetes API calls made (each attempt), by operation", ["operation"],
+                                    registry=r)
         self.leader = Gauge("scavenger_leader", "1 while this replica is the one that decides", registry=r)
         self._leading: bool | None = None
         self.last_pass = Gauge("scavenger_last_pass_timestamp_seconds", "When the last decision pass ended",
@@ -56,6 +59,9 @@ class Metrics:
 
     def api_error(self, operation: str, code: int) -> None:
         self.api_errors.labels(operation, str(code)).inc()
+
+    def api_request(self, operation: str) -> None:
+        self.api_requests.labels(operation).inc()
 
     def set_leading(self, leading: bool) -> None:
         if leading == self._leading:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from sj_operator.names import ANNOTATION_COMPLETION_INDEX, JOB_MANAGER, LABEL_PROTECTED, LABEL_RUN, LABEL_SJ
@@ -84,6 +85,9 @@ class PodView:
     index: int | None = None
     protected: bool = False
     started: datetime | None = None
+    placed: datetime | None = None
+    """When the scheduler last decided about it (its ``PodScheduled`` condition, bound or not); None while
+    no scheduler has looked at it yet."""
 
     @property
     def terminal(self) -> bool:
@@ -110,11 +114,13 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     disruption = None
-    disrupted_at = None
+    disrupted_at = placed = None
     for cond in status.get("conditions") or []:
         if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
             disruption = (cond.get("reason") or "DisruptionTarget", cond.get("message") or "")
             disrupted_at = parse_time(cond.get("lastTransitionTime"))
+        elif cond.get("type") == "PodScheduled":
+            placed = parse_time(cond.get("lastTransitionTime"))
     terminations = []
     statuses = status.get("containerStatuses") or []
     for cs in statuses:
@@ -145,6 +151,8 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         index=int(index) if index is not None and str(index).isdigit() else None,
         protected=labels.get(LABEL_PROTECTED) == "true",
         started=parse_time(status.get("startTime")),
+        # Bound without the condition (made with a nodeName): placed when it was made.
+        placed=placed if placed is not None or not spec.get("nodeName") else parse_time(meta.get("creationTimestamp")),
     )
 
 
@@ -285,7 +293,7 @@ class SJObject:
     job_owner: str | None = None
     """The uid of the Job that owns it, for an SJ that runs an adopted Job."""
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 

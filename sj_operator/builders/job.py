@@ -180,9 +180,10 @@ def build_run_job(
 
     The Job never retries (``backoffLimit: 0``, ``restartPolicy: Never``): the operator classifies
     every outcome itself. Its ``podFailurePolicy`` tells the Job controller the same: a disrupted pod
-    (``DisruptionTarget``: preemption, eviction, taint, node shutdown) never counts against
-    ``backoffLimit`` (the operator cancels the whole run and resumes it), while the app's non-zero exit
-    fails the Job at once; ``podReplacementPolicy: Failed`` never doubles a terminating member. Pod labels are the
+    (``DisruptionTarget``: preemption, eviction, taint, node shutdown) ends the whole run, as the
+    operator would (a replacement pod would carry on while no operator watched and hide the
+    interruption; the failed Job keeps it on record), and so does the app's non-zero exit;
+    ``podReplacementPolicy: Failed`` never doubles a terminating member. Pod labels are the
     user's ``podLabels``, then ``extra_pod_labels`` (operator-owned, e.g. the protection label), then
     the run labels, later ones winning; annotations are the user's plus ``safe-to-evict: "true"``,
     which always wins so an SJ never blocks a scale-down.
@@ -209,7 +210,7 @@ def build_run_job(
             "backoffLimit": 0,
             "podReplacementPolicy": "Failed",
             "podFailurePolicy": {"rules": [
-                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                 {"action": "FailJob",
                  "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "NotIn", "values": [0]}},
             ]},

@@ -43,16 +43,24 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from fractions import Fraction
 from itertools import repeat
 from operator import attrgetter, floordiv, mul
 from typing import Literal
 
 from gang.placement import UNBOUNDED, node_accepts, place_identical
-from sj_operator.policy.queue import DEFAULT_POLICY, PolicyConfig, is_starving, queue_order, waiting_since
+from sj_operator.policy.lifecycle import FOREVER
+from sj_operator.policy.queue import (
+    DEFAULT_POLICY,
+    PolicyConfig,
+    is_starving,
+    queue_order,
+    waiting_again_since,
+    waiting_since,
+)
 from sj_operator.policy.snapshot import ClusterSnapshot, NodeView, QueuedSJ, Resources, Toleration
 from sj_operator.resources import format_amount
 from sj_operator.settings import DEFAULT_POOL, Pool
@@ -60,6 +68,7 @@ from sj_operator.settings import DEFAULT_POOL, Pool
 _Need = tuple[tuple[str, int], ...]
 _EligibilityKey = tuple[frozenset[tuple[str, str]], tuple[Toleration, ...], int]
 _ANY_POOL = -1
+_NO_SELECTOR: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -97,8 +106,9 @@ def decide(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig = DEFA
 
 
 def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig = DEFAULT_POLICY, *,
-                explain: bool = True) -> AdmissionPass:
-    """``decide``, and (``explain``) why each eligible SJ that is not admitted waits."""
+                explain: bool = True, ordered: Sequence[QueuedSJ] | None = None) -> AdmissionPass:
+    """``decide``, and (``explain``) why each eligible SJ that is not admitted waits. ``ordered``: the
+    snapshot's queue already in ``queue_order`` at ``now`` (a caller that keeps it between passes)."""
     if now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware, got {now!r}")
     state = _PassState(snapshot.nodes, snapshot.cluster_requested, Fraction(str(config.threshold)), config.pools)
@@ -112,7 +122,7 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
     head_found = False
     head: QueuedSJ | None = None
     fair = _FairShare(snapshot, state.totals()) if snapshot.quotas else None
-    ordered = queue_order(snapshot.queue, now, config)
+    ordered = queue_order(snapshot.queue, now, config) if ordered is None else ordered
     for sj in ordered if fair is None else fair.order(ordered):
         if sj.key in taken or (sj.not_before is not None and sj.not_before > now):
             continue
@@ -136,6 +146,29 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
             if head is not None and not explain:
                 break
     return AdmissionPass(admissions, waiting)
+
+
+_TICK = timedelta(microseconds=1)
+
+
+def settled_until(queue: Iterable[QueuedSJ], now: datetime, config: PolicyConfig = DEFAULT_POLICY) -> datetime:
+    """The first moment after ``now`` at which time alone can change what ``decide_pass`` returns for the
+    same snapshot (exclusive; ``FOREVER`` when none): an SJ's backoff ends, its aging moves it up a rank,
+    it starts starving, or it may run a fallback. Until then a decision loop may reuse the pass."""
+    soonest = FOREVER
+    step, cap, starving = config.aging_step, config.aging_cap, config.starvation_after
+    for sj in queue:
+        if sj.not_before is not None and now < sj.not_before < soonest:
+            soonest = sj.not_before
+        start = waiting_again_since(sj)
+        steps = max(now - start, timedelta(0)) // step
+        if steps < cap and (aged := start + (steps + 1) * step) < soonest:
+            soonest = aged
+        if now <= (starts := waiting_since(sj) + starving) and starts + _TICK < soonest:
+            soonest = starts + _TICK  # starving once strictly past
+        if sj.fallbacks and now < (falls := (sj.waiting_from or sj.created) + sj.fallback_after) < soonest:
+            soonest = falls
+    return soonest
 
 
 def _place(state: _PassState, sj: QueuedSJ, need: _Need, now: datetime, fair: _FairShare | None, *,
@@ -490,7 +523,8 @@ class _PassState:
     ) -> tuple[_EligibilityKey, list[bool] | None]:
         """Cache key of the node eligibility (in ``pool``, or in any) and the mask of eligible nodes
         (``None``: all)."""
-        key = (frozenset(node_selector.items()), tuple(tolerations), pool)
+        key = (_NO_SELECTOR if not node_selector else frozenset(node_selector.items()),
+               () if not tolerations else tuple(tolerations), pool)
         try:
             return key, self._eligibility[key]
         except KeyError:

@@ -17,15 +17,15 @@ Outcomes are read from what Kubernetes reports, never guessed:
     before any member was disrupted                           -> Succeeded
   * a container exited non-zero in a pod nobody disrupted,
     before any member of the run was disrupted                -> Failed
-  * not all pods running within the start timeout             -> the run is deleted, the SJ
-                                                                  waits again with backoff,
+  * not all pods running within the start timeout (counted   -> the run is deleted, the SJ
+    from when the scheduler decided about its last pod)           waits again with backoff,
                                                                   no interruption counted
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from sj_operator.api import (
@@ -61,8 +61,8 @@ from sj_operator.settings import (
 )
 
 __all__ = [
-    "MISSING_RUN_GRACE", "TERMINAL", "WAITING", "Action", "DeleteRun", "Event", "LifecycleConfig", "Run",
-    "SetProtection", "Step", "launch_refused", "launched", "retry_delay", "step", "waiting_phase",
+    "FOREVER", "MISSING_RUN_GRACE", "TERMINAL", "WAITING", "Action", "DeleteRun", "Event", "LifecycleConfig", "Run",
+    "SetProtection", "Step", "launch_refused", "launched", "quiet_until", "retry_delay", "step", "waiting_phase",
 ]
 
 WAITING = (Phase.PENDING, Phase.INTERRUPTED)
@@ -71,6 +71,12 @@ TERMINAL = (Phase.SUCCEEDED, Phase.FAILED)
 # How long a run recorded in status may be missing from the watch cache before it
 # counts as lost (the SJ and Job watches are separate streams).
 MISSING_RUN_GRACE = timedelta(seconds=15)
+DISRUPTED_JOB_MARKER = "condition DisruptionTarget"
+"""In the message of a Job that its podFailurePolicy failed for a disrupted pod."""
+MISSING_PODS_FACTOR = 5
+"""A run whose Job has not made all its pods yet, or whose pods the scheduler has not all looked at, times
+out after this many start timeouts from its launch (the start timeout itself counts from when the scheduler
+decided about its last pod)."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +218,26 @@ def step(
     return _active(b, spec, run, cfg, exempt, draining)
 
 
+FOREVER = datetime.max.replace(tzinfo=UTC)
+"""``quiet_until`` of a result only a change of its inputs can change."""
+
+
+def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus, now: datetime) -> datetime | None:
+    """Until when (exclusive) ``step``, having found nothing to do for these inputs at ``now``, finds the
+    same as time goes on: ``FOREVER`` when only a change of the inputs can change it; None when the answer
+    moves with time in ways not tracked here (a launched run: its start timeout, its running priority),
+    so it is computed at every pass. A decision loop may reuse the quiet result until then."""
+    if isinstance(spec, InvalidSpec):
+        return FOREVER if status.phase == Phase.FAILED else None
+    phase = status.phase
+    if phase in TERMINAL or spec.suspend or phase == Phase.SUSPENDED:
+        return FOREVER
+    if phase in WAITING:
+        # Waiting with no run to adopt: the only clock is the backoff, which makes it eligible.
+        return status.not_before if status.not_before is not None and status.not_before > now else FOREVER
+    return None
+
+
 def _invalid_spec(b: _Builder, spec: InvalidSpec, run: Run) -> Step:
     if b.status.phase != Phase.FAILED:
         _cancel(b, run, f"invalid spec: {spec}")
@@ -328,9 +354,22 @@ def _starting(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: 
                      start_timeouts=0, not_before=None)
         return b.done()
     launched_at = st.launched_timestamp or job.created or b.now
-    if b.now - launched_at >= cfg.start_timeout:
+    live = [p for p in run.pods if not p.deleting]
+    unplaced = sum(1 for p in live if p.placed is None)
+    if len(live) >= expected and not unplaced:
+        # The clock starts once the scheduler has decided about every pod (bound it, or found no room): a
+        # busy control plane that is slow to make or schedule them is not the run's fault (timing out
+        # would only make it busier).
+        since = max(launched_at, *(p.placed or launched_at for p in live))
+        timed_out = b.now - since >= cfg.start_timeout
+        missing = ""
+    else:
+        timed_out = b.now - launched_at >= cfg.start_timeout * MISSING_PODS_FACTOR
+        missing = "".join([f", {expected - len(live)} never made" if len(live) < expected else "",
+                           f", {unplaced} never looked at by the scheduler" if unplaced else ""])
+    if timed_out:
         reason = (f"run {st.job_name} did not have all pods running within "
-                  f"{format_duration(cfg.start_timeout)} ({expected - running} of {expected} not running); "
+                  f"{format_duration(cfg.start_timeout)} ({expected - running} of {expected} not running{missing}); "
                   f"it was deleted and will be retried")
         timeouts = st.start_timeouts + 1
         b.actions.append(DeleteRun(job.name, "start timeout"))
@@ -393,6 +432,10 @@ def _disruption(run: Run, st: ScavengerJobStatus, now: datetime) -> str | None:
     if run.job is not None and run.job.failed:
         # The Job failed but no pod shows why (its pods are gone): treat it as
         # lost work, never as the application's failure.
+        if DISRUPTED_JOB_MARKER in run.job.failure:
+            # Its podFailurePolicy ended it for a disrupted pod that left before anyone looked (e.g. while
+            # no operator ran): who disrupted it is gone with the pod.
+            return f"run {run.job.name} was ended by a disrupted pod that is gone ({run.job.failure})"
         return f"run {run.job.name} ended without a visible cause ({run.job.failure})"
     if run.job is None:
         launched = st.launched_timestamp

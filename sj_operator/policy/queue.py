@@ -62,13 +62,13 @@ def queue_order(queue: Iterable[QueuedSJ], now: datetime | None = None,
     step, cap = config.aging_step, config.aging_cap
 
     def rank(sj: QueuedSJ) -> tuple[int, datetime, str]:
-        waited = max(now - _waiting_again_since(sj), timedelta(0))
+        waited = max(now - waiting_again_since(sj), timedelta(0))
         return -sj.interrupted_count - min(waited // step, cap), sj.created, sj.key
 
     return sorted(queue, key=rank)
 
 
-def _waiting_again_since(sj: QueuedSJ) -> datetime:
+def waiting_again_since(sj: QueuedSJ) -> datetime:
     """When the SJ's current wait began: its last interruption (else its creation), or its backoff's end."""
     start = sj.waiting_from or sj.created
     return sj.not_before if sj.not_before is not None and sj.not_before > start else start

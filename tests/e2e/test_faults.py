@@ -181,6 +181,37 @@ def test_sigkilled_twenty_times_during_preemptions_counts_every_interruption_onc
                                                             (tmp_path / "operator.log").read_text()[-4000:])
 
 
+def test_a_pod_evicted_while_no_operator_runs_is_an_interruption_when_it_returns(api, namespace, crd, tmp_path,
+                                                                                 recorder):
+    # The operator is gone while the run's pod is evicted and removed; the Job must keep that on record
+    # (its podFailurePolicy fails it) rather than start a replacement that hides it.
+    env = {**os.environ, "POD_NAME": unique("away")}
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    operator = _operator(tmp_path, env=env)
+    try:
+        create_sj(api, namespace, "evicted", sj_spec(run_for="20s", cpu="50m", memory="64Mi"))
+        wait_for("the SJ running", lambda: _phases(api, namespace)["evicted"].get("phase") == "Running", timeout=60)
+        operator.kill()
+        pod = core.list_namespaced_pod(namespace, label_selector="scavenger.dev/run").items[0]
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=namespace))
+        core.create_namespaced_pod_eviction(pod.metadata.name, namespace, body)
+        wait_for("the evicted pod gone", lambda: all(
+            p.metadata.uid != pod.metadata.uid for p in core.list_namespaced_pod(namespace).items), timeout=60)
+        job = batch.read_namespaced_job(pod.metadata.labels["scavenger.dev/run"], namespace)
+        wait_for("the Job controller done with the run", lambda: batch.read_namespaced_job(
+            job.metadata.name, namespace).status.conditions, timeout=30)
+        replacements = [p.metadata.name for p in core.list_namespaced_pod(namespace).items]
+        operator = _operator(tmp_path, env=env)
+        statuses = _wait_all_terminal(api, namespace, 1, timeout=120)
+    finally:
+        operator.stop()
+    st = statuses["evicted"]
+    assert replacements == [], "the Job made a replacement that hides the eviction"
+    assert (st.get("phase"), st.get("interruptedCount"), st.get("attempt")) == ("Succeeded", 1, 2), st
+    assert st.get("lastInterruptionReason") == "Deleted", st
+    assert _launched_twice(recorder, statuses) == 0
+
+
 def _count(api: client.ApiClient, namespace: str, phase: str) -> int:
     return sum(st.get("phase") == phase for st in _phases(api, namespace).values())
 

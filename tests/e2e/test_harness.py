@@ -89,15 +89,17 @@ def test_scheduler_preempts_low_priority_pod_which_terminates_within_grace(api, 
             }
             core.create_namespaced_pod(namespace, high)
 
+            # The scheduler writes the DisruptionTarget condition first and deletes the pod in a second
+            # call, so a read can fall between the two: wait for both.
             def disrupted():
                 pod = core.read_namespaced_pod("low", namespace)
                 cond = pod_condition(pod, "DisruptionTarget")
-                return pod if cond is not None and cond.status == "True" else None
+                marked = cond is not None and cond.status == "True"
+                return pod if marked and pod.metadata.deletion_timestamp is not None else None
 
-            victim = wait_for("DisruptionTarget on the low pod", disrupted, timeout=60)
+            victim = wait_for("DisruptionTarget and deletion on the low pod", disrupted, timeout=60)
             cond = pod_condition(victim, "DisruptionTarget")
             assert cond.reason == "PreemptionByScheduler"
-            assert victim.metadata.deletion_timestamp is not None
             marked = time.monotonic()
 
             def gone():

@@ -35,7 +35,7 @@ def tol(key: str = "", operator: str | None = None, value: str | None = None, ef
 
 
 POD_FAILURE_POLICY = {"rules": [
-    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "NotIn", "values": [0]}},
 ]}
-"""Every run's Job: a disruption never counts against backoffLimit, the app's failure fails it at once."""
+"""Every run's Job: a disruption or the app's failure fails it at once (the Job never makes a replacement)."""

@@ -124,13 +124,24 @@ def controller(kube: FakeKube) -> Controller:
     return Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
 
 
-def test_new_sj_is_queued_and_launched_in_one_pass_job_before_status(controller, kube):
+def test_new_sj_that_fits_is_launched_at_first_sight_in_one_status_write_after_its_job(controller, kube):
+    """Three writes (and the pods' dry run) before it runs: its Job, its status, the Event. No budget yet:
+    that is made when the run is first protected."""
     run(controller, view(sj()))
-    assert kube.kinds() == ["status", "event", "pdb", "job", "status", "event"]
-    assert kube.calls[0][1]["phase"] == "Pending" and kube.calls[1] == ("event", "Queued")
-    assert kube.calls[3] == ("job", "work-r1")
-    assert kube.calls[4][1]["phase"] == "Starting" and kube.calls[4][1]["jobName"] == "work-r1"
-    assert kube.calls[5] == ("event", "Launched")
+    assert kube.kinds() == ["job", "status", "event"]
+    assert kube.calls[0] == ("job", "work-r1") and len(kube.dry_runs) == 1
+    written = kube.calls[1][1]
+    assert written["phase"] == "Starting" and written["jobName"] == "work-r1" and written["attempt"] == 1
+    assert {c["type"]: c["status"] for c in written["conditions"]}["Admitted"] == "True"
+    assert kube.calls[2] == ("event", "Launched")
+
+
+def test_a_new_sj_whose_launch_fails_is_queued_on_the_next_pass(controller, kube):
+    kube.fail["create_job"] = [KubeError(500, "boom")]
+    run(controller, view(sj()))
+    assert kube.kinds() == [], "nothing written: the launch is retried"
+    run(controller, view(sj()))
+    assert kube.kinds() == ["job", "status", "event"] and kube.calls[1][1]["phase"] == "Starting"
 
 
 def test_failed_launch_leaves_the_sj_waiting_and_a_later_pass_launches_it(controller, kube):
@@ -145,10 +156,23 @@ def test_failed_launch_leaves_the_sj_waiting_and_a_later_pass_launches_it(contro
 
 def test_status_conflict_writes_nothing_else_and_the_next_pass_decides_again(controller, kube):
     kube.fail["patch_sj_status"] = [Conflict(409, "Conflict")]
-    run(controller, view(sj()))
+    run(controller, view(sj(cpu="7")))  # does not fit: queued, saying why
     assert kube.kinds() == [], "a decision on stale data is dropped whole"
-    run(controller, view(sj(rv="9")))
+    run(controller, view(sj(rv="9", cpu="7")))
     assert kube.calls[0][1]["phase"] == "Pending"
+
+
+def test_a_launch_at_first_sight_whose_status_write_conflicts_is_adopted_not_repeated(controller, kube):
+    kube.fail["patch_sj_status"] = [Conflict(409, "Conflict")]
+    run(controller, view(sj()))
+    assert kube.kinds() == ["job"], "the Job first; its status write lost"
+    made = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "k",
+                                  "labels": {"scavenger.dev/job-name": "work"}}})
+    jobs = {("ns", "work-r1"): made}
+    run(controller, view(sj(rv="9"), jobs=jobs))  # queued (its run in flight holds its place), then adopted
+    run(controller, view(sj(stored_status(kube), rv="10"), jobs=jobs))
+    assert kube.kinds().count("job") == 1
+    assert stored_status(kube)["jobName"] == "work-r1" and stored_status(kube)["phase"] == "Starting"
 
 
 def test_stale_cache_after_a_launch_does_not_launch_twice(controller, kube):

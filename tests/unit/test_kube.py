@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from tenacity import stop_after_attempt
 
-from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotFound
+from sj_operator.kube import API_THREADS, Conflict, Forbidden, Invalid, Kube, KubeError, NotFound
 
 REASONS = {0: "", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 409: "Conflict",
            422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error",
@@ -241,3 +241,23 @@ def test_every_failed_attempt_is_reported_for_the_metrics() -> None:
     kube.on_error = lambda operation, status: reported.append((operation, status))
     assert asyncio.run(kube._call(read_namespaced_pod)) == "ok"
     assert reported == [("read_namespaced_pod", 503), ("read_namespaced_pod", 429)]
+
+
+def test_every_attempt_is_counted_by_operation_and_calls_run_on_the_clients_own_threads() -> None:
+    """`on_request` feeds scavenger_api_requests_total: a call retried twice counts three attempts."""
+    seen: list[str] = []
+    kube = Kube(api=client.ApiClient(), stop=stop_after_attempt(5), sleep=Sleeps())
+    kube.on_request = seen.append
+
+    def create_namespaced_job(*args: Any) -> str:
+        return flaky(*args)
+
+    flaky = Flaky(api_error(503), api_error(429))
+    assert asyncio.run(kube._call(create_namespaced_job)) == "ok"
+    assert seen == ["create_namespaced_job"] * 3
+    assert len(flaky.threads) >= 1 and threading.get_ident() not in flaky.threads
+    assert kube._threads._max_workers == API_THREADS
+
+
+def test_the_default_client_pools_one_connection_per_worker_thread() -> None:
+    assert Kube().api.configuration.connection_pool_maxsize == API_THREADS

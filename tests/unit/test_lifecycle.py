@@ -7,6 +7,7 @@ Every test builds an immutable snapshot (parsed spec, status, the Job and pods o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -102,9 +103,11 @@ def pod(
     terminations: Sequence[Termination] | None = None,
     disrupted_at: datetime | None = None,
     finished: datetime | None = None,
+    placed: datetime | None = NOW - timedelta(days=1),
 ) -> PodView:
     """Member ``index`` of run ``run``. A Running pod has all containers running unless told otherwise;
-    ``exit_code`` gives its one container a terminated state (that stopped at ``finished``)."""
+    ``exit_code`` gives its one container a terminated state (that stopped at ``finished``). The scheduler
+    decided about it (``placed``) long ago unless told otherwise."""
     if terminations is None:
         if exit_code is None and phase == "Succeeded":
             exit_code, reason = 0, reason or "Completed"
@@ -114,7 +117,7 @@ def pod(
         node="node-1" if phase != "Pending" else None, phase=phase, deleting=deleting,
         requests={"cpu": 1000, "pods": 1000}, disruption=disruption, disrupted_at=disrupted_at,
         terminations=tuple(terminations),
-        all_running=phase == "Running" if all_running is None else all_running, index=index,
+        all_running=phase == "Running" if all_running is None else all_running, index=index, placed=placed,
     )
 
 
@@ -759,6 +762,9 @@ def test_missing_run_without_a_launch_time_is_lost_at_once() -> None:
     assert decide(spec(), before, NO_RUN).status.phase == Phase.INTERRUPTED
 
 
+DISRUPTED_FAILURE = f"PodFailurePolicy: Pod ns/{RUN1}-x has condition DisruptionTarget matching FailJob rule at index 0"
+
+
 @pytest.mark.parametrize(
     ("run", "actions"),
     [
@@ -767,8 +773,11 @@ def test_missing_run_without_a_launch_time_is_lost_at_once() -> None:
                           "(BackoffLimitExceeded: Job has reached the specified backoff limit)"),)),
         (run_of(job(failed=True, failure="BackoffLimitExceeded: Job has reached the specified backoff limit",
                     deleting=True)), ()),
+        # Its podFailurePolicy failed it for a disrupted pod, which is gone: no replacement hid it.
+        (run_of(job(failed=True, failure=DISRUPTED_FAILURE)),
+         (DeleteRun(RUN1, f"run {RUN1} was ended by a disrupted pod that is gone ({DISRUPTED_FAILURE})"),)),
     ],
-    ids=["job-failed-pods-gone", "job-failed-and-deleting"],
+    ids=["job-failed-pods-gone", "job-failed-and-deleting", "job-failed-by-its-pod-failure-policy"],
 )
 def test_failed_job_without_visible_pods_is_an_interruption_never_a_failure(
     run: Run, actions: tuple[DeleteRun, ...]
@@ -1403,7 +1412,6 @@ def test_a_non_zero_exit_counts_as_a_failure_only_once_the_pod_failed(phase: str
 def test_run_that_finished_between_two_looks_records_when_its_pods_ran() -> None:
     """Starting -> Succeeded directly (it ran while no operator was active): the pods' start time
     is recorded as the run's running timestamp; a run seen Running records nothing more."""
-    from dataclasses import replace
 
     ran = replace(pod(0, "Succeeded"), started=NOW - 30 * S)
     result = decide(spec(), starting(), run_of(job(complete=True), ran))
@@ -1425,3 +1433,33 @@ def test_a_member_deleted_from_outside_and_gone_before_a_pass_is_still_the_cause
     pods, _ = with_disrupted({("work", RUN1): (pod(0), pod(2))}, seen, {("work", RUN1): failed})
     result = decide(spec(parallelism=3), running(NOW - M), run_of(failed, *pods[("work", RUN1)]))
     assert result.actions == (DeleteRun(RUN1, f"pod {RUN1}-1 was deleted"),)
+
+
+@pytest.mark.parametrize(
+    ("launched_ago", "pods", "timed_out", "says"),
+    [
+        (2 * M, [(0, 30 * S), (1, 30 * S)], False, ""),
+        (2 * M, [(0, 90 * S), (1, 60 * S)], True, "(2 of 2 not running)"),
+        (2 * M, [(0, 90 * S), (1, 59 * S)], False, ""),
+        (2 * M, [(0, 2 * M)], False, ""),
+        (5 * M - S, [(0, 5 * M)], False, ""),
+        (5 * M, [(0, 5 * M)], True, "1 never made"),
+        (2 * M, [(0, 2 * M), (1, None)], False, ""),
+        (5 * M - S, [(0, 5 * M), (1, None)], False, ""),
+        (5 * M, [(0, 5 * M), (1, None)], True, "1 never looked at by the scheduler"),
+        (5 * M, [(0, None)], True, "1 never made, 1 never looked at by the scheduler"),
+    ],
+    ids=["pods-placed-late", "last-pod-placed-60s-ago", "last-pod-placed-59s-ago", "a-pod-not-made-yet",
+         "pods-missing-just-under-five-timeouts", "pods-missing-five-timeouts", "a-pod-not-placed-yet",
+         "unplaced-just-under-five-timeouts", "unplaced-five-timeouts", "missing-and-unplaced"],
+)
+def test_start_timeout_counts_from_when_the_scheduler_decided_about_the_last_pod(
+    launched_ago: timedelta, pods: list[tuple[int, timedelta | None]], timed_out: bool, says: str
+) -> None:
+    """A control plane slow to make or schedule the Job's pods does not time the run out (the clock starts
+    when the scheduler bound the last pod or found no room for it); a run whose pods are never all made
+    and looked at does, after five start timeouts."""
+    made = [pod(i, "Pending", placed=None if ago is None else NOW - ago) for i, ago in pods]
+    result = decide(spec(parallelism=2), starting(launched=NOW - launched_ago), run_of(job(), *made))
+    assert (result.actions == (DeleteRun(RUN1, "start timeout"),)) is timed_out
+    assert says in (result.status.message or "")

@@ -27,6 +27,8 @@ H = timedelta(hours=1)
     ("pod a: TerminationByKubelet (node shutdown)", "TerminationByKubelet"),
     ("pod a: DeletionByPodGC (PodGC: node no longer exists)", "NodeLost"),
     ("run a-r1 ended without a visible cause (BackoffLimitExceeded)", "NodeLost"),
+    ("run a-r1 was ended by a disrupted pod that is gone (PodFailurePolicy: Pod ns/a-r1-x has condition "
+     "DisruptionTarget matching FailJob rule at index 0)", "Deleted"),
     ("pod a-r1-0-x was deleted", "Deleted"),
     ("run a-r1 disappeared", "Deleted"),
 ])

@@ -218,6 +218,17 @@ PODS: list[tuple[str, dict[str, Any], PodView]] = [
     ("protected", pod(labels={**RUN_LABELS, "scavenger.dev/protected": "true"}), view(protected=True)),
     ("protected=false", pod(labels={**RUN_LABELS, "scavenger.dev/protected": "false"}), view()),
     ("unparsable start time", pod(status={"phase": "Pending", "startTime": "yesterday"}), view()),
+    ("no room: placed when the scheduler first found none",
+     pod(spec={"containers": SPEC["containers"]}, status={"phase": "Pending", "conditions": [
+         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+          "lastTransitionTime": "2025-03-01T12:00:00Z"}]}), view(node=None, placed=T0)),
+    ("bound: placed when bound", pod(creationTimestamp="2025-03-01T11:00:00Z", status={"conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-03-01T12:00:00Z"}]}),
+     view(placed=T0)),
+    ("bound without the condition: placed when made", pod(creationTimestamp="2025-03-01T12:00:00Z"),
+     view(placed=T0)),
+    ("not looked at yet", pod(creationTimestamp="2025-03-01T12:00:00Z", spec={"containers": SPEC["containers"]}),
+     view(node=None)),
 ]
 
 
