@@ -218,7 +218,9 @@ class Controller:
         # Admission is decided on the statuses about to be written, so a waiting SJ's reason (Admitted=False)
         # goes out in the same write as its transition, and only the admitted ones are written twice.
         admitted = self._admission(view, decided, tuple(runs.values()), now)
-        decided = [self._explained(d, admitted, now) for d in decided]
+        if admitted.waiting:
+            waiting = admitted.waiting
+            decided = [self._explained(d, admitted, now) if d.observed.sj.key in waiting else d for d in decided]
         # SJs are independent of each other: their writes go out concurrently; an SJ with nothing to
         # write costs no task.
         # A new SJ admitted at first sight goes from no status to Starting in one write, at its launch.
@@ -278,13 +280,14 @@ class Controller:
     def _in_flight(self, decided: list[Decided]) -> dict[tuple[str, str], InFlightRun]:
         """Runs that are Starting and not fully scheduled: their pods' room is spoken for."""
         runs: dict[tuple[str, str], InFlightRun] = {}
+        starting = Phase.STARTING
         for d in decided:
-            o, result = d.observed, d.step
-            if isinstance(o.spec, InvalidSpec) or result.status.phase != Phase.STARTING or not result.status.job_name:
+            st = d.step.status
+            if st.phase is not starting or not st.job_name or isinstance((o := d.observed).spec, InvalidSpec):
                 continue
             scheduled = sum(1 for p in o.run.pods if p.node)
             if scheduled < o.spec.parallelism:
-                runs[(o.sj.namespace, result.status.job_name)] = in_flight(o.sj, o.spec, scheduled)
+                runs[(o.sj.namespace, st.job_name)] = in_flight(o.sj, o.spec, scheduled)
         return runs
 
     def _waiting(self, d: Decided) -> _Waiting | None:

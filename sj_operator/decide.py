@@ -132,25 +132,37 @@ def _configured(spec: ScavengerJobSpec, index: int) -> ScavengerJobSpec:
 
 
 def decide(observed: Iterable[Observed], now: datetime, cfg: LifecycleConfig,
-           on_error: Callable[[Observed, Exception], None], draining: frozenset[str] = frozenset()) -> list[Decided]:
+           on_error: Callable[[Observed, Exception], None], draining: frozenset[str] = frozenset(),
+           exempt: frozenset[str] | None = None) -> list[Decided]:
     """The state machine for every SJ; steering exempts the runs that should stay unprotected, and runs
-    with a pod on a ``draining`` node hold no protection.
+    with a pod on a ``draining`` node hold no protection. ``exempt``: the steering exemptions when the
+    caller worked them out over more SJs than ``observed`` (else they are worked out here).
 
     A bug in one SJ's decision is reported through ``on_error`` and does not stop the others."""
     observed = list(observed)
-    exempt = steering_exemptions(progress(o, now, cfg.protect_level) for o in observed
-                                 if o.status.phase == Phase.RUNNING and not isinstance(o.spec, InvalidSpec))
+    if exempt is None:
+        exempt = exemptions(observed, now, cfg)
     decided = []
     for o in observed:
         try:
-            on_drained = bool(draining) and any(p.node in draining for p in o.run.pods if not p.terminal)
             result = step(o.spec, o.status, o.run, now, cfg, sj_name=o.sj.name, exempt=o.sj.key in exempt,
-                          draining=on_drained)
+                          draining=on_draining(o, draining))
         except Exception as exc:
             on_error(o, exc)
             continue
         decided.append(Decided(o, result))
     return decided
+
+
+def exemptions(observed: Iterable[Observed], now: datetime, cfg: LifecycleConfig) -> frozenset[str]:
+    """Victim steering over the running SJs among ``observed`` (`policy.priority.steering_exemptions`)."""
+    return steering_exemptions(progress(o, now, cfg.protect_level) for o in observed
+                               if o.status.phase == Phase.RUNNING and not isinstance(o.spec, InvalidSpec))
+
+
+def on_draining(o: Observed, draining: frozenset[str]) -> bool:
+    """Whether a live pod of the SJ's run is on one of the ``draining`` nodes."""
+    return bool(draining) and any(p.node in draining for p in o.run.pods if not p.terminal)
 
 
 def nodes_being_drained(view: ClusterView) -> frozenset[str]:

@@ -7,7 +7,8 @@ object as last pass" means "unchanged". On that:
   entry is made once per version;
 * an SJ whose object, status and run are the ones of the last pass is observed as it was then; when the
   state machine found nothing to do for it, that quiet result is kept until time alone could change it
-  (``lifecycle.quiet_until``), so a queue of thousands costs no state machine step per pass;
+  (``lifecycle.quiet_until``: a backoff's end, a running SJ's next level or period), so a queue of
+  thousands and runs between two levels cost no state machine step per pass;
 * what the active pods request, per node, per namespace and in all, is kept up to date by the pods that
   changed (``PodSums``), and the admission's node views are rebuilt only for nodes whose pods or
   object changed;
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sj_operator.api import InvalidSpec, ScavengerJobSpec, ScavengerJobStatus, SpecLimits, parse_spec, parse_status
 from sj_operator.decide import (
@@ -31,7 +32,9 @@ from sj_operator.decide import (
     Observed,
     RunKey,
     decide,
+    exemptions,
     observe_one,
+    on_draining,
     queued,
     quota_table,
     run_keys,
@@ -56,6 +59,8 @@ class _Seen:
     known: tuple[RunKey, ...]
     decided: Decided | None = None
     until: datetime | None = None
+    flags: tuple[bool, bool] = (False, False)
+    """The steering exemption and the drain the quiet decision was made with."""
 
 
 @dataclass
@@ -207,34 +212,39 @@ class PassMemo:
 
     def decide(self, observed: tuple[Observed, ...], now: datetime, cfg: LifecycleConfig, *,
                on_error: Callable[[Observed, Exception], None], draining: frozenset[str]) -> list[Decided]:
-        """``decide.decide``, reusing each quiet decision while its SJ is observed as it was and its
-        ``quiet_until`` has not come; the others are decided afresh (victim steering among them, since a
-        running SJ is never reused)."""
-        reused: dict[str, Decided] = {}
+        """``decide.decide``, reusing each quiet decision while its SJ is observed as it was, its
+        ``quiet_until`` has not come and steering and drains treat it as they did; the others are decided
+        afresh. Steering itself is worked out over all running SJs at every pass."""
+        # Steering looks at every running SJ, reused or not; a reused decision was made with the same
+        # exemption and drain as now.
+        exempt = exemptions(observed, now, cfg)
+        slots: list[Decided | None] = []  # the reused decision, or None where it is decided afresh
         pending: list[Observed] = []
+        seen_of = self._seen.get
         for o in observed:
-            seen = self._seen.get(o.sj.uid)
-            if (seen is not None and seen.decided is not None and seen.observed is o and seen.until is not None
-                    and now < seen.until):
-                reused[o.sj.uid] = seen.decided
+            seen = seen_of(o.sj.uid)
+            if (seen is not None and seen.observed is o and seen.decided is not None and seen.until is not None
+                    and now < seen.until and seen.flags == (o.sj.key in exempt, on_draining(o, draining))):
+                slots.append(seen.decided)
             else:
+                slots.append(None)
                 pending.append(o)
         if not pending:
-            return [reused[o.sj.uid] for o in observed]
-        fresh = {d.observed.sj.uid: d for d in decide(pending, now, cfg, on_error=on_error, draining=draining)}
+            return cast(list[Decided], slots)
+        fresh = {d.observed.sj.uid: d
+                 for d in decide(pending, now, cfg, on_error=on_error, draining=draining, exempt=exempt)}
         for d in fresh.values():
-            seen = self._seen.get(d.observed.sj.uid)
-            if seen is None or seen.observed is not d.observed:
+            o = d.observed
+            seen = seen_of(o.sj.uid)
+            if seen is None or seen.observed is not o:
                 continue
-            quiet = not (d.step.events or d.step.actions) and d.step.status == d.observed.status
-            seen.until = quiet_until(d.observed.spec, d.observed.status, now) if quiet else None
+            quiet = not (d.step.events or d.step.actions) and d.step.status == o.status
+            seen.until = quiet_until(o.spec, o.status, now, run=o.run, cfg=cfg) if quiet else None
             seen.decided = d if seen.until is not None else None
-        out = []
-        for o in observed:
-            one = reused.get(o.sj.uid) or fresh.get(o.sj.uid)
-            if one is not None:  # None: its decision failed (reported through on_error)
-                out.append(one)
-        return out
+            seen.flags = (o.sj.key in exempt, on_draining(o, draining))
+        # None left: its decision failed (reported through on_error).
+        return [one for o, slot in zip(observed, slots, strict=True)
+                if (one := slot if slot is not None else fresh.get(o.sj.uid)) is not None]
 
     def admission(self, view: ClusterView, queue: tuple[QueuedSJ, ...], runs: tuple[InFlightRun, ...],
                   now: datetime, config: PolicyConfig) -> AdmissionPass:

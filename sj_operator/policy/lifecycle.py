@@ -46,6 +46,7 @@ from sj_operator.policy.priority import (
     launch_class,
     protection_expired,
     running_level,
+    steady_until,
 )
 from sj_operator.settings import (
     DEFAULT_MAX_PROTECTION,
@@ -222,11 +223,14 @@ FOREVER = datetime.max.replace(tzinfo=UTC)
 """``quiet_until`` of a result only a change of its inputs can change."""
 
 
-def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus, now: datetime) -> datetime | None:
+def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus, now: datetime, *,
+                run: Run | None = None, cfg: LifecycleConfig | None = None) -> datetime | None:
     """Until when (exclusive) ``step``, having found nothing to do for these inputs at ``now``, finds the
     same as time goes on: ``FOREVER`` when only a change of the inputs can change it; None when the answer
-    moves with time in ways not tracked here (a launched run: its start timeout, its running priority),
-    so it is computed at every pass. A decision loop may reuse the quiet result until then."""
+    moves with time in ways not tracked here (a starting run's start timeout, a run the watch does not
+    show yet), so it is computed at every pass. A running SJ (given its ``run`` and ``cfg``) is quiet
+    until its level, its period or its protection's expiry moves (``priority.steady_until``), for the
+    same ``exempt`` and ``draining``. A decision loop may reuse the quiet result until then."""
     if isinstance(spec, InvalidSpec):
         return FOREVER if status.phase == Phase.FAILED else None
     phase = status.phase
@@ -235,6 +239,10 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
     if phase in WAITING:
         # Waiting with no run to adopt: the only clock is the backoff, which makes it eligible.
         return status.not_before if status.not_before is not None and status.not_before > now else FOREVER
+    if (phase == Phase.RUNNING and run is not None and run.job is not None and cfg is not None
+            and status.priority_start_over_timestamp is not None):
+        return steady_until(now, status.priority_start_over_timestamp, spec.duration, spec.priority_levels,
+                            cfg.protect_level, cfg.max_protection)
     return None
 
 

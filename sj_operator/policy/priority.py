@@ -97,6 +97,23 @@ def protection_expired(now: datetime, period_start: datetime, duration: timedelt
     return now - begins >= max_protection
 
 
+def steady_until(now: datetime, period_start: datetime, duration: timedelta, levels: int, protect_from_level: int,
+                 max_protection: timedelta) -> datetime | None:
+    """The first moment after ``now`` at which the current period's start, ``running_level`` or
+    ``protection_expired`` can change (an exclusive bound: all three are the same at every moment before
+    it); None before ``period_start``, where this is not worked out."""
+    if now < period_start:
+        return None
+    whole, into, period = _elapsed_periods(now, period_start, duration)
+    current = period_start + whole * duration
+    level = into * levels // period
+    # The smallest offset into the period whose level is above this one: the next level, or the next
+    # period when this is the last level.
+    until = current + (-(-(level + 1) * period // levels)) * _MICROSECOND
+    expires = current + duration * protect_from_level / levels + max_protection
+    return expires if now < expires < until else until
+
+
 @dataclass(frozen=True)
 class RunProgress:
     """A running SJ as victim steering sees it."""

@@ -21,6 +21,7 @@ from sj_operator.memo import PassMemo, PodSums
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject
 from sj_operator.policy.admission import decide_pass, settled_until
 from sj_operator.policy.lifecycle import FOREVER, LifecycleConfig, Run, quiet_until, step
+from sj_operator.policy.priority import steady_until
 from sj_operator.policy.queue import PolicyConfig
 from sj_operator.policy.snapshot import QueuedSJ, Shape
 from sj_operator.resources import accumulate, freeze, total
@@ -93,6 +94,57 @@ def test_a_quiet_step_gives_the_same_result_until_quiet_until(
         at = NOW + minutes * M
         if at < until:
             assert step(spec_, status_, run, at, CFG, sj_name=SJ) == first
+
+
+# --- a running SJ: quiet until its level, its period or its protection's expiry moves -----------
+
+@pytest.mark.parametrize(("since", "max_protection", "until"), [
+    pytest.param(NOW, H, NOW + 10 * M, id="level-0-until-level-1"),
+    pytest.param(NOW - 15 * M, H, NOW + 5 * M, id="level-1-until-level-2"),
+    pytest.param(NOW - 25 * M, H, NOW + 5 * M, id="last-level-until-the-next-period"),
+    pytest.param(NOW - 95 * M, H, NOW + 5 * M, id="periods-later"),
+    pytest.param(NOW - 12 * M, 5 * M, NOW + 3 * M, id="protection-expires-first"),
+    pytest.param(NOW - 17 * M, 5 * M, NOW + 3 * M, id="protection-expired-already"),
+    pytest.param(NOW + M, H, None, id="before-its-start"),
+])
+def test_steady_until(since: datetime, max_protection: timedelta, until: datetime | None) -> None:
+    """30-minute periods in 3 levels, protected from level 1 (10 minutes into a period)."""
+    assert steady_until(NOW, since, 30 * M, 3, 1, max_protection) == until
+
+
+RUNNING_RUN = run_of(job(), pod(0, "Running"))
+
+
+def test_a_running_sj_is_quiet_only_with_its_run_and_the_config() -> None:
+    spec_, st_ = spec(duration="30m", priorityLevels=3), running(since=NOW - 5 * M)
+    assert quiet_until(spec_, st_, NOW) is None
+    assert quiet_until(spec_, st_, NOW, run=Run(job=None), cfg=CFG) is None, "a run not seen yet has a grace"
+    assert quiet_until(spec_, st_, NOW, run=RUNNING_RUN, cfg=CFG) == NOW + 5 * M
+
+
+@settings(max_examples=400, deadline=None)
+@given(into=st.integers(0, 100 * 60 * 10**6), levels=st.integers(1, 5), protect=st.integers(0, 5),
+       max_protection=st.integers(1, 40), exempt=st.booleans(), draining=st.booleans(),
+       later=st.lists(st.integers(0, 40 * 60 * 10**6), min_size=1, max_size=6))
+def test_a_quiet_running_step_is_the_same_until_quiet_until_and_moves_there(
+        into: int, levels: int, protect: int, max_protection: int, exempt: bool, draining: bool,
+        later: list[int]) -> None:
+    """A running SJ whose status is as a pass at ``now`` left it: every step before ``quiet_until`` is
+    the very same, and at that moment something moves (unless only the expiry of a protection that
+    steering or a drain already took away falls there)."""
+    spec_ = spec(duration="30m", priorityLevels=levels)
+    cfg = replace(CFG, protect_level=protect, max_protection=max_protection * M)
+    flags = {"sj_name": SJ, "exempt": exempt, "draining": draining}
+    settled = step(spec_, running(since=NOW - timedelta(microseconds=into)), RUNNING_RUN, NOW, cfg, **flags).status
+    first = step(spec_, settled, RUNNING_RUN, NOW, cfg, **flags)
+    assert not (first.events or first.actions) and first.status == settled
+    until = quiet_until(spec_, settled, NOW, run=RUNNING_RUN, cfg=cfg)
+    assert until is not None and until > NOW
+    for offset in later:
+        at = NOW + timedelta(microseconds=offset)
+        if at < until:
+            assert step(spec_, settled, RUNNING_RUN, at, cfg, **flags) == first
+    assert step(spec_, settled, RUNNING_RUN, until, cfg, **flags) != first or exempt or draining
 
 
 # --- admission.settled_until: how long an admission pass stays the same ------------------------
@@ -240,6 +292,11 @@ RAW_STATUSES: list[dict[str, Any]] = [
     {"phase": "Running", "attempt": 1, "jobName": "{name}-1", "launchedTimestamp": (NOW - 20 * M).isoformat(),
      "runningTimestamps": [(NOW - 19 * M).isoformat()], "priorityStartOverTimestamp": (NOW - 19 * M).isoformat(),
      "runningPriority": 0, "protected": False},
+    # Running as a pass at NOW leaves it (10-minute periods in 3 levels, protected from level 1): quiet
+    # until its next level, while steering does not exempt it.
+    {"phase": "Running", "attempt": 1, "jobName": "{name}-1", "launchedTimestamp": (NOW - 20 * M).isoformat(),
+     "runningTimestamps": [(NOW - 19 * M).isoformat()], "priorityStartOverTimestamp": (NOW - 5 * M).isoformat(),
+     "runningPriority": 1, "protected": True},
     {},
 ]
 
@@ -303,6 +360,48 @@ def test_the_memo_decides_exactly_as_the_pure_functions_pass_after_pass(evolutio
         if queue:
             assert memo.admission(view, queue, (), now, policy) == decide_pass(
                 admission_snapshot(view, queue, ()), now, policy)
+
+
+@pytest.mark.parametrize("drain_at", [None, 7, 20])
+def test_running_sjs_reused_between_levels_are_decided_as_the_pure_functions(drain_at: int | None) -> None:
+    """Three runs on one node, their statuses written back after every pass as the operator would, the
+    clock moving 47 s a pass across many levels and periods (10 minutes in 3 levels); the node is drained
+    for a few passes from ``drain_at``. Every pass the memo decides as the pure functions do, and most
+    passes reuse the quiet runs."""
+    memo, cfg = PassMemo(DEFAULT_LIMITS), LifecycleConfig()
+    names = ["sj0", "sj1", "sj2"]
+    sjs = {name: an_sj(i, 1, {"phase": "Running", "attempt": 1, "jobName": f"{name}-1",
+                              "launchedTimestamp": (NOW - 20 * M).isoformat(),
+                              "runningTimestamps": [(NOW - (19 - 2 * i) * M).isoformat()],
+                              "priorityStartOverTimestamp": (NOW - (19 - 2 * i) * M).isoformat()})
+           for i, name in enumerate(names)}
+    jobs = {("ns", f"{n}-1"): JobView(namespace="ns", name=f"{n}-1", uid=f"j{n}", sj=n, deleting=False,
+                                      complete=False, failed=False, created=NOW - 20 * M) for n in names}
+    pods = {("ns", f"{n}-1"): (run_pod(n, "Running", 0),) for n in names}
+    active = tuple(p for ps in pods.values() for p in ps)
+
+    def fresh(sj: SJObject) -> tuple[str, Any]:
+        return sj.resource_version, sj.status
+
+    def failed(o: Any, exc: Exception) -> None:
+        raise exc
+
+    reused = 0
+    with mock.patch("sj_operator.memo.decide", wraps=decide) as stepped:
+        for k in range(60):
+            now = NOW + k * timedelta(seconds=47)
+            draining = frozenset({"n0"}) if drain_at is not None and drain_at <= k < drain_at + 4 else frozenset()
+            view = ClusterView(sjs=tuple(sjs.values()), jobs=jobs, run_pods=pods, active_pods=active, nodes=NODES)
+            stepped.reset_mock()
+            mine = memo.observe(view, handles=lambda ns: True, fresh=fresh)
+            decided = memo.decide(mine.sjs, now, cfg, on_error=failed, draining=draining)
+            assert decided == decide(mine.sjs, now, cfg, on_error=failed, draining=draining), f"pass {k}"
+            reused += len(names) - sum(len(c.args[0]) for c in stepped.call_args_list)
+            for d in decided:  # the written status comes back through the watch
+                if d.step.status != d.observed.status:
+                    name = d.observed.sj.name
+                    sjs[name] = replace(sjs[name], resource_version=str(k + 2), status=d.step.status.to_patch())
+    assert reused > 60, "quiet runs between levels are not stepped again"
 
 
 # --- the controller: a steady pass does no per-SJ work ------------------------------------------------
