@@ -11,7 +11,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup venv binaries mpi lint chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-e2e e2e-kind \
+.PHONY: setup venv binaries mpi lint chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-loop bench-e2e bench-scale e2e-kind \
 	mutation clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
@@ -106,10 +106,20 @@ crd: venv ## regenerate crds/ from the model
 bench: venv
 	$(PY) benchmarks/bench_policy.py
 
+bench-loop: venv ## one pass of the decision loop at 11,000 SJs and 1,000 nodes, simulated API (a minute)
+	$(PY) benchmarks/bench_loop.py $(BENCH_ARGS)
+
 bench-e2e: venv ## SJ creation -> Job latency, operator in-process, against the cluster in $$KUBECONFIG
 	@test -n "$${KUBECONFIG:-}" || { echo "bench-e2e: set KUBECONFIG to a running cluster (hack/cluster up prints it)" >&2; exit 1; }
 	$(PY) benchmarks/bench_e2e.py $(BENCH_ARGS)
 	$(PY) benchmarks/bench_e2e.py --burst $(BENCH_ARGS)
+
+bench-scale: setup ## on demand: SJs beside plain Jobs on kwok nodes, table and plot (BENCH_ARGS='--sjs 2000 --nodes 200 --settle 120': 21 min)
+	$(PIP) install --quiet -e '.[bench]'
+	@started=; if ! hack/cluster status >/dev/null 2>&1; then hack/cluster up; started=1; fi; \
+	  trap '[[ -z "$$started" ]] || hack/cluster down' EXIT; \
+	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) benchmarks/bench_scale.py --plot docs/bench-scale.png \
+	    --json docs/bench-scale.json $(BENCH_ARGS)
 
 clean: cluster-down
 	rm -rf .bin $(VENV)

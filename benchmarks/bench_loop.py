@@ -6,8 +6,10 @@ A simulated API takes the operator's writes and feeds them back into the next pa
 patched, Jobs created, their pods Running on the nodes the pure placement would pick), so the cluster
 settles exactly as the operator itself leaves it: ``--running`` SJs running and ``--waiting`` SJs
 queued behind a full threshold. Once a pass writes nothing, the passes timed are steady-state ones:
-what the operator spends on every watch event at that size. Printed: median, p95 and max of a pass,
-and the API calls the timed passes made (none is expected).
+what the operator spends on every watch event at that size. Three kinds of pass are timed, the clock
+one second further each time: nothing changed; one waiting SJ's object replaced; a pod of another
+workload landed on a node (its node's sums move, so the admission is decided again). Printed: median, p95 and
+max of each, and the API calls the timed passes made (none is expected).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import argparse
 import asyncio
 import statistics
 import time
-from datetime import UTC, datetime
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sj_operator.config import OperatorConfig
@@ -39,6 +43,8 @@ class SimulatedAPI:
         self.calls = 0
         self.free_node = 0
         self.nodes: list[NodeInfo] = []
+        self.running = self.waiting = 0
+        self.others: list[PodView] = []
 
     async def patch_sj_status(self, namespace: str, name: str, status: dict[str, Any], rv: str | None) -> Any:
         self.calls += 1
@@ -100,13 +106,14 @@ class SimulatedAPI:
         return True
 
     def view(self) -> ClusterView:
-        active = tuple(p for pods in self.pods.values() for p in pods)
+        active = (*(p for pods in self.pods.values() for p in pods), *self.others)
         return ClusterView(sjs=tuple(self.sjs.values()), jobs=dict(self.jobs), run_pods=dict(self.pods),
                            active_pods=active, nodes=tuple(self.nodes))
 
 
 def cluster(waiting: int, running: int, nodes: int) -> SimulatedAPI:
     api = SimulatedAPI()
+    api.running, api.waiting = running, waiting
     # Nodes sized so that `running` one-CPU SJs take the 70 % threshold, and the rest wait behind it.
     cpu = -(-running * CORE * 10 // (7 * nodes))
     api.nodes = [NodeInfo(name=f"node-{i:04d}", allocatable={"cpu": cpu, "memory": 256 * 2**30 * 1000,
@@ -130,24 +137,57 @@ async def settle(controller: Controller, api: SimulatedAPI, limit: int = 50) -> 
     raise RuntimeError(f"the cluster did not settle in {limit} passes")
 
 
+def summary(times: list[float]) -> str:
+    times = sorted(times)
+    p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
+    return f"median {statistics.median(times):.0f} ms, p95 {p95:.0f} ms, max {times[-1]:.0f} ms"
+
+
+def touch_sj(api: SimulatedAPI, i: int) -> None:
+    """A waiting SJ's object is replaced (a label edit, say): a new version with the same spec and status."""
+    waiting = [sj for sj in api.sjs.values() if sj.status.get("phase") != "Running"]
+    sj = waiting[i % len(waiting)]
+    api.rv += 1
+    api.sjs[(sj.namespace, sj.name)] = replace(sj, resource_version=str(api.rv))
+
+
+def other_pod(api: SimulatedAPI, i: int) -> None:
+    """A pod of another workload lands on a node: the node's requests move, so the admission is decided
+    again."""
+    api.others.append(pod_view({
+        "metadata": {"namespace": "other", "name": f"other-{i}", "uid": f"other-{i}"},
+        "spec": {"nodeName": api.nodes[i % len(api.nodes)].name,
+                 "containers": [{"name": "c", "resources": {"requests": {"cpu": "10m"}}}]},
+        "status": {"phase": "Running"}}))
+
+
 async def main(args: argparse.Namespace) -> None:
     api = cluster(args.waiting, args.running, args.nodes)
-    controller = Controller(api, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    clock = [NOW]
+    controller = Controller(api, OperatorConfig(), clock=lambda: clock[0])  # type: ignore[arg-type]
     started = time.perf_counter()
     passes = await settle(controller, api)
     running = sum(1 for sj in api.sjs.values() if sj.status.get("phase") == "Running")
     print(f"settled in {passes} passes ({time.perf_counter() - started:.1f}s): {running} running, "
-          f"{len(api.sjs) - running} waiting, {len(api.nodes)} nodes")
-    view, calls, times = api.view(), api.calls, []
-    for _ in range(args.passes):
-        t0 = time.perf_counter()
-        await controller.reconcile(view)
-        times.append((time.perf_counter() - t0) * 1000)
-    times.sort()
-    p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
-    print(f"steady-state pass over {len(api.sjs)} SJs and {len(api.nodes)} nodes, {args.passes} passes: "
-          f"median {statistics.median(times):.0f} ms, p95 {p95:.0f} ms, max {times[-1]:.0f} ms; "
-          f"API calls {api.calls - calls}")
+          f"{len(api.sjs) - running} waiting, {len(api.nodes)} nodes", flush=True)
+    calls = api.calls
+    scenarios: list[tuple[str, Callable[[int], None]]] = [
+        ("steady-state pass (nothing changed)", lambda i: None),
+        ("pass after one waiting SJ changed", lambda i: touch_sj(api, i)),
+        ("pass after another workload's pod landed (admission decided again)", lambda i: other_pod(api, i)),
+    ]
+    for what, change in scenarios:
+        times = []
+        for i in range(args.passes):
+            change(i)
+            view = api.view()
+            clock[0] += timedelta(seconds=1)  # passes come one after another, as watch events arrive
+            t0 = time.perf_counter()
+            await controller.reconcile(view)
+            times.append((time.perf_counter() - t0) * 1000)
+        print(f"{what} over {len(api.sjs)} SJs and {len(api.nodes)} nodes, {args.passes} passes: {summary(times)}",
+              flush=True)
+    print(f"API calls during the timed passes: {api.calls - calls} (none is expected)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,601 @@
+"""Scale and speed on the local cluster, side by side with the floor and with plain Jobs.
+
+Run: ``make bench-scale`` (starts the local cluster when none runs), or with KUBECONFIG set:
+``python benchmarks/bench_scale.py [--sjs 10000] [--nodes 1000] [--plot docs/bench-scale.png]``.
+
+One workload, seeded: ``--sjs`` units of work, most one pod, ``--gang-share`` of them gangs of 2 to 16
+pods (100m CPU, 64Mi each), on ``--nodes`` kwok nodes made for the run (8 CPU, 32Gi, tainted so nothing
+else lands there). It goes through the same cluster three ways:
+
+1. **The floor**: the work as plain low-priority Jobs created directly (Indexed for gangs), 8 client
+   threads. The operator can never be faster than this. Once their pods run, a stream of
+   high-priority pods arrives (Poisson, ``--rate`` per second for ``--stream`` seconds, each needing
+   most of a node for 20 s): the default scheduler alone picks the victims. A plain Job's preempted pod
+   starts again from nothing, so the work it lost is how long it had run; for a gang, every member's
+   (its app stops when one member goes), counted as the members times the preempted pod's run.
+2. **The operator**: the same work as ScavengerJobs (checkpoint period ``--period``) created in one
+   burst by 8 client threads, the operator running as its own process with its default settings
+   (threshold 70 %, victim steering at protect level 1). Measured: SJs launched per second, from the
+   first create to the last Job; each SJ's time from its create call to a watch seeing its Job (p50,
+   p99); the operator's API calls per SJ by operation; its peak RSS; the API server's CPU. Then the
+   same stream of high-priority pods; an interrupted SJ lost the time since its checkpoint period
+   began, for every pod of its gang (``policy.lifecycle.lost_work``, the operator's own estimate).
+3. The two side by side: throughput as a ratio of the floor, and the work lost per high-priority pod.
+
+Progress is printed as it goes; the result is a table, optionally a JSON file and a PNG plot
+(matplotlib). Everything the run made (nodes, namespaces, PriorityClasses) is deleted at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+for path in (REPO, REPO / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from bench_e2e import Recorder, create_namespace, delete_namespace, ensure_crd, percentile  # noqa: E402
+from kubernetes import client, config, watch  # noqa: E402
+from kubernetes.client.rest import ApiException  # noqa: E402
+
+from sj_operator.api import parse_duration  # noqa: E402
+from sj_operator.names import GROUP, PLURAL, VERSION  # noqa: E402
+from sj_operator.observed import parse_time  # noqa: E402
+from sj_operator.policy.lifecycle import lost_work  # noqa: E402
+from tests.e2e.kube import unique  # noqa: E402
+
+BENCH_LABEL = "scavenger.dev/bench"
+TAINT = {"key": BENCH_LABEL, "value": "scale", "effect": "NoSchedule"}
+SELECTOR = {BENCH_LABEL: "scale"}
+TOLERATIONS = [{"key": BENCH_LABEL, "operator": "Equal", "value": "scale", "effect": "NoSchedule"}]
+LOW, HIGH = "bench-scale-low", "bench-scale-high"
+POD_CPU, POD_MEMORY = "100m", "64Mi"
+WRITE_VERBS = ("create_", "patch_", "replace_", "delete_")
+GANG_ANNOTATION = "bench.scavenger.dev/gang-size"
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# --- the workload ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Workload:
+    gangs: tuple[int, ...]
+    """Pods of each unit of work, in creation order."""
+    arrivals: tuple[tuple[float, int], ...]
+    """High-priority pods: (seconds after the stream starts, node CPU it needs)."""
+
+    @property
+    def pods(self) -> int:
+        return sum(self.gangs)
+
+
+def workload(units: int, gang_share: float, rate: float, stream: float, node_cpu: int, seed: int) -> Workload:
+    rnd = random.Random(seed)
+    gangs = tuple(rnd.randint(2, 16) if rnd.random() < gang_share else 1 for _ in range(units))
+    arrivals: list[tuple[float, int]] = []
+    at = rnd.expovariate(rate) if rate > 0 else stream
+    while at < stream:
+        arrivals.append((at, node_cpu - 1))
+        at += rnd.expovariate(rate)
+    return Workload(gangs, tuple(arrivals))
+
+
+def pod_spec(priority_class: str) -> dict[str, Any]:
+    return {"priorityClassName": priority_class, "nodeSelector": SELECTOR, "tolerations": TOLERATIONS,
+            "terminationGracePeriodSeconds": 1, "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 36000"],
+                            "resources": {"requests": {"cpu": POD_CPU, "memory": POD_MEMORY}}}]}
+
+
+def plain_job(name: str, pods: int) -> dict[str, Any]:
+    """What a user would otherwise submit: a low-priority Job (Indexed for a gang)."""
+    spec: dict[str, Any] = {"parallelism": pods, "completions": pods, "backoffLimit": 1000,
+                            "template": {"metadata": {"labels": {BENCH_LABEL: "plain"},
+                                                      "annotations": {GANG_ANNOTATION: str(pods)}},
+                                         "spec": pod_spec(LOW)}}
+    if pods > 1:
+        spec["completionMode"] = "Indexed"
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
+
+
+def scavenger_job(name: str, pods: int, period: str) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ScavengerJob", "metadata": {"name": name},
+            "spec": {"image": "busybox:1.36", "command": ["sh", "-c", "sleep 36000"], "parallelism": pods,
+                     "duration": period, "terminationGracePeriodSeconds": 1,
+                     "resources": {"requests": {"cpu": POD_CPU, "memory": POD_MEMORY}},
+                     "nodeSelector": SELECTOR, "tolerations": TOLERATIONS}}
+
+
+def high_pod(name: str, cpu: int) -> dict[str, Any]:
+    spec = pod_spec(HIGH)
+    spec["containers"][0]["resources"] = {"requests": {"cpu": str(cpu), "memory": "1Gi"}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": {"sim.scavenger.dev/run-for": "20s"}}, "spec": spec}
+
+
+# --- the cluster ----------------------------------------------------------------------------
+
+def in_parallel(fn: Callable[[int], None], count: int, threads: int, what: str) -> float:
+    """Runs ``fn(i)`` for every i, ``threads`` at a time, printing progress; the seconds it took."""
+    done = [0]
+    lock = threading.Lock()
+    start = time.monotonic()
+
+    def one(i: int) -> None:
+        fn(i)
+        with lock:
+            done[0] += 1
+            if done[0] % max(1, count // 10) == 0:
+                log(f"  {what}: {done[0]}/{count} ({time.monotonic() - start:.0f}s)")
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(one, range(count)))
+    return time.monotonic() - start
+
+
+def retrying(call: Callable[[], Any]) -> Any:
+    """A client call retried on 429/5xx and connection trouble (the API server is loaded here)."""
+    for attempt in range(30):
+        try:
+            return call()
+        except ApiException as exc:
+            if exc.status not in (429, 500, 502, 503, 504) or attempt == 29:
+                raise
+        except OSError:
+            if attempt == 29:
+                raise
+        time.sleep(min(0.2 * 2 ** attempt, 5))
+    return None
+
+
+def make_nodes(core: client.CoreV1Api, count: int, cpu: int, threads: int) -> list[str]:
+    names = [f"scale-{i:04d}" for i in range(count)]
+
+    def create(i: int) -> None:
+        body = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": names[i], "annotations": {"kwok.x-k8s.io/node": "fake"},
+                             "labels": {**SELECTOR, "type": "kwok", "kubernetes.io/hostname": names[i]}},
+                "spec": {"taints": [TAINT]},
+                "status": {"allocatable": {"cpu": str(cpu), "memory": "32Gi", "pods": "110"},
+                           "capacity": {"cpu": str(cpu), "memory": "32Gi", "pods": "110"}}}
+        try:
+            retrying(lambda: core.create_node(body))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    in_parallel(create, count, threads, "nodes created")
+    deadline = time.monotonic() + 600
+    while True:
+        nodes = core.list_node(label_selector=f"{BENCH_LABEL}=scale").items
+        ready = sum(1 for n in nodes if any(c.type == "Ready" and c.status == "True"
+                                            for c in n.status.conditions or []))
+        if ready >= count:
+            return names
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {ready} of {count} nodes Ready after 600s")
+        log(f"  {ready}/{count} nodes Ready")
+        time.sleep(5)
+
+
+def delete_nodes(core: client.CoreV1Api) -> None:
+    try:
+        core.delete_collection_node(label_selector=f"{BENCH_LABEL}=scale")
+    except ApiException as exc:
+        print(f"could not delete the benchmark's nodes: {exc.status} {exc.reason}", file=sys.stderr)
+
+
+@contextmanager
+def priority_classes(scheduling: client.SchedulingV1Api) -> Iterator[None]:
+    for name, value in ((LOW, -100), (HIGH, 1000)):
+        body = {"metadata": {"name": name}, "value": value, "globalDefault": False,
+                "preemptionPolicy": "Never" if value < 0 else "PreemptLowerPriority"}
+        try:
+            scheduling.create_priority_class(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    try:
+        yield
+    finally:
+        for name in (LOW, HIGH):
+            with suppress(ApiException):
+                scheduling.delete_priority_class(name)
+
+
+def process_cpu(pattern: str) -> float | None:
+    """CPU seconds (user + system) of the first process whose command line contains ``pattern``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if pattern in cmdline and "bench_scale" not in cmdline:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            continue
+    return None
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+@dataclass
+class Stream:
+    """High-priority pods arriving on schedule; the victims' lost work as the caller measures it."""
+    core: client.CoreV1Api
+    namespace: str
+    arrivals: tuple[tuple[float, int], ...]
+    made: list[str] = field(default_factory=list)
+
+    def run(self) -> None:
+        start = time.monotonic()
+        for i, (at, cpu) in enumerate(self.arrivals):
+            time.sleep(max(0.0, start + at - time.monotonic()))
+            name = f"high-{i:04d}"
+            retrying(lambda n=name, c=cpu: self.core.create_namespaced_pod(self.namespace, high_pod(n, c)))
+            self.made.append(name)
+        log(f"  {len(self.made)} high-priority pods arrived over {time.monotonic() - start:.0f}s")
+
+
+def watch_preempted_pods(core: client.CoreV1Api, namespace: str, stop: threading.Event,
+                         lost: dict[str, float]) -> threading.Thread:
+    """Records, for each plain pod the scheduler preempts, how long it had run (its lost work)."""
+    rv = core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
+
+    def run() -> None:
+        nonlocal rv
+        api = client.CoreV1Api(client.ApiClient())
+        while not stop.is_set():
+            try:
+                for event in watch.Watch().stream(api.list_namespaced_pod, namespace, resource_version=rv,
+                                                  label_selector=f"{BENCH_LABEL}=plain", timeout_seconds=20):
+                    pod = event["object"]
+                    rv = pod.metadata.resource_version
+                    cond = next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget"
+                                 and c.status == "True"), None)
+                    if cond is not None and pod.metadata.uid not in lost and pod.status.start_time is not None:
+                        # A gang's app stops when one member goes: every member lost what it had run.
+                        members = int((pod.metadata.annotations or {}).get(GANG_ANNOTATION, "1"))
+                        lost[pod.metadata.uid] = members * max(
+                            (cond.last_transition_time - pod.status.start_time).total_seconds(), 0.0)
+                    if stop.is_set():
+                        break
+            except ApiException as exc:
+                if exc.status == 410:
+                    rv = core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
+            except Exception:  # a dropped connection: resume from the last version seen
+                time.sleep(0.5)
+
+    thread = threading.Thread(target=run, name="preempted pods", daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_until(what: str, probe: Callable[[], tuple[bool, str]], timeout: float, every: float = 5) -> float:
+    start = time.monotonic()
+    while True:
+        ok, progress = probe()
+        if ok:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"{what}: not after {timeout:.0f}s ({progress})")
+        log(f"  {what}: {progress}")
+        time.sleep(every)
+
+
+def ready_pods(batch: client.BatchV1Api, namespace: str) -> int:
+    jobs = retrying(lambda: batch.list_namespaced_job(namespace, resource_version="0")).items
+    return sum((j.status.ready or 0) for j in jobs)
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The operator's metrics, ``name{labels}`` -> value."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        raw = b"".join(iter(lambda: sock.recv(65536), b""))
+    out: dict[str, float] = {}
+    for line in raw.split(b"\r\n\r\n", 1)[1].decode().splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def calls_by_operation(metrics: dict[str, float]) -> dict[str, float]:
+    prefix = 'scavenger_api_requests_total{operation="'
+    return {k[len(prefix):-2]: v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def operator_process(namespace: str, port: int, logfile: Path) -> Iterator[subprocess.Popen[bytes]]:
+    args = [sys.executable, "-m", "sj_operator", "--namespaces", namespace, "--metrics-port", str(port),
+            "--peering", unique("bench-scale"), "--tick", "2s"]
+    with logfile.open("wb") as out:
+        proc = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if scrape(port).get("scavenger_leader", 0) == 1:
+                        break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the operator did not start (log: {logfile})")
+                time.sleep(0.5)
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+# --- the three runs -----------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    figures: dict[str, Any] = field(default_factory=dict)
+    floor_created: list[float] = field(default_factory=list)
+    """Seconds after the first create at which each plain Job existed."""
+    operator_jobs: list[float] = field(default_factory=list)
+    """Seconds after the first SJ create at which a watch saw each SJ's Job."""
+    latencies: list[float] = field(default_factory=list)
+    """Per SJ: seconds from its create call returning to its Job seen."""
+    lost_plain: list[float] = field(default_factory=list)
+    lost_operator: list[float] = field(default_factory=list)
+
+
+def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Result, settle: float) -> None:
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    namespace = create_namespace(core)
+    log(f"1/2 the floor: {len(work.gangs)} plain Jobs ({work.pods} pods) in {namespace}")
+    try:
+        cpu0 = process_cpu("bin/kube-apiserver")
+        start = time.monotonic()
+
+        def create(i: int) -> None:
+            retrying(lambda: batch.create_namespaced_job(namespace, plain_job(f"job-{i:05d}", work.gangs[i])))
+            result.floor_created.append(time.monotonic() - start)
+
+        took = in_parallel(create, len(work.gangs), threads, "plain Jobs created")
+        cpu1 = process_cpu("bin/kube-apiserver")
+        result.figures["floor_seconds"] = took
+        result.figures["floor_per_second"] = len(work.gangs) / took
+        if cpu0 is not None and cpu1 is not None:
+            result.figures["floor_apiserver_cores"] = (cpu1 - cpu0) / took
+        log(f"  all {len(work.gangs)} Jobs created in {took:.1f}s ({len(work.gangs) / took:.0f}/s)")
+        wait_until("plain pods running", lambda: ((n := ready_pods(batch, namespace)) >= 0.995 * work.pods,
+                                                  f"{n}/{work.pods}"), timeout=3600, every=15)
+        time.sleep(settle)
+        stop = threading.Event()
+        lost: dict[str, float] = {}
+        watcher = watch_preempted_pods(core, namespace, stop, lost)
+        log(f"  the stream: {len(work.arrivals)} high-priority pods")
+        Stream(core, namespace, work.arrivals).run()
+        time.sleep(15)
+        stop.set()
+        watcher.join(30)
+        result.lost_plain = sorted(lost.values())
+        log(f"  {len(lost)} plain pods preempted, {sum(lost.values()):.0f} pod-seconds of work lost")
+    finally:
+        log("  deleting the floor's namespace")
+        delete_namespace(api, namespace, timeout=1800)
+
+
+def operator_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result,
+                 settle: float) -> None:
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    namespace = create_namespace(core)
+    port = free_port()
+    logfile = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-scale-operator-{namespace}.log"
+    log(f"2/2 the operator: {len(work.gangs)} SJs ({work.pods} pods) in {namespace} (operator log {logfile})")
+    rec = Recorder(namespace)
+    try:
+        with operator_process(namespace, port, logfile) as proc:
+            rec.start()
+            cpu0 = process_cpu("bin/kube-apiserver")
+            op0 = process_cpu("--peering bench-scale") or 0.0
+            names = [f"sj-{i:05d}" for i in range(len(work.gangs))]
+            created: dict[str, float] = {}
+            start = time.monotonic()
+
+            def create(i: int) -> None:
+                retrying(lambda: custom.create_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, scavenger_job(names[i], work.gangs[i], period)))
+                created[names[i]] = time.monotonic()
+
+            took_create = in_parallel(create, len(names), threads, "SJs created")
+            log(f"  all {len(names)} SJs created in {took_create:.1f}s; waiting for their Jobs")
+            rec.wait(f"Jobs of all {len(names)} SJs", lambda: len(rec.job_seen) >= len(names), 3600)
+            last = max(rec.job_seen[n] for n in names)
+            took = last - start
+            cpu1 = process_cpu("bin/kube-apiserver")
+            op1 = process_cpu("--peering bench-scale") or 0.0
+            calls = calls_by_operation(scrape(port))
+            result.operator_jobs = sorted(rec.job_seen[n] - start for n in names)
+            result.latencies = sorted(rec.job_seen[n] - created[n] for n in names)
+            writes = {op: n for op, n in calls.items() if op.startswith(WRITE_VERBS)}
+            gangs = sum(1 for g in work.gangs if g > 1)
+            result.figures.update({
+                "operator_seconds": took, "operator_per_second": len(names) / took,
+                "sj_create_seconds": took_create,
+                "latency_p50": percentile(result.latencies, 0.5), "latency_p99": percentile(result.latencies, 0.99),
+                "calls_per_sj": {op: n / len(names) for op, n in sorted(calls.items())},
+                "writes_per_sj": sum(writes.values()) / len(names),
+                "writes_per_sj_without_gang_services": (sum(writes.values())
+                                                        - writes.get("create_namespaced_service", 0)) / len(names),
+                "gangs": gangs, "operator_cpu_seconds": op1 - op0,
+            })
+            if cpu0 is not None and cpu1 is not None:
+                result.figures["operator_apiserver_cores"] = (cpu1 - cpu0) / took
+            log(f"  all {len(names)} Jobs after {took:.1f}s ({len(names) / took:.0f} SJs/s); create -> Job "
+                f"p50 {result.figures['latency_p50']:.1f}s p99 {result.figures['latency_p99']:.1f}s")
+
+            def running() -> tuple[bool, str]:
+                n = scrape(port).get('scavenger_sjs{phase="Running"}', 0)
+                return n >= 0.995 * len(names), f"{n:.0f}/{len(names)} SJs Running"
+
+            wait_until("SJs running", running, timeout=3600, every=15)
+            time.sleep(settle)
+            before = scrape(port)
+            log(f"  the stream: {len(work.arrivals)} high-priority pods")
+            Stream(core, namespace, work.arrivals).run()
+            time.sleep(60)  # the last victims stop (grace period 1 s) and their interruptions are recorded
+            after = scrape(port)
+            result.figures["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
+            interrupted = sum(v - before.get(k, 0) for k, v in after.items()
+                              if k.startswith("scavenger_interruptions_total{"))
+            result.figures["operator_interruptions"] = interrupted
+            sjs = retrying(lambda: custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))["items"]
+            for sj in sjs:
+                st = sj.get("status") or {}
+                stamps = [parse_time(t) for t in st.get("interruptedTimestamps") or []]
+                runs = [parse_time(t) for t in st.get("runningTimestamps") or []]
+                duration = parse_duration(sj["spec"].get("duration", period))
+                for lost in lost_work([r for r in runs if r], [t for t in stamps if t], duration):
+                    result.lost_operator.append(lost.total_seconds() * int(sj["spec"].get("parallelism", 1)))
+            log(f"  {interrupted:.0f} SJ runs interrupted, {sum(result.lost_operator):.0f} pod-seconds of work lost; "
+                f"operator peak RSS {result.figures['operator_peak_rss_mib']:.0f} MiB")
+    finally:
+        rec.stop()
+        log("  deleting the operator's namespace (not waited for: nothing runs after it)")
+        delete_namespace(api, namespace, timeout=5)
+
+
+# --- reporting ------------------------------------------------------------------------------------
+
+def report(work: Workload, result: Result, nodes: int) -> None:
+    f = result.figures
+    print()
+    print(f"{len(work.gangs)} units of work ({f.get('gangs', 0)} gangs of 2-16, {work.pods} pods) on {nodes} kwok "
+          f"nodes; {len(work.arrivals)} high-priority pods in the stream")
+    rows = [
+        ("throughput (units/s)", f"{f['floor_per_second']:.1f}", f"{f['operator_per_second']:.1f}",
+         f"{f['operator_per_second'] / f['floor_per_second']:.2f} of the floor"),
+        ("all Jobs exist after (s)", f"{f['floor_seconds']:.1f}", f"{f['operator_seconds']:.1f}", ""),
+        ("create -> Job p50 / p99 (s)", "-", f"{f['latency_p50']:.1f} / {f['latency_p99']:.1f}", ""),
+        ("API server CPU (cores)", f"{f.get('floor_apiserver_cores', float('nan')):.2f}",
+         f"{f.get('operator_apiserver_cores', float('nan')):.2f}", ""),
+        ("client writes per unit", "1", f"1 + {f['writes_per_sj']:.2f} by the operator",
+         f"{f['writes_per_sj_without_gang_services']:.2f} without gang Services"),
+        ("operator peak RSS (MiB)", "-", f"{f['operator_peak_rss_mib']:.0f}", ""),
+        ("pods preempted / SJ runs interrupted", f"{len(result.lost_plain)}", f"{f['operator_interruptions']:.0f}",
+         ""),
+        ("work lost (pod-seconds)", f"{sum(result.lost_plain):.0f}", f"{sum(result.lost_operator):.0f}",
+         f"{_ratio(sum(result.lost_operator), sum(result.lost_plain))} of plain Jobs'"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print(f"{'':<{width}}  {'plain Jobs':>12}  {'operator':>28}  ")
+    for label, plain, operator, note in rows:
+        print(f"{label:<{width}}  {plain:>12}  {operator:>28}  {note}")
+    print("operator API calls per SJ: " + ", ".join(f"{op} {n:.2f}" for op, n in f["calls_per_sj"].items()))
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "n/a"
+
+
+def plot(work: Workload, result: Result, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.5))
+    n = len(work.gangs)
+    left.plot(sorted(result.floor_created), range(1, len(result.floor_created) + 1), label="plain Jobs (the floor)")
+    left.plot(result.operator_jobs, range(1, len(result.operator_jobs) + 1), label="ScavengerJobs' Jobs")
+    left.set(title=f"Jobs existing after a burst of {n}", xlabel="seconds after the first create", ylabel="Jobs")
+    left.legend()
+    middle.plot(result.latencies, [i / len(result.latencies) for i in range(1, len(result.latencies) + 1)])
+    middle.set(title="SJ created -> its Job seen", xlabel="seconds", ylabel="fraction of SJs")
+    middle.axvline(result.figures["latency_p99"], linestyle=":", color="grey")
+    right.bar(["plain Jobs", "operator"], [sum(result.lost_plain) / 3600, sum(result.lost_operator) / 3600],
+              color=["tab:blue", "tab:orange"])
+    right.set(title=f"work lost to {len(work.arrivals)} high-priority pods", ylabel="pod-hours")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    log(f"plot written to {path}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sjs", type=int, default=10_000, help="units of work (default 10000)")
+    parser.add_argument("--nodes", type=int, default=1_000, help="kwok nodes made for the run (default 1000)")
+    parser.add_argument("--node-cpu", type=int, default=8)
+    parser.add_argument("--gang-share", type=float, default=0.1, help="share of units that are gangs (default 0.1)")
+    parser.add_argument("--period", default="60s", help="the SJs' checkpoint period (default 60s)")
+    parser.add_argument("--rate", type=float, default=0.5, help="high-priority pods per second (default 0.5)")
+    parser.add_argument("--stream", type=float, default=120, help="seconds of high-priority arrivals (default 120)")
+    parser.add_argument("--settle", type=float, default=240,
+                        help="seconds the work runs before the stream starts (default 240: four periods)")
+    parser.add_argument("--threads", type=int, default=8, help="client threads creating objects (default 8)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--plot", type=Path, help="write the plot (PNG) here")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args()
+    if not os.environ.get("KUBECONFIG"):
+        parser.error("no cluster: set KUBECONFIG (make bench-scale starts the local cluster)")
+    config.load_kube_config()
+    client.Configuration._default.connection_pool_maxsize = 32  # type: ignore[attr-defined]
+    api = client.ApiClient()
+    ensure_crd(api)
+    work = workload(args.sjs, args.gang_share, args.rate, args.stream, args.node_cpu, args.seed)
+    result = Result()
+    core = client.CoreV1Api(api)
+    log(f"{args.nodes} kwok nodes of {args.node_cpu} CPU for the run")
+    try:
+        make_nodes(core, args.nodes, args.node_cpu, args.threads)
+        with priority_classes(client.SchedulingV1Api(api)):
+            floor_run(api, work, args.threads, result, args.settle)
+            operator_run(api, work, args.threads, args.period, result, args.settle)
+    finally:
+        delete_nodes(core)
+    report(work, result, args.nodes)
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                         "when": datetime.now().isoformat(timespec="seconds"),
+                                         **result.figures}, indent=2))
+    if args.plot:
+        plot(work, result, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
