@@ -114,11 +114,12 @@ bench-e2e: venv ## SJ creation -> Job latency, operator in-process, against the 
 	$(PY) benchmarks/bench_e2e.py $(BENCH_ARGS)
 	$(PY) benchmarks/bench_e2e.py --burst $(BENCH_ARGS)
 
-bench-scale: setup ## on demand: SJs beside plain Jobs on kwok nodes, table and plot (BENCH_ARGS='--sjs 2000 --nodes 200 --settle 120': 21 min)
+bench-scale: setup ## on demand: SJs beside plain Jobs and Kueue on kwok nodes, table and plot (BENCH_ARGS='--sjs 2000 --nodes 200 --settle 120': 25 min)
 	$(PIP) install --quiet -e '.[bench]'
+	hack/build-binaries kueue
 	@started=; if ! hack/cluster status >/dev/null 2>&1; then hack/cluster up; started=1; fi; \
 	  trap '[[ -z "$$started" ]] || hack/cluster down' EXIT; \
-	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) benchmarks/bench_scale.py --plot docs/bench-scale.png \
+	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) benchmarks/bench_scale.py --kueue --plot docs/bench-scale.png \
 	    --json docs/bench-scale.json $(BENCH_ARGS)
 
 clean: cluster-down

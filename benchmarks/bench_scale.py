@@ -5,7 +5,7 @@ Run: ``make bench-scale`` (starts the local cluster when none runs), or with KUB
 
 One workload, seeded: ``--sjs`` units of work, most one pod, ``--gang-share`` of them gangs of 2 to 16
 pods (100m CPU, 64Mi each), on ``--nodes`` kwok nodes made for the run (8 CPU, 32Gi, tainted so nothing
-else lands there). It goes through the same cluster three ways:
+else lands there). It goes through the same cluster in turn:
 
 1. **The floor**: the work as plain low-priority Jobs created directly (Indexed for gangs), 8 client
    threads. The operator can never be faster than this. Once their pods run, a stream of
@@ -20,7 +20,14 @@ else lands there). It goes through the same cluster three ways:
    p99); the operator's API calls per SJ by operation; its peak RSS; the API server's CPU. Then the
    same stream of high-priority pods; an interrupted SJ lost the time since its checkpoint period
    began, for every pod of its gang (``policy.lifecycle.lost_work``, the operator's own estimate).
-3. The two side by side: throughput as a ratio of the floor, and the work lost per high-priority pod.
+3. **Kueue** (``--kueue``; ``make bench-scale`` passes it): the same burst as plain Jobs through Kueue's
+   manager (v0.17, built from its Go module by ``hack/build-binaries kueue``), running as its own process
+   against the same cluster with a ClusterQueue whose quota is the operator's threshold of these nodes.
+   Measured: from the first create until Kueue started (unsuspended) the last Job, each Job's time from
+   create to started (p50, p99), Kueue's CPU and peak RSS, the API server's CPU. No stream: Kueue does
+   not preempt for workloads outside its queues, so the default scheduler would pick the victims as for
+   plain Jobs.
+4. Side by side: throughput as a ratio of the floor, and the work lost per high-priority pod.
 
 Progress is printed as it goes; the result is a table, optionally a JSON file and a PNG plot
 (matplotlib). Everything the run made (nodes, namespaces, PriorityClasses) is deleted at the end.
@@ -39,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -68,6 +75,14 @@ LOW, HIGH = "bench-scale-low", "bench-scale-high"
 POD_CPU, POD_MEMORY = "100m", "64Mi"
 WRITE_VERBS = ("create_", "patch_", "replace_", "delete_")
 GANG_ANNOTATION = "bench.scavenger.dev/gang-size"
+THRESHOLD = 0.70
+"""The operator's default admission threshold; Kueue's ClusterQueue gets the same share as its quota."""
+KUEUE_VERSION = "v0.17.0"  # hack/tools/kueue pins it; hack/build-binaries kueue builds .bin/kueue
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+"""Where Kueue reads its metrics server's pair when it does not manage certificates itself (fixed in its code)."""
+NODE_MEMORY_GI = 32
 
 
 def log(message: str) -> None:
@@ -106,15 +121,21 @@ def pod_spec(priority_class: str) -> dict[str, Any]:
                             "resources": {"requests": {"cpu": POD_CPU, "memory": POD_MEMORY}}}]}
 
 
-def plain_job(name: str, pods: int) -> dict[str, Any]:
-    """What a user would otherwise submit: a low-priority Job (Indexed for a gang)."""
+def plain_job(name: str, pods: int, queue: str | None = None) -> dict[str, Any]:
+    """What a user would otherwise submit: a low-priority Job (Indexed for a gang). With ``queue``, as a
+    Kueue user submits it: suspended, labelled with its LocalQueue (Kueue's webhook would do both; it is
+    not registered here, see ``kueue_process``)."""
     spec: dict[str, Any] = {"parallelism": pods, "completions": pods, "backoffLimit": 1000,
                             "template": {"metadata": {"labels": {BENCH_LABEL: "plain"},
                                                       "annotations": {GANG_ANNOTATION: str(pods)}},
                                          "spec": pod_spec(LOW)}}
     if pods > 1:
         spec["completionMode"] = "Indexed"
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
+    meta: dict[str, Any] = {"name": name}
+    if queue is not None:
+        spec["suspend"] = True
+        meta["labels"] = {KUEUE_QUEUE_LABEL: queue}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
 def scavenger_job(name: str, pods: int, period: str) -> dict[str, Any]:
@@ -175,8 +196,8 @@ def make_nodes(core: client.CoreV1Api, count: int, cpu: int, threads: int) -> li
                 "metadata": {"name": names[i], "annotations": {"kwok.x-k8s.io/node": "fake"},
                              "labels": {**SELECTOR, "type": "kwok", "kubernetes.io/hostname": names[i]}},
                 "spec": {"taints": [TAINT]},
-                "status": {"allocatable": {"cpu": str(cpu), "memory": "32Gi", "pods": "110"},
-                           "capacity": {"cpu": str(cpu), "memory": "32Gi", "pods": "110"}}}
+                "status": {"allocatable": {"cpu": str(cpu), "memory": f"{NODE_MEMORY_GI}Gi", "pods": "110"},
+                           "capacity": {"cpu": str(cpu), "memory": f"{NODE_MEMORY_GI}Gi", "pods": "110"}}}
         try:
             retrying(lambda: core.create_node(body))
         except ApiException as exc:
@@ -263,38 +284,51 @@ class Stream:
         log(f"  {len(self.made)} high-priority pods arrived over {time.monotonic() - start:.0f}s")
 
 
-def watch_preempted_pods(core: client.CoreV1Api, namespace: str, stop: threading.Event,
-                         lost: dict[str, float]) -> threading.Thread:
-    """Records, for each plain pod the scheduler preempts, how long it had run (its lost work)."""
-    rv = core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
+def watch_namespace(list_fn: Callable[..., Any], namespace: str, stop: threading.Event,
+                    on_object: Callable[[Any], None], name: str, **kwargs: Any) -> threading.Thread:
+    """Hands every object ``list_fn`` lists in ``namespace`` (``kwargs``: its selector) to ``on_object`` as
+    it changes, from now until ``stop``; resumes after timeouts, dropped connections and expired versions.
+    ``list_fn`` should belong to an ApiClient of its own: the watch holds one of its connections."""
+    def latest() -> str:
+        return str(list_fn(namespace, limit=1, **kwargs).metadata.resource_version)
+
+    rv = latest()
 
     def run() -> None:
         nonlocal rv
-        api = client.CoreV1Api(client.ApiClient())
         while not stop.is_set():
             try:
-                for event in watch.Watch().stream(api.list_namespaced_pod, namespace, resource_version=rv,
-                                                  label_selector=f"{BENCH_LABEL}=plain", timeout_seconds=20):
-                    pod = event["object"]
-                    rv = pod.metadata.resource_version
-                    cond = next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget"
-                                 and c.status == "True"), None)
-                    if cond is not None and pod.metadata.uid not in lost and pod.status.start_time is not None:
-                        # A gang's app stops when one member goes: every member lost what it had run.
-                        members = int((pod.metadata.annotations or {}).get(GANG_ANNOTATION, "1"))
-                        lost[pod.metadata.uid] = members * max(
-                            (cond.last_transition_time - pod.status.start_time).total_seconds(), 0.0)
+                for event in watch.Watch().stream(list_fn, namespace, resource_version=rv, timeout_seconds=20,
+                                                  **kwargs):
+                    obj = event["object"]
+                    rv = obj.metadata.resource_version
+                    on_object(obj)
                     if stop.is_set():
                         break
             except ApiException as exc:
                 if exc.status == 410:
-                    rv = core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
+                    rv = latest()
             except Exception:  # a dropped connection: resume from the last version seen
                 time.sleep(0.5)
 
-    thread = threading.Thread(target=run, name="preempted pods", daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     return thread
+
+
+def watch_preempted_pods(namespace: str, stop: threading.Event, lost: dict[str, float]) -> threading.Thread:
+    """Records, for each plain pod the scheduler preempts, how long it had run (its lost work)."""
+    def seen(pod: Any) -> None:
+        cond = next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget" and c.status == "True"),
+                    None)
+        if cond is not None and pod.metadata.uid not in lost and pod.status.start_time is not None:
+            # A gang's app stops when one member goes: every member lost what it had run.
+            members = int((pod.metadata.annotations or {}).get(GANG_ANNOTATION, "1"))
+            lost[pod.metadata.uid] = members * max(
+                (cond.last_transition_time - pod.status.start_time).total_seconds(), 0.0)
+
+    return watch_namespace(client.CoreV1Api(client.ApiClient()).list_namespaced_pod, namespace, stop, seen,
+                           "preempted pods", label_selector=f"{BENCH_LABEL}=plain")
 
 
 def wait_until(what: str, probe: Callable[[], tuple[bool, str]], timeout: float, every: float = 5) -> float:
@@ -339,29 +373,34 @@ def free_port() -> int:
 
 
 @contextmanager
-def operator_process(namespace: str, port: int, logfile: Path) -> Iterator[subprocess.Popen[bytes]]:
-    args = [sys.executable, "-m", "sj_operator", "--namespaces", namespace, "--metrics-port", str(port),
-            "--peering", unique("bench-scale"), "--tick", "2s"]
+def process(args: list[str], logfile: Path, ready: Callable[[], bool], what: str,
+            timeout: float) -> Iterator[subprocess.Popen[bytes]]:
+    """A process started with its output in ``logfile``, once ``ready()`` (connection errors are "not
+    yet"); stopped with SIGTERM, then killed after 30 s."""
     with logfile.open("wb") as out:
         proc = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            with suppress(OSError):
+                if ready():
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start (log: {logfile})")
+            time.sleep(0.5)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if scrape(port).get("scavenger_leader", 0) == 1:
-                        break
-                except OSError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the operator did not start (log: {logfile})")
-                time.sleep(0.5)
-            yield proc
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def operator_process(namespace: str, port: int, logfile: Path) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    args = [sys.executable, "-m", "sj_operator", "--namespaces", namespace, "--metrics-port", str(port),
+            "--peering", unique("bench-scale"), "--tick", "2s"]
+    return process(args, logfile, lambda: scrape(port).get("scavenger_leader", 0) == 1, "the operator", 60)
 
 
 # --- the three runs -----------------------------------------------------------------------------
@@ -377,12 +416,15 @@ class Result:
     """Per SJ: seconds from its create call returning to its Job seen."""
     lost_plain: list[float] = field(default_factory=list)
     lost_operator: list[float] = field(default_factory=list)
+    kueue_started: list[float] = field(default_factory=list)
+    """Seconds after the first create at which Kueue let each Job start (unsuspended it)."""
+    kueue_latencies: list[float] = field(default_factory=list)
 
 
 def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Result, settle: float) -> None:
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     namespace = create_namespace(core)
-    log(f"1/2 the floor: {len(work.gangs)} plain Jobs ({work.pods} pods) in {namespace}")
+    log(f"the floor: {len(work.gangs)} plain Jobs ({work.pods} pods) in {namespace}")
     try:
         cpu0 = process_cpu("bin/kube-apiserver")
         start = time.monotonic()
@@ -403,7 +445,7 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
         time.sleep(settle)
         stop = threading.Event()
         lost: dict[str, float] = {}
-        watcher = watch_preempted_pods(core, namespace, stop, lost)
+        watcher = watch_preempted_pods(namespace, stop, lost)
         log(f"  the stream: {len(work.arrivals)} high-priority pods")
         Stream(core, namespace, work.arrivals).run()
         time.sleep(15)
@@ -417,13 +459,13 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
 
 
 def operator_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result,
-                 settle: float) -> None:
+                 settle: float, *, followed: bool = False) -> None:
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
     namespace = create_namespace(core)
     port = free_port()
     logfile = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-scale-operator-{namespace}.log"
-    log(f"2/2 the operator: {len(work.gangs)} SJs ({work.pods} pods) in {namespace} (operator log {logfile})")
+    log(f"the operator: {len(work.gangs)} SJs ({work.pods} pods) in {namespace} (operator log {logfile})")
     rec = Recorder(namespace)
     try:
         with operator_process(namespace, port, logfile) as proc:
@@ -493,8 +535,206 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                 f"operator peak RSS {result.figures['operator_peak_rss_mib']:.0f} MiB")
     finally:
         rec.stop()
-        log("  deleting the operator's namespace (not waited for: nothing runs after it)")
-        delete_namespace(api, namespace, timeout=5)
+        if followed:
+            log("  deleting the operator's namespace")
+            delete_namespace(api, namespace, timeout=1800)
+        else:
+            log("  deleting the operator's namespace (not waited for: nothing runs after it)")
+            delete_namespace(api, namespace, timeout=5)
+
+
+# --- Kueue, side by side (--kueue) ----------------------------------------------------------------
+
+def kueue_module() -> Path:
+    """Kueue's module in the Go module cache (its CRDs come from there); `hack/build-binaries kueue` put
+    it there when it built ``.bin/kueue``."""
+    cache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True).stdout.strip()
+    return Path(cache) / "sigs.k8s.io" / f"kueue@{KUEUE_VERSION}"
+
+
+def kubectl(*args: str) -> None:
+    subprocess.run([str(REPO / ".bin/kubectl"), *args], check=True, stdout=subprocess.DEVNULL)
+
+
+def self_signed(directory: Path, name: str) -> None:
+    """A throwaway serving pair ``tls.crt``/``tls.key`` for ``name`` (openssl)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}",
+                    "-keyout", str(directory / "tls.key"), "-out", str(directory / "tls.crt")],
+                   check=True, capture_output=True)
+
+
+@contextmanager
+def kueue_process(workdir: Path, logfile: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Kueue's manager as its own process against the cluster, with its CRDs, managing batch/v1 Jobs.
+
+    Its webhooks are not registered with the API server (they would need a route from the API server
+    to this process and a CA in their configurations), so the Jobs are created as its webhook would leave
+    them: suspended and labelled with their queue. Its job controller then makes a Workload for each,
+    its scheduler admits them against the ClusterQueue and the controller starts the Job. Leader election
+    is off, as the local control plane runs one instance of everything."""
+    binary = REPO / ".bin" / "kueue"
+    crds = kueue_module() / "config" / "components" / "crd" / "bases"
+    if not binary.exists() or not crds.is_dir():
+        raise SystemExit("--kueue: build Kueue first with hack/build-binaries kueue (a Go module, minutes cold)")
+    health = free_port()
+    config_file = workdir / "kueue-config.yaml"
+    config_file.write_text(json.dumps({
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"}, "metrics": {"bindAddress": "0"},
+        "webhook": {"port": free_port(), "certDir": str(workdir / "webhook-certs")},
+        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
+        "clientConnection": {"qps": 300, "burst": 500},  # as Kueue's own manifests set them
+        "integrations": {"frameworks": ["batch/job"]},
+        # Its visibility API is an aggregated API server with certificates and an APIService of its own;
+        # it shows the queues and has no part in admitting.
+        "featureGates": {"VisibilityOnDemand": False},
+    }))
+    self_signed(workdir / "webhook-certs", "kueue-webhook")
+    made_metrics_certs = not KUEUE_METRICS_CERTS.exists()
+    if made_metrics_certs:
+        self_signed(KUEUE_METRICS_CERTS, "kueue-metrics")
+    forget_kueue(crds)  # what an interrupted run left
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
+    with suppress(ApiException):
+        client.CoreV1Api().create_namespace({"metadata": {"name": KUEUE_NAMESPACE}})
+
+    def ready() -> bool:
+        with socket.create_connection(("127.0.0.1", health), timeout=5) as sock:
+            sock.sendall(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            return sock.recv(1024).split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
+
+    try:
+        with process([str(binary), f"--config={config_file}"], logfile, ready, "Kueue", 120) as proc:
+            yield proc
+    finally:
+        forget_kueue(crds)
+        with suppress(ApiException):
+            client.CoreV1Api().delete_namespace(KUEUE_NAMESPACE)
+        if made_metrics_certs:
+            for f in ("tls.crt", "tls.key"):
+                (KUEUE_METRICS_CERTS / f).unlink(missing_ok=True)
+            with suppress(OSError):
+                KUEUE_METRICS_CERTS.rmdir()
+                KUEUE_METRICS_CERTS.parent.rmdir()
+
+
+KUEUE_QUEUE_KINDS = ("localqueues", "clusterqueues", "resourceflavors")
+
+
+def forget_kueue(crds: Path) -> None:
+    """Kueue's queue objects and CRDs gone. Kueue puts finalizers on its objects and only a running Kueue
+    takes them off, so what is left once it stopped has them stripped first: otherwise its CRDs would
+    stay terminating, and the next run could not create anything of theirs."""
+    custom = client.CustomObjectsApi()
+    for plural in KUEUE_QUEUE_KINDS:
+        with suppress(ApiException):  # 404: the CRD is not there
+            for obj in custom.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural)["items"]:
+                meta = obj["metadata"]
+                with suppress(ApiException):
+                    if "namespace" in meta:
+                        custom.patch_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", meta["namespace"], plural,
+                                                              meta["name"], {"metadata": {"finalizers": None}})
+                    else:
+                        custom.patch_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural, meta["name"],
+                                                           {"metadata": {"finalizers": None}})
+    subprocess.run([str(REPO / ".bin/kubectl"), "delete", "--ignore-not-found", "--timeout=120s", "-f", str(crds)],
+                   check=False, capture_output=True)
+
+
+def delete_kueue_queues(custom: client.CustomObjectsApi, namespace: str) -> None:
+    """The benchmark's queues, deleted while Kueue runs (it takes its finalizers off them)."""
+    group, version = "kueue.x-k8s.io", "v1beta2"
+    with suppress(ApiException):
+        custom.delete_namespaced_custom_object(group, version, namespace, "localqueues", "bench")
+    for plural in KUEUE_QUEUE_KINDS[1:]:
+        with suppress(ApiException):
+            custom.delete_cluster_custom_object(group, version, plural, "bench-scale")
+
+
+def kueue_queues(custom: client.CustomObjectsApi, namespace: str, nodes: int, node_cpu: int) -> None:
+    """One flavor, one ClusterQueue whose quota is the operator's threshold of the benchmark's nodes,
+    and the LocalQueue ``bench`` in ``namespace``."""
+    group, version = "kueue.x-k8s.io", "v1beta2"
+    retrying(lambda: custom.create_cluster_custom_object(group, version, "resourceflavors", {
+        "apiVersion": f"{group}/{version}", "kind": "ResourceFlavor", "metadata": {"name": "bench-scale"},
+        "spec": {}}))
+    retrying(lambda: custom.create_cluster_custom_object(group, version, "clusterqueues", {
+        "apiVersion": f"{group}/{version}", "kind": "ClusterQueue", "metadata": {"name": "bench-scale"},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{
+            "coveredResources": ["cpu", "memory"],
+            "flavors": [{"name": "bench-scale", "resources": [
+                {"name": "cpu", "nominalQuota": str(int(THRESHOLD * nodes * node_cpu))},
+                {"name": "memory", "nominalQuota": f"{int(THRESHOLD * nodes * NODE_MEMORY_GI)}Gi"}]}]}]}}))
+    retrying(lambda: custom.create_namespaced_custom_object(group, version, namespace, "localqueues", {
+        "apiVersion": f"{group}/{version}", "kind": "LocalQueue", "metadata": {"name": "bench"},
+        "spec": {"clusterQueue": "bench-scale"}}))
+
+
+def watch_started_jobs(namespace: str, stop: threading.Event, started: dict[str, float]) -> threading.Thread:
+    """Records when each Job of ``namespace`` is first seen not suspended (Kueue admitted and started it)."""
+    def seen(job: Any) -> None:
+        if job.spec.suspend is False and job.metadata.name not in started:
+            started[job.metadata.name] = time.monotonic()
+
+    return watch_namespace(client.BatchV1Api(client.ApiClient()).list_namespaced_job, namespace, stop, seen,
+                           "started jobs")
+
+
+def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Result, nodes: int,
+              node_cpu: int) -> None:
+    """The same burst as plain Jobs through Kueue: from the first create until Kueue started the last."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / unique("bench-scale-kueue")
+    workdir.mkdir(parents=True)
+    logfile = workdir / "kueue.log"
+    namespace = create_namespace(core)
+    log(f"Kueue {KUEUE_VERSION}: {len(work.gangs)} Jobs ({work.pods} pods) in {namespace} (Kueue log {logfile})")
+    try:
+        with kueue_process(workdir, logfile) as proc:
+            kueue_queues(custom, namespace, nodes, node_cpu)
+            started: dict[str, float] = {}
+            stop = threading.Event()
+            watcher = watch_started_jobs(namespace, stop, started)
+            names = [f"job-{i:05d}" for i in range(len(work.gangs))]
+            created: dict[str, float] = {}
+            cpu0, k0 = process_cpu("bin/kube-apiserver"), process_cpu("bin/kueue") or 0.0
+            start = time.monotonic()
+
+            def create(i: int) -> None:
+                retrying(lambda: batch.create_namespaced_job(namespace, plain_job(names[i], work.gangs[i], "bench")))
+                created[names[i]] = time.monotonic()
+
+            took_create = in_parallel(create, len(names), threads, "Kueue's Jobs created")
+            log(f"  all {len(names)} Jobs created in {took_create:.1f}s; waiting for Kueue to start them")
+            wait_until("Jobs started by Kueue", lambda: (len(started) >= len(names),
+                                                         f"{len(started)}/{len(names)}"), timeout=3600, every=5)
+            took = max(started.values()) - start
+            cpu1, k1 = process_cpu("bin/kube-apiserver"), process_cpu("bin/kueue") or 0.0
+            stop.set()
+            watcher.join(30)
+            result.kueue_started = sorted(t - start for t in started.values())
+            result.kueue_latencies = sorted(started[n] - created[n] for n in names)
+            result.figures.update({
+                "kueue_version": KUEUE_VERSION, "kueue_seconds": took, "kueue_per_second": len(names) / took,
+                "kueue_create_seconds": took_create,
+                "kueue_latency_p50": percentile(result.kueue_latencies, 0.5),
+                "kueue_latency_p99": percentile(result.kueue_latencies, 0.99),
+                "kueue_cpu_seconds": k1 - k0, "kueue_peak_rss_mib": peak_rss_mib(proc.pid),
+            })
+            if cpu0 is not None and cpu1 is not None:
+                result.figures["kueue_apiserver_cores"] = (cpu1 - cpu0) / took
+            log(f"  all {len(names)} Jobs started after {took:.1f}s ({len(names) / took:.0f}/s); create -> started "
+                f"p50 {result.figures['kueue_latency_p50']:.1f}s p99 {result.figures['kueue_latency_p99']:.1f}s; "
+                f"Kueue peak RSS {result.figures['kueue_peak_rss_mib']:.0f} MiB")
+            log("  deleting Kueue's namespace and queues (Kueue removes its finalizers)")
+            delete_namespace(api, namespace, timeout=1800)
+            delete_kueue_queues(custom, namespace)
+    finally:
+        with suppress(ApiException):
+            core.delete_namespace(namespace)
 
 
 # --- reporting ------------------------------------------------------------------------------------
@@ -524,6 +764,13 @@ def report(work: Workload, result: Result, nodes: int) -> None:
     for label, plain, operator, note in rows:
         print(f"{label:<{width}}  {plain:>12}  {operator:>28}  {note}")
     print("operator API calls per SJ: " + ", ".join(f"{op} {n:.2f}" for op, n in f["calls_per_sj"].items()))
+    if "kueue_seconds" in f:
+        print(f"Kueue {f['kueue_version']}, the same burst as suspended Jobs: all started after "
+              f"{f['kueue_seconds']:.1f}s "
+              f"({f['kueue_per_second']:.1f}/s, {f['kueue_per_second'] / f['floor_per_second']:.2f} of the floor); "
+              f"create -> started p50 {f['kueue_latency_p50']:.1f}s p99 {f['kueue_latency_p99']:.1f}s; API server "
+              f"{f.get('kueue_apiserver_cores', float('nan')):.2f} cores; Kueue CPU {f['kueue_cpu_seconds']:.1f}s, "
+              f"peak RSS {f['kueue_peak_rss_mib']:.0f} MiB")
 
 
 def _ratio(a: float, b: float) -> str:
@@ -540,10 +787,18 @@ def plot(work: Workload, result: Result, path: Path) -> None:
     n = len(work.gangs)
     left.plot(sorted(result.floor_created), range(1, len(result.floor_created) + 1), label="plain Jobs (the floor)")
     left.plot(result.operator_jobs, range(1, len(result.operator_jobs) + 1), label="ScavengerJobs' Jobs")
+    if result.kueue_started:
+        left.plot(result.kueue_started, range(1, len(result.kueue_started) + 1), label="Kueue: Jobs started")
     left.set(title=f"Jobs existing after a burst of {n}", xlabel="seconds after the first create", ylabel="Jobs")
     left.legend()
-    middle.plot(result.latencies, [i / len(result.latencies) for i in range(1, len(result.latencies) + 1)])
-    middle.set(title="SJ created -> its Job seen", xlabel="seconds", ylabel="fraction of SJs")
+    middle.plot(result.latencies, [i / len(result.latencies) for i in range(1, len(result.latencies) + 1)],
+                label="operator: SJ created -> its Job", color="tab:orange")
+    if result.kueue_latencies:
+        middle.plot(result.kueue_latencies, [i / len(result.kueue_latencies)
+                                             for i in range(1, len(result.kueue_latencies) + 1)],
+                    label="Kueue: Job created -> started", color="tab:green")
+        middle.legend()
+    middle.set(title="created -> running Job (after the burst)", xlabel="seconds", ylabel="fraction of units")
     middle.axvline(result.figures["latency_p99"], linestyle=":", color="grey")
     right.bar(["plain Jobs", "operator"], [sum(result.lost_plain) / 3600, sum(result.lost_operator) / 3600],
               color=["tab:blue", "tab:orange"])
@@ -569,6 +824,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--plot", type=Path, help="write the plot (PNG) here")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--kueue", action="store_true",
+                        help=f"then the same burst through Kueue {KUEUE_VERSION} (hack/build-binaries kueue builds it)")
     args = parser.parse_args()
     if not os.environ.get("KUBECONFIG"):
         parser.error("no cluster: set KUBECONFIG (make bench-scale starts the local cluster)")
@@ -584,7 +841,9 @@ def main() -> int:
         make_nodes(core, args.nodes, args.node_cpu, args.threads)
         with priority_classes(client.SchedulingV1Api(api)):
             floor_run(api, work, args.threads, result, args.settle)
-            operator_run(api, work, args.threads, args.period, result, args.settle)
+            operator_run(api, work, args.threads, args.period, result, args.settle, followed=args.kueue)
+            if args.kueue:
+                kueue_run(api, work, args.threads, result, args.nodes, args.node_cpu)
     finally:
         delete_nodes(core)
     report(work, result, args.nodes)
