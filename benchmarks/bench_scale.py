@@ -591,8 +591,9 @@ def kueue_process(workdir: Path, logfile: Path) -> Iterator[subprocess.Popen[byt
         "featureGates": {"VisibilityOnDemand": False},
     }))
     self_signed(workdir / "webhook-certs", "kueue-webhook")
-    made_metrics_certs = not KUEUE_METRICS_CERTS.exists()
-    if made_metrics_certs:
+    # The folders of that path this run makes, deepest first: removed again at the end.
+    made = [d for d in (KUEUE_METRICS_CERTS, *KUEUE_METRICS_CERTS.parents) if not d.exists()]
+    if made:
         self_signed(KUEUE_METRICS_CERTS, "kueue-metrics")
     forget_kueue(crds)  # what an interrupted run left
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
@@ -612,12 +613,12 @@ def kueue_process(workdir: Path, logfile: Path) -> Iterator[subprocess.Popen[byt
         forget_kueue(crds)
         with suppress(ApiException):
             client.CoreV1Api().delete_namespace(KUEUE_NAMESPACE)
-        if made_metrics_certs:
+        if made:
             for f in ("tls.crt", "tls.key"):
                 (KUEUE_METRICS_CERTS / f).unlink(missing_ok=True)
-            with suppress(OSError):
-                KUEUE_METRICS_CERTS.rmdir()
-                KUEUE_METRICS_CERTS.parent.rmdir()
+            for d in made:
+                with suppress(OSError):
+                    d.rmdir()
 
 
 KUEUE_QUEUE_KINDS = ("localqueues", "clusterqueues", "resourceflavors")
