@@ -38,7 +38,7 @@ from sj_operator.decide import (
     nodes_being_drained,
 )
 from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotFound
-from sj_operator.memo import PassMemo
+from sj_operator.memo import PassMemo, forget_uids
 from sj_operator.metrics import Metrics
 from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
 from sj_operator.observed import NodeInfo, SJObject
@@ -205,10 +205,7 @@ class Controller:
         self.memo.forget_gone(view.sjs)
         tables: tuple[dict[str, Any], ...] = (self.held, self.why_written, self.why_settled, self.reported)
         if sum(map(len, tables)) > 4 * len(view.sjs) + 1000 or (self.held and len(self.held) > len(view.sjs)):
-            present = {sj.uid for sj in view.sjs}
-            for table in tables:
-                for gone in table.keys() - present:
-                    del table[gone]
+            forget_uids(tables, view.sjs)
         observation = self.memo.observe(view, handles=self.handles, fresh=self.fresh)
         decided = self.memo.decide(observation.sjs, now, self.lifecycle_config,
                                    on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc),

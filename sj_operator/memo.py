@@ -305,7 +305,12 @@ class PassMemo:
     def forget_gone(self, sjs: tuple[SJObject, ...]) -> None:
         tables: tuple[dict[str, Any], ...] = (self._specs, self._statuses, self._queue, self._seen)
         if sum(map(len, tables)) > 8 * len(sjs) + 1000:
-            alive = {sj.uid for sj in sjs}
-            for table in tables:
-                for uid in table.keys() - alive:
-                    del table[uid]
+            forget_uids(tables, sjs)
+
+
+def forget_uids(tables: tuple[dict[str, Any], ...], sjs: tuple[SJObject, ...]) -> None:
+    """Drops from each table (keyed by SJ uid) the entries of SJs that are no longer in ``sjs``."""
+    alive = {sj.uid for sj in sjs}
+    for table in tables:
+        for uid in table.keys() - alive:
+            del table[uid]
