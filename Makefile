@@ -32,12 +32,13 @@ mpi: venv
 	hack/install-mpi
 
 SHELL_SCRIPTS := hack/build-binaries hack/cluster hack/demo hack/e2e-kind hack/install-mpi hack/install-operator hack/node \
+	hack/kind/runc-bounded hack/kind/node/preload-images \
 	.ci/run
-PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-score
+PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-score hack/kind
 
 lint: venv ## the gates: ruff, mypy --strict, import-linter layers, shellcheck
 	@echo "[lint] ruff"; $(VENV)/bin/ruff check $(PY_TREES)
-	@echo "[lint] mypy --strict"; $(VENV)/bin/mypy
+	@echo "[lint] mypy --strict"; $(VENV)/bin/mypy && $(VENV)/bin/mypy --strict hack/kind/netd.py
 	@echo "[lint] import-linter"; $(VENV)/bin/lint-imports --no-cache
 	@echo "[lint] shellcheck"; $(VENV)/bin/shellcheck $(SHELL_SCRIPTS) && $(VENV)/bin/shellcheck -s sh gang/mpi-entrypoint.sh
 	@echo "[lint] all gates pass"

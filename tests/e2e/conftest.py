@@ -36,10 +36,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def kubeconfig(request: pytest.FixtureRequest) -> Iterator[str]:
+def kubeconfig() -> Iterator[str]:
     if USE_KIND:
-        kind_cluster = request.getfixturevalue("kind_cluster")
-        yield str(kind_cluster.kubeconfig_path)
+        yield from _kind_cluster()
         return
     path = REPO / ".cluster" / "kubeconfig"
     started = False
@@ -51,6 +50,35 @@ def kubeconfig(request: pytest.FixtureRequest) -> Iterator[str]:
     finally:
         if started:
             subprocess.run([REPO / "hack" / "cluster", "down"], check=False)
+
+
+def _kind_cluster() -> Iterator[str]:
+    """The kind cluster, created (or reused) through pytest-kind. hack/e2e-kind (make e2e-kind) sets:
+    SJ_KIND_CLUSTER (name), SJ_KIND_CONFIG (kind config file), SJ_KIND_IMAGE (node image), SJ_KIND_LOAD
+    (Docker images to load into the nodes), SJ_KIND_KEEP=1 (keep it for the demos that follow). kind and
+    kubectl come from .bin/ when built there (hack/build-binaries kind), else pytest-kind downloads them."""
+    from pytest_kind import KindCluster
+
+    env = os.environ
+    name = env.get("SJ_KIND_CLUSTER", "scavenger-e2e")
+    binaries = {tool: REPO / ".bin" / tool for tool in ("kind", "kubectl") if (REPO / ".bin" / tool).exists()}
+    cluster = KindCluster(name, REPO / ".cluster" / "kind-e2e" / "kubeconfig", image=env.get("SJ_KIND_IMAGE") or None,
+                          kind_path=binaries.get("kind"), kubectl_path=binaries.get("kubectl"))
+    cluster.kubeconfig_path.parent.mkdir(parents=True, exist_ok=True)
+    cluster.create(config_file=env.get("SJ_KIND_CONFIG") or None)
+    for image in env.get("SJ_KIND_LOAD", "").split():
+        cluster.load_docker_image(image)
+    try:
+        yield str(cluster.kubeconfig_path)
+    finally:
+        if env.get("SJ_KIND_KEEP") != "1":
+            cluster.delete()
+
+
+def _kind_gateway() -> str:
+    out = subprocess.run(["docker", "network", "inspect", "kind", "--format",
+                          "{{range .IPAM.Config}}{{.Gateway}} {{end}}"], capture_output=True, text=True, check=True)
+    return next(address for address in out.stdout.split() if ":" not in address)
 
 
 @pytest.fixture(scope="session")
@@ -133,7 +161,12 @@ def operator(request: pytest.FixtureRequest, api: client.ApiClient, crd: None) -
     A test module may set OPERATOR_CONFIG = {...} to override settings."""
     from tests.e2e.sj import InProcessOperator, test_config
 
-    op = InProcessOperator(test_config(**getattr(request.module, "OPERATOR_CONFIG", {})))
+    settings = dict(getattr(request.module, "OPERATOR_CONFIG", {}))
+    if USE_KIND and settings.get("webhook_host") == "127.0.0.1":
+        # The API server runs in a kind node: it reaches this host at the gateway of kind's Docker network
+        # (the webhook listens on every address).
+        settings["webhook_host"] = _kind_gateway()
+    op = InProcessOperator(test_config(**settings))
     op.start()
     yield op.config
     op.stop()

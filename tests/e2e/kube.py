@@ -6,6 +6,7 @@ tests left on the shared default nodes.
 """
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,6 +15,10 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+# The image of the test workloads' pods (they run `sh -c "sleep N; exit X"`): busybox where images can be
+# pulled; make e2e-kind on a machine without a registry sets one it loaded into the nodes.
+E2E_IMAGE = os.environ.get("SJ_E2E_IMAGE", "busybox:1.36")
 
 T = TypeVar("T")
 
@@ -109,7 +114,7 @@ def sim_container(name: str = "main", *, run_for: str | None = None, exit_code: 
         script = f"sleep {seconds}; exit {exit_code or 0}"
     return {
         "name": name,
-        "image": "busybox:1.36",
+        "image": E2E_IMAGE,
         "command": ["sh", "-c", script],
         "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}},
     }

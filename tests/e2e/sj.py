@@ -15,7 +15,7 @@ from kubernetes import client
 
 from sj_operator.config import OperatorConfig
 from sj_operator.names import GROUP, PLURAL, VERSION
-from tests.e2e.kube import CHECKS, unique, wait_for
+from tests.e2e.kube import CHECKS, E2E_IMAGE, unique, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -146,7 +146,7 @@ def sj_spec(*, run_for: str | None = "3s", exit_code: int | None = None, cpu: st
         annotations["sim.scavenger.dev/exit-code"] = str(exit_code)
     script = f"sleep {run_for.rstrip('s')}; exit {exit_code or 0}" if run_for else "sleep infinity"
     spec: dict[str, Any] = {
-        "image": "busybox:1.36",
+        "image": E2E_IMAGE,
         "command": ["sh", "-c", script],
         "resources": {"requests": {"cpu": cpu, "memory": memory}},
         "terminationGracePeriodSeconds": 2,
