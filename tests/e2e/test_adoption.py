@@ -25,16 +25,17 @@ SCAVENGE = {"scavenger.dev/scavenge": "true"}
 
 
 def job_manifest(name: str, *, node: dict[str, Any] | None = None, run_for: str = "3s", cpu: str = "500m",
-                 labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
-                 **spec: Any) -> dict[str, Any]:
+                 exit_code: int | None = None, labels: dict[str, str] | None = None,
+                 annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
     pod: dict[str, Any] = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
-                           "containers": [sim_container(cpu=cpu, run_for=run_for)]}
+                           "containers": [sim_container(cpu=cpu, run_for=run_for, exit_code=exit_code)]}
     if node is not None:
         pod.update(nodeSelector=node["nodeSelector"], tolerations=node["tolerations"])
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": name, "labels": dict(SCAVENGE if labels is None else labels),
                          "annotations": {"scavenger.dev/duration": "1m", **(annotations or {})}},
-            "spec": {"template": {"metadata": {"annotations": sim_annotations(run_for)}, "spec": pod}, **spec}}
+            "spec": {"template": {"metadata": {"annotations": sim_annotations(run_for, exit_code)}, "spec": pod},
+                     **spec}}
 
 
 def _refusal(api: client.ApiClient, namespace: str, manifest: dict[str, Any], *, dry_run: bool = False) -> str | None:
@@ -106,9 +107,7 @@ def test_an_indexed_job_runs_as_a_gang_and_a_failure_fails_the_job(api, namespac
     wait_for("the Job Complete", lambda: job_condition(api, namespace, "gang", "Complete"), timeout=30)
     assert batch.read_namespaced_job("gang", namespace).status.succeeded == 2
 
-    failing = job_manifest("crash")
-    failing["spec"]["template"]["metadata"]["annotations"] = sim_annotations("2s", exit_code=3)
-    batch.create_namespaced_job(namespace, failing)
+    batch.create_namespaced_job(namespace, job_manifest("crash", run_for="2s", exit_code=3))
     wait_phase(api, namespace, "crash", "Failed", timeout=60)
     failed = wait_for("the Job Failed", lambda: job_condition(api, namespace, "crash", "Failed"), timeout=30)
     assert "exited with code 3" in failed.message

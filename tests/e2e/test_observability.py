@@ -18,6 +18,8 @@ from tests.e2e.kube import dedicated_node, wait_for
 from tests.e2e.sj import InProcessOperator, create_sj, run_pods, sj_spec, status, wait_phase
 from tests.e2e.sj import test_config as operator_config
 
+pytestmark = pytest.mark.kwok_only  # every test here runs on dedicated simulated nodes
+
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO / ".venv/bin/kubectl-sj"
 

@@ -46,7 +46,8 @@ def test_a_resource_quota_holds_the_sj_until_it_allows_it(api, namespace, operat
     core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "small"},
                                                       "spec": {"hard": {"requests.cpu": "1"}}})
     wait_for("quota status", lambda: core.read_namespaced_resource_quota("small", namespace).status.hard)
-    create_sj(api, namespace, "big", sj_spec(run_for="600s", cpu="2"))
+    # Over the quota, yet small enough for a node of a 2-CPU machine's kind cluster.
+    create_sj(api, namespace, "big", sj_spec(run_for="600s", cpu="1500m"))
     st = _waits_saying(api, namespace, "big", "exceeded quota: small")
     assert next(c for c in st["conditions"] if c["type"] == "Admitted")["reason"] == "QuotaExceeded"
     _does_not_cycle(api, namespace, "big", 5)
