@@ -93,7 +93,7 @@ def test_archive_is_an_oci_layout_that_names_the_image(images: ModuleType, tmp_p
         payload.write_text("hi\n")
         out.add(payload, arcname="hello")
     archive = tmp_path / "x.oci.tar"
-    images.write_archive("demo", layer, {"Entrypoint": ["/hello"]}, archive)
+    images.write_archive("docker.io/scavenger/demo:dev", [layer], {"Entrypoint": ["/hello"]}, archive)
     with tarfile.open(archive) as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
     assert json.loads(files["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
@@ -107,3 +107,30 @@ def test_archive_is_an_oci_layout_that_names_the_image(images: ModuleType, tmp_p
     config = json.loads(files[f"blobs/sha256/{manifest['config']['digest'].split(':')[1]}"])
     assert config["config"]["Entrypoint"] == ["/hello"]
     assert config["rootfs"]["diff_ids"] == [manifest["layers"][0]["digest"]]
+
+
+def _layer(path: Path, name: str, text: str) -> Path:
+    payload = path.parent / f"{path.stem}-{name}"
+    payload.write_text(text)
+    with tarfile.open(path, "w") as out:
+        out.add(payload, arcname=name)
+    return path
+
+
+def test_archive_with_layers_is_also_a_docker_archive_and_reproducible(images: ModuleType, tmp_path: Path) -> None:
+    base, top = _layer(tmp_path / "base.tar", "base", "b\n"), _layer(tmp_path / "top.tar", "top", "t\n")
+    first, second = tmp_path / "1.tar", tmp_path / "2.tar"
+    images.write_archive("registry.k8s.io/etcd:3.6.5-0", [base, top], {}, first)
+    top.touch()  # a later mtime of a layer file changes nothing in the archive
+    images.write_archive("registry.k8s.io/etcd:3.6.5-0", [base, top], {}, second)
+    assert first.read_bytes() == second.read_bytes()
+    with tarfile.open(first) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+    [docker] = json.loads(files["manifest.json"])
+    assert docker["RepoTags"] == ["registry.k8s.io/etcd:3.6.5-0"]
+    digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in (base, top)]
+    assert docker["Layers"] == [f"blobs/sha256/{d}" for d in digests], "bottom layer first"
+    config = json.loads(files[docker["Config"]])
+    assert config["rootfs"]["diff_ids"] == [f"sha256:{d}" for d in digests]
+    [desc] = json.loads(files["index.json"])["manifests"]
+    assert desc["annotations"]["org.opencontainers.image.ref.name"] == "3.6.5-0"
