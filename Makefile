@@ -77,7 +77,7 @@ node-up: setup ## join the real kubelet node to the running local cluster
 node-down:
 	hack/node down
 
-e2e-kind: ## with Docker and kind: both demos on a kind cluster, one interruption (hack/e2e-kind)
+e2e-kind: setup ## the e2e suite and both demos (one preemption each) on kind; Docker, kind and its node image made here as root (hack/e2e-kind)
 	hack/e2e-kind
 
 test: setup ## the README's test command: the gates, unit tests, then e2e tests on the local cluster
