@@ -99,11 +99,10 @@ def write_conflist(cidr: str) -> bool:
 
 def sync(nodes: list[dict[str, Any]], me: str, done: dict[str, str]) -> None:
     mine = next((n for n in nodes if n["metadata"]["name"] == me), None)
-    if mine is None or pod_cidr(mine) is None:
+    cidr = pod_cidr(mine) if mine is not None else None
+    if cidr is None:
         log(f"node {me} has no podCIDR yet")
         return
-    cidr = pod_cidr(mine)
-    assert cidr is not None
     if write_conflist(cidr):
         log(f"CNI configuration written for {cidr}")
     for dst, via in routes(nodes, me).items():
