@@ -255,6 +255,17 @@ def test_steering_leaves_the_run_with_least_unsaved_work_in_its_current_period_u
     assert ("label", ("old-r1-0", {"scavenger.dev/protected": "false"})) in kube.calls
 
 
+def test_steering_exempts_nothing_while_a_run_is_below_the_protecting_level(controller, kube):
+    """As above, plus "fresh", 1 minute into its period (level 0): it is the unprotected run the scheduler
+    will prefer, so old and young both keep their protection."""
+    runs = [_running_sj(name, NOW - timedelta(minutes=ago)) for name, ago in (("old", 25), ("young", 7), ("fresh", 1))]
+    run(controller, view(*(s for s, _, _ in runs), jobs={("ns", j.name): j for _, j, _ in runs},
+                         run_pods={("ns", j.name): (p,) for _, j, p in runs}, active=tuple(p for _, _, p in runs)))
+    assert ("fresh", "Unprotected") in kube.events
+    assert ("old", "Unprotected") not in kube.events
+    assert ("young", "Unprotected") not in kube.events
+
+
 @pytest.mark.parametrize(
     ("mpi", "hostfile"),
     [

@@ -1,0 +1,69 @@
+"""The kopf wiring: what kopf is told to keep per object.
+
+`handlers.NoDiffBase` makes kopf skip the essence it would build of every object on every event. That is
+sound only while no change-detecting handler exists; these tests fail the day one is registered, and show
+that kopf still indexes what it sees with the storage in place.
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import kopf
+from kopf._cogs.structs import references
+from kopf._core.engines import indexing
+from kopf._core.reactor import inventory, processing
+
+from sj_operator import handlers
+from sj_operator.observed import PodView
+
+POD: dict[str, Any] = {
+    "apiVersion": "v1", "kind": "Pod",
+    "metadata": {"name": "sj-a-r1-x", "namespace": "team", "uid": "pod-1", "resourceVersion": "7",
+                 "labels": {"scavenger.dev/job-name": "sj-a", "scavenger.dev/run": "sj-a-r1"}},
+    "spec": {"nodeName": "node-1", "containers": [{"name": "main", "resources": {"requests": {"cpu": "100m"}}}]},
+    "status": {"phase": "Running"},
+}
+
+
+def test_no_handler_detects_changes_so_the_diff_base_is_never_read() -> None:
+    registry = kopf.get_default_registry()
+    assert registry._changing.get_all_handlers() == []  # on.create/update/delete/resume/field
+    assert registry._spawning.get_all_handlers() == []  # daemons and timers diff too
+    assert len(registry._indexing.get_all_handlers()) == 6
+
+
+def test_kopf_indexes_every_event_with_no_diff_base() -> None:
+    registry = kopf.get_default_registry()
+    settings = kopf.OperatorSettings()
+    settings.persistence.diffbase_storage = handlers.NoDiffBase()
+    indexers = indexing.OperatorIndexers()
+    indexers.ensure(registry._indexing.get_all_handlers())
+    memories = inventory.ResourceMemories()
+    memo = kopf.Memo(wake=asyncio.Event(), shared={"disrupted": {}})
+    pods = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
+
+    async def handle(raw_type: str | None, body: dict[str, Any]) -> None:
+        await processing.process_resource_event(
+            lifecycle=kopf.lifecycles.all_at_once, indexers=indexers, registry=registry, settings=settings,
+            memories=memories, memobase=memo, resource=pods, raw_event={"type": raw_type, "object": body},
+            event_queue=asyncio.Queue(), no_throttling=True)
+
+    def run_pods() -> tuple[PodView, ...]:
+        index = indexers.indices["pods"]
+        return tuple(index.get(("run", "team", "sj-a-r1"), ()))
+
+    asyncio.run(handle(None, copy.deepcopy(POD)))
+    assert [p.node for p in run_pods()] == ["node-1"]
+    assert memo.wake.is_set()
+    assert settings.persistence.diffbase_storage.build(body=kopf.Body(POD)) == {}
+
+    moved = copy.deepcopy(POD)
+    moved["metadata"]["resourceVersion"] = "8"
+    moved["status"]["phase"] = "Succeeded"
+    asyncio.run(handle("MODIFIED", moved))
+    assert [p.terminal for p in run_pods()] == [True]
+
+    asyncio.run(handle("DELETED", moved))
+    assert run_pods() == ()
