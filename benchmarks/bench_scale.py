@@ -397,6 +397,68 @@ def process(args: list[str], logfile: Path, ready: Callable[[], bool], what: str
             proc.kill()
 
 
+@contextmanager
+def profiled(pid: int, output: Path | None) -> Iterator[None]:
+    """With ``output``: py-spy samples the process (50 Hz, all threads, idle ones left out) until the block
+    ends, writes its stacks to ``output`` (collapsed: one stack and its samples per line; flamegraph tools read
+    it), and the share of samples per function and per package is logged."""
+    if output is None:
+        yield
+        return
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        raise SystemExit("--profile needs py-spy: pip install -e '.[bench]'")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    log(f"  profiling the operator (py-spy) into {output}")
+    proc = subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "50", "--format", "raw",
+                             "--output", str(output), "--nonblocking"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        if not output.exists():
+            log(f"  py-spy wrote no profile: {err.decode(errors='replace').strip()[-300:]}")
+        else:
+            for line in profile_summary(output.read_text().splitlines()):
+                log(f"  {line}")
+
+
+def profile_summary(collapsed: list[str], top: int = 12) -> list[str]:
+    """The share of samples spent in each function (its own time) and in each package, from py-spy's
+    collapsed stacks ("frame;frame;... count", a frame being "function (path:line)")."""
+    own: dict[str, int] = {}
+    packages: dict[str, int] = {}
+    total = 0
+    for line in collapsed:
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        leaf = stack.rsplit(";", 1)[-1]
+        function, _, where = leaf.partition(" (")
+        path = where.rsplit(":", 1)[0]
+        package = (path.split("site-packages/", 1)[1].split("/", 1)[0] if "site-packages/" in path
+                   else "sj_operator" if "sj_operator/" in path else "stdlib" if "python3" in path else path)
+        name = f"{function} ({path.rsplit('/', 1)[-1]})"
+        own[name] = own.get(name, 0) + n
+        packages[package] = packages.get(package, 0) + n
+    if not total:
+        return ["no samples"]
+
+    def shares(counts: dict[str, int]) -> str:
+        return ", ".join(f"{name} {100 * n / total:.0f}%" for name, n in
+                         sorted(counts.items(), key=lambda kv: -kv[1])[:top])
+
+    return [f"{total} samples; by package: {shares(packages)}", f"by function (own time): {shares(own)}"]
+
+
 def operator_process(namespace: str, port: int, logfile: Path) -> AbstractContextManager[subprocess.Popen[bytes]]:
     args = [sys.executable, "-m", "sj_operator", "--namespaces", namespace, "--metrics-port", str(port),
             "--peering", unique("bench-scale"), "--tick", "2s"]
@@ -459,7 +521,7 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
 
 
 def operator_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result,
-                 settle: float, *, followed: bool = False) -> None:
+                 settle: float, *, followed: bool = False, profile: Path | None = None) -> None:
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
     namespace = create_namespace(core)
@@ -468,7 +530,7 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
     log(f"the operator: {len(work.gangs)} SJs ({work.pods} pods) in {namespace} (operator log {logfile})")
     rec = Recorder(namespace)
     try:
-        with operator_process(namespace, port, logfile) as proc:
+        with operator_process(namespace, port, logfile) as proc, profiled(proc.pid, profile):
             rec.start()
             cpu0 = process_cpu("bin/kube-apiserver")
             op0 = process_cpu("--peering bench-scale") or 0.0
@@ -825,6 +887,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--plot", type=Path, help="write the plot (PNG) here")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--profile", type=Path,
+                        help="sample the operator with py-spy while it runs; its stacks go here (collapsed)")
     parser.add_argument("--kueue", action="store_true",
                         help=f"then the same burst through Kueue {KUEUE_VERSION} (hack/build-binaries kueue builds it)")
     args = parser.parse_args()
@@ -842,7 +906,8 @@ def main() -> int:
         make_nodes(core, args.nodes, args.node_cpu, args.threads)
         with priority_classes(client.SchedulingV1Api(api)):
             floor_run(api, work, args.threads, result, args.settle)
-            operator_run(api, work, args.threads, args.period, result, args.settle, followed=args.kueue)
+            operator_run(api, work, args.threads, args.period, result, args.settle, followed=args.kueue,
+                         profile=args.profile)
             if args.kueue:
                 kueue_run(api, work, args.threads, result, args.nodes, args.node_cpu)
     finally:
