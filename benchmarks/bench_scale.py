@@ -429,11 +429,15 @@ def profiled(pid: int, output: Path | None) -> Iterator[None]:
                 log(f"  {line}")
 
 
-def profile_summary(collapsed: list[str], top: int = 12) -> list[str]:
-    """The share of samples spent in each function (its own time) and in each package, from py-spy's
-    collapsed stacks ("frame;frame;... count", a frame being "function (path:line)")."""
+def profile_summary(collapsed: list[str], top: int = 10) -> list[str]:
+    """Shares of py-spy's samples from its collapsed stacks ("frame;frame;... count", a frame being
+    "function (path:line)", the path relative to where Python found the module): the function each sample
+    was in (its own time), by package and by function, and each Kubernetes API operation whose call was
+    under way (the client's work and the wait for the API server together). Threads blocked in C, such as
+    a worker waiting for a response, are sampled too."""
     own: dict[str, int] = {}
     packages: dict[str, int] = {}
+    operations: dict[str, int] = {}
     total = 0
     for line in collapsed:
         stack, _, count = line.rpartition(" ")
@@ -441,22 +445,29 @@ def profile_summary(collapsed: list[str], top: int = 12) -> list[str]:
             continue
         n = int(count)
         total += n
-        leaf = stack.rsplit(";", 1)[-1]
-        function, _, where = leaf.partition(" (")
+        frames = stack.split(";")
+        function, _, where = frames[-1].partition(" (")
         path = where.rsplit(":", 1)[0]
-        package = (path.split("site-packages/", 1)[1].split("/", 1)[0] if "site-packages/" in path
-                   else "sj_operator" if "sj_operator/" in path else "stdlib" if "python3" in path else path)
-        name = f"{function} ({path.rsplit('/', 1)[-1]})"
+        name = f"{function} ({path})"
         own[name] = own.get(name, 0) + n
+        package = path.split("/", 1)[0].removesuffix(".py")
         packages[package] = packages.get(package, 0) + n
+        for frame in frames:
+            function, _, where = frame.partition(" (")
+            if where.startswith("kubernetes/client/api/") and "." in function and "_with_http_info" not in function:
+                operation = function.rsplit(".", 1)[1]
+                operations[operation] = operations.get(operation, 0) + n
+                break
     if not total:
         return ["no samples"]
 
     def shares(counts: dict[str, int]) -> str:
-        return ", ".join(f"{name} {100 * n / total:.0f}%" for name, n in
+        return ", ".join(f"{name} {100 * n / total:.1f}%" for name, n in
                          sorted(counts.items(), key=lambda kv: -kv[1])[:top])
 
-    return [f"{total} samples; by package: {shares(packages)}", f"by function (own time): {shares(own)}"]
+    return [f"{total} samples; own time by package: {shares(packages)}",
+            f"own time by function: {shares(own)}",
+            f"under way, by API operation: {shares(operations)}"]
 
 
 def operator_process(namespace: str, port: int, logfile: Path) -> AbstractContextManager[subprocess.Popen[bytes]]:

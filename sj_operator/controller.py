@@ -77,6 +77,10 @@ LAUNCHED_TTL = 60.0
 """Seconds a launch is counted as in flight before the watch shows its run Starting."""
 WHY_REFRESH = 120.0
 """Seconds between writes of a waiting SJ's Admitted message when only its numbers moved."""
+BUDGET_REFRESH = 600.0
+"""Seconds after this process applied an SJ's PodDisruptionBudget in which protecting a run again does not apply
+it again (only the pods' label is toggled): the budget's content is fixed per SJ, and an apply costs two
+calls once it exists (create, then patch). Past it, the budget is applied again, in case it was deleted."""
 
 
 _NO_RUN = Run(job=None)
@@ -157,6 +161,8 @@ class Controller:
     why_settled: dict[str, tuple[Decided, str, str | None, float]] = field(default_factory=dict)
     """Waiting SJs with nothing to write about why they wait, by uid: the decision, its reason, and the
     message the condition gives, or (None) until when (monotonic) only its numbers may move unwritten."""
+    budgets: dict[str, float] = field(default_factory=dict)
+    """When this process last applied each SJ's PodDisruptionBudget (monotonic seconds), by uid."""
     reported: dict[str, tuple[ScavengerJobStatus, str | None, str | None]] = field(default_factory=dict)
     """Each SJ's status as last reported in the gauges, with its phase and why it waits, by uid."""
     _capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
@@ -203,7 +209,8 @@ class Controller:
     async def _pass(self, view: ClusterView) -> tuple[list[Decided], set[str]]:
         now = self.clock()
         self.memo.forget_gone(view.sjs)
-        tables: tuple[dict[str, Any], ...] = (self.held, self.why_written, self.why_settled, self.reported)
+        tables: tuple[dict[str, Any], ...] = (self.held, self.why_written, self.why_settled, self.reported,
+                                              self.budgets)
         if sum(map(len, tables)) > 4 * len(view.sjs) + 1000 or (self.held and len(self.held) > len(view.sjs)):
             forget_uids(tables, view.sjs)
         observation = self.memo.observe(view, handles=self.handles, fresh=self.fresh)
@@ -401,8 +408,10 @@ class Controller:
 
     async def _set_protection(self, o: Observed, action: SetProtection) -> None:
         """Toggles the label the SJ's PodDisruptionBudget selects on every pod of the run."""
-        if action.protected:
+        applied = self.budgets.get(o.sj.uid)
+        if action.protected and (applied is None or self.monotonic() - applied > BUDGET_REFRESH):
             await self.kube.apply_pdb(protection_budget(o.sj.namespace, o.sj.name, o.sj.uid))
+            self.budgets[o.sj.uid] = self.monotonic()
         value = "true" if action.protected else "false"
         for pod in o.run.pods:
             if not pod.terminal and pod.protected != action.protected:

@@ -3,13 +3,14 @@ API failure or a stale cache never loses or duplicates an SJ."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from sj_operator.config import OperatorConfig
-from sj_operator.controller import Controller
+from sj_operator.controller import BUDGET_REFRESH, Controller
 from sj_operator.decide import ClusterView
 from sj_operator.kube import Conflict, KubeError
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view
@@ -395,3 +396,28 @@ def test_without_rbac_for_the_dry_run_the_sj_is_launched_anyway(controller, kube
                                           'scavenger-system:scavenger-operator" cannot create resource "pods"')]
     run(controller, view(sj()))
     assert "job" in kube.kinds() and controller.held == {}
+
+
+def test_a_run_protected_again_soon_toggles_its_pods_label_without_applying_the_budget_again(kube):
+    """The budget is applied when a run is first protected; protecting it again within `BUDGET_REFRESH` only
+    labels the pods; after it, the budget is applied again (it may have been deleted by hand). "old" shares
+    the node and has less unsaved work, so steering leaves it unprotected and "young" is the one protected."""
+    clock = [0.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    old, old_job, old_pod = _running_sj("old", NOW - timedelta(minutes=25))
+    young, young_job, young_pod = _running_sj("young", NOW - timedelta(minutes=7))
+    old = replace(old, status={**old.status, "protected": False})
+    young = replace(young, status={**young.status, "protected": False})
+    old_pod, young_pod = replace(old_pod, protected=False), replace(young_pod, protected=False)
+    scene = {"jobs": {("ns", "old-r1"): old_job, ("ns", "young-r1"): young_job},
+             "run_pods": {("ns", "old-r1"): (old_pod,), ("ns", "young-r1"): (young_pod,)},
+             "active": (old_pod, young_pod)}
+    labelled = ("label", ("young-r1-0", {"scavenger.dev/protected": "true"}))
+    budgets = []
+    for at in (0.0, BUDGET_REFRESH / 2, BUDGET_REFRESH + 1):
+        clock[0] = at
+        kube.calls.clear()
+        run(controller, view(old, replace(young, resource_version=str(int(at) + 10)), **scene))
+        assert labelled in kube.calls
+        budgets.append(kube.calls.count(("pdb", "young-protect")))
+    assert budgets == [1, 0, 1]
