@@ -30,7 +30,9 @@ else lands there). It goes through the same cluster in turn:
 4. Side by side: throughput as a ratio of the floor, and the work lost per high-priority pod.
 
 Progress is printed as it goes; the result is a table, optionally a JSON file and a PNG plot
-(matplotlib). Everything the run made (nodes, namespaces, PriorityClasses) is deleted at the end.
+(matplotlib). ``--profile FILE`` samples the operator with py-spy while it runs (its collapsed stacks go to
+FILE; the shares by package, function and API operation are logged). Everything the run made (nodes,
+namespaces, PriorityClasses) is deleted at the end.
 """
 from __future__ import annotations
 
