@@ -401,9 +401,10 @@ def process(args: list[str], logfile: Path, ready: Callable[[], bool], what: str
 
 @contextmanager
 def profiled(pid: int, output: Path | None) -> Iterator[None]:
-    """With ``output``: py-spy samples the process (50 Hz, all threads, idle ones left out) until the block
-    ends, writes its stacks to ``output`` (collapsed: one stack and its samples per line; flamegraph tools read
-    it), and the share of samples per function and per package is logged."""
+    """With ``output``: py-spy samples the process (50 Hz, all threads, without pausing it: so threads blocked
+    in C, such as workers waiting for a response, count as busy) until the block ends, writes its stacks to
+    ``output`` (collapsed: one stack and its samples per line; flamegraph tools read it), and logs
+    `profile_summary`."""
     if output is None:
         yield
         return

@@ -408,10 +408,10 @@ class Controller:
 
     async def _set_protection(self, o: Observed, action: SetProtection) -> None:
         """Toggles the label the SJ's PodDisruptionBudget selects on every pod of the run."""
-        applied = self.budgets.get(o.sj.uid)
-        if action.protected and (applied is None or self.monotonic() - applied > BUDGET_REFRESH):
+        now, applied = self.monotonic(), self.budgets.get(o.sj.uid)
+        if action.protected and (applied is None or now - applied > BUDGET_REFRESH):
             await self.kube.apply_pdb(protection_budget(o.sj.namespace, o.sj.name, o.sj.uid))
-            self.budgets[o.sj.uid] = self.monotonic()
+            self.budgets[o.sj.uid] = now
         value = "true" if action.protected else "false"
         for pod in o.run.pods:
             if not pod.terminal and pod.protected != action.protected:
