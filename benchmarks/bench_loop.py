@@ -132,6 +132,7 @@ async def settle(controller: Controller, api: SimulatedAPI, limit: int = 50) -> 
     for passes in range(1, limit + 1):
         before = api.calls
         await controller.reconcile(api.view())
+        await controller.settle()  # steering's writes and Events, in the background
         if api.calls == before:
             return passes
     raise RuntimeError(f"the cluster did not settle in {limit} passes")
@@ -185,6 +186,7 @@ async def main(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             await controller.reconcile(view)
             times.append((time.perf_counter() - t0) * 1000)
+            await controller.settle()
         print(f"{what} over {len(api.sjs)} SJs and {len(api.nodes)} nodes, {args.passes} passes: {summary(times)}",
               flush=True)
     print(f"API calls during the timed passes: {api.calls - calls} (none is expected)")

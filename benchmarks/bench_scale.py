@@ -46,7 +46,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -376,11 +376,11 @@ def free_port() -> int:
 
 @contextmanager
 def process(args: list[str], logfile: Path, ready: Callable[[], bool], what: str,
-            timeout: float) -> Iterator[subprocess.Popen[bytes]]:
+            timeout: float, env: Mapping[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """A process started with its output in ``logfile``, once ``ready()`` (connection errors are "not
-    yet"); stopped with SIGTERM, then killed after 30 s."""
+    yet"); stopped with SIGTERM, then killed after 30 s. ``env`` is added to this process's environment."""
     with logfile.open("wb") as out:
-        proc = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -476,7 +476,9 @@ def profile_summary(collapsed: list[str], top: int = 10) -> list[str]:
 def operator_process(namespace: str, port: int, logfile: Path) -> AbstractContextManager[subprocess.Popen[bytes]]:
     args = [sys.executable, "-m", "sj_operator", "--namespaces", namespace, "--metrics-port", str(port),
             "--peering", unique("bench-scale"), "--tick", "2s"]
-    return process(args, logfile, lambda: scrape(port).get("scavenger_leader", 0) == 1, "the operator", 60)
+    # As the operator's image runs it (the Dockerfile's ENV).
+    return process(args, logfile, lambda: scrape(port).get("scavenger_leader", 0) == 1, "the operator", 60,
+                   env={"MALLOC_ARENA_MAX": "2"})
 
 
 # --- the three runs -----------------------------------------------------------------------------

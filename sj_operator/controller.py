@@ -15,6 +15,7 @@ Restarting the operator at any moment therefore converges without duplicates.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -37,7 +38,7 @@ from sj_operator.decide import (
     in_flight,
     nodes_being_drained,
 )
-from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotFound
+from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotFound, in_background
 from sj_operator.memo import PassMemo, forget_uids
 from sj_operator.metrics import Metrics
 from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
@@ -46,6 +47,7 @@ from sj_operator.policy.admission import AdmissionPass, PolicyConfig, Waiting
 from sj_operator.policy.conditions import WAIT_REASONS, admitted_condition, wait_changed
 from sj_operator.policy.lifecycle import (
     DeleteRun,
+    Event,
     LifecycleConfig,
     NamespaceRefusal,
     Run,
@@ -77,6 +79,14 @@ LAUNCHED_TTL = 60.0
 """Seconds a launch is counted as in flight before the watch shows its run Starting."""
 WHY_REFRESH = 120.0
 """Seconds between writes of a waiting SJ's Admitted message when only its numbers moved."""
+STEERING_BATCH = 128
+"""Running SJs whose steering writes (running level, protection) one background batch carries out: the pass
+that starts a batch does not wait for it, and the next batch starts after it ends."""
+STEERING_CONCURRENCY = 8
+"""SJs of a steering batch whose writes are in flight at once (the client's `kube.BACKGROUND_THREADS`)."""
+EVENT_BACKLOG = 1000
+"""SJs whose Events may wait to be recorded at once; an Event beyond it is dropped and counted
+(``scavenger_events_dropped_total``), as client-go's recorder drops on overflow."""
 BUDGET_REFRESH = 600.0
 """Seconds after this process applied an SJ's PodDisruptionBudget in which protecting a run again does not apply
 it again (only the pods' label is toggled): the budget's content is fixed per SJ, and an apply costs two
@@ -100,6 +110,23 @@ def _gauge_labels(status: ScavengerJobStatus) -> tuple[str | None, str | None]:
         return status.phase.value, None
     cond = admitted_condition(status.conditions)
     return status.phase.value, cond.reason if cond is not None and cond.status == "False" and cond.reason else "Queued"
+
+
+_STEERING_FIELDS = ("running_priority", "priority_start_over_timestamp", "protected")
+
+
+def _steering(d: Decided) -> bool:
+    """A running SJ that stays running, with nothing to write but its running level or its protection:
+    victim steering's bookkeeping, carried out in the background."""
+    before, after, running = d.observed.status, d.step.status, Phase.RUNNING
+    return (before.phase is running and after.phase is running
+            and all(isinstance(a, SetProtection) for a in d.step.actions)
+            and after.model_copy(update={f: getattr(before, f) for f in _STEERING_FIELDS}) == before)
+
+
+def _steering_order(d: Decided) -> bool:
+    """Protection changes first, then what only moves the running level."""
+    return not d.step.actions
 
 
 def _first_sight(d: Decided) -> bool:
@@ -165,6 +192,14 @@ class Controller:
     """When this process last applied each SJ's PodDisruptionBudget (monotonic seconds), by uid."""
     reported: dict[str, tuple[ScavengerJobStatus, str | None, str | None]] = field(default_factory=dict)
     """Each SJ's status as last reported in the gauges, with its phase and why it waits, by uid."""
+    wake: Callable[[], None] = lambda: None
+    """Asks for another pass (the loop's wake-up): called when background writes are done."""
+    steering: dict[str, Decided] = field(default_factory=dict)
+    """SJs (by uid) whose steering decision a background batch is carrying out: a pass leaves them as decided
+    until their writes are done."""
+    _steering_batch: asyncio.Task[None] | None = None
+    _events: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """Each SJ's latest Events still being recorded, by uid (its next Events are recorded after them)."""
     _capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
 
     def __post_init__(self) -> None:
@@ -214,9 +249,10 @@ class Controller:
         if sum(map(len, tables)) > 4 * len(view.sjs) + 1000 or (self.held and len(self.held) > len(view.sjs)):
             forget_uids(tables, view.sjs)
         observation = self.memo.observe(view, handles=self.handles, fresh=self.fresh)
+        held = self.steering
         decided = self.memo.decide(observation.sjs, now, self.lifecycle_config,
                                    on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc),
-                                   draining=nodes_being_drained(view))
+                                   draining=nodes_being_drained(view), held=held)
         runs = self._in_flight(decided)
         self._add_launched(view, runs)
         # Admission is decided on the statuses about to be written, so a waiting SJ's reason (Admitted=False)
@@ -230,7 +266,12 @@ class Controller:
         # A new SJ admitted at first sight goes from no status to Starting in one write, at its launch.
         at_once = {a.key for a in admitted.admitted}
         writing = [d for d in decided
-                   if _writes(d) and not (at_once and _first_sight(d) and d.observed.sj.key in at_once)]
+                   if _writes(d) and not (at_once and _first_sight(d) and d.observed.sj.key in at_once)
+                   and not (held and d.observed.sj.uid in held)]
+        # Steering's bookkeeping goes out in the background: the pass goes on to launches and transitions.
+        if any(_steering(d) for d in writing):
+            self._steer([d for d in writing if _steering(d)])
+            writing = [d for d in writing if not _steering(d)]
         applied = dict(zip((id(d) for d in writing),
                            await self._concurrently(self._apply(d.observed, d.step) for d in writing), strict=True))
         await self._delete_strays(view, observation.known_runs)
@@ -347,10 +388,7 @@ class Controller:
             if not await self._write_status(o.sj, o.resource_version, o.raw_status, result.status):
                 return False
             self._count(o, result.status)
-        for ev in result.events:
-            log.info("%s: %s: %s", o.sj.key, ev.reason, ev.message)
-            await self.kube.event(namespace=o.sj.namespace, name=o.sj.name, uid=o.sj.uid, kind=KIND,
-                                  api_version=API_VERSION, type_=ev.type, reason=ev.reason, message=ev.message)
+        self._record(o.sj, result.events)
         for action in result.actions:
             if isinstance(action, DeleteRun):
                 await self.delete_run(o.sj.namespace, action.job_name, action.reason)
@@ -382,15 +420,83 @@ class Controller:
                                         self.monotonic())
         return True
 
-    async def _concurrently(self, coros: Iterable[Awaitable[T]]) -> list[T]:
-        """Runs API-bound steps concurrently, at most `API_CONCURRENCY` at a time, in order."""
-        gate = asyncio.Semaphore(API_CONCURRENCY)
+    async def _concurrently(self, coros: Iterable[Awaitable[T]], limit: int = API_CONCURRENCY) -> list[T]:
+        """Runs API-bound steps concurrently, at most `limit` at a time, in order."""
+        gate = asyncio.Semaphore(limit)
 
         async def gated(coro: Awaitable[T]) -> T:
             async with gate:
                 return await coro
 
         return list(await asyncio.gather(*(gated(c) for c in coros)))
+
+    # --- the background lane: steering's writes and Events --------------------------------
+    def _steer(self, due: list[Decided]) -> None:
+        """Starts a background batch of steering writes unless one is under way (the SJs left out are decided
+        again by the next passes). Each SJ of the batch is held as decided until its writes are done."""
+        if self._steering_batch is not None and not self._steering_batch.done():
+            return
+        batch = sorted(due, key=_steering_order)[:STEERING_BATCH]
+        for d in batch:
+            self.steering[d.observed.sj.uid] = d
+        self._steering_batch = asyncio.create_task(self._steer_batch(batch), name="steering writes")
+
+    async def _steer_batch(self, batch: list[Decided]) -> None:
+        in_background()
+
+        async def one(d: Decided) -> None:
+            try:
+                await self._apply(d.observed, d.step)
+            except Exception:
+                log.exception("steering writes of %s failed; deciding again", d.observed.sj.key)
+            finally:
+                self.steering.pop(d.observed.sj.uid, None)
+
+        try:
+            await self._concurrently((one(d) for d in batch), STEERING_CONCURRENCY)
+        finally:
+            for d in batch:  # cancelled: nothing is held any longer
+                self.steering.pop(d.observed.sj.uid, None)
+            self.wake()
+
+    def _record(self, sj: SJObject, events: Iterable[Event]) -> None:
+        """Logs the Events and records them in the background, after the SJ's earlier ones (so each SJ's
+        Events keep their order). Recording never holds up a decision; past `EVENT_BACKLOG` SJs waiting,
+        an SJ's new Events are dropped and counted."""
+        events = tuple(events)
+        if not events:
+            return
+        for ev in events:
+            log.info("%s: %s: %s", sj.key, ev.reason, ev.message)
+        before = self._events.get(sj.uid)
+        if before is None and len(self._events) >= EVENT_BACKLOG:
+            self.metrics.events_dropped.inc(len(events))
+            log.warning("%d Event(s) of %s dropped: %d SJs' Events are waiting to be recorded", len(events),
+                        sj.key, len(self._events))
+            return
+        task = asyncio.create_task(self._post_events(sj, events, before), name=f"events of {sj.key}")
+        self._events[sj.uid] = task
+        task.add_done_callback(functools.partial(self._recorded, sj.uid))
+
+    def _recorded(self, uid: str, task: asyncio.Task[None]) -> None:
+        if self._events.get(uid) is task:
+            del self._events[uid]
+
+    async def _post_events(self, sj: SJObject, events: tuple[Event, ...], before: asyncio.Task[None] | None) -> None:
+        in_background()
+        if before is not None:
+            await asyncio.wait([before])
+        for ev in events:
+            await self.kube.event(namespace=sj.namespace, name=sj.name, uid=sj.uid, kind=KIND,
+                                  api_version=API_VERSION, type_=ev.type, reason=ev.reason, message=ev.message)
+
+    async def settle(self) -> None:
+        """Waits until the background lane is idle: no steering batch, no Event left to record."""
+        while True:
+            pending = [t for t in (self._steering_batch, *self._events.values()) if t is not None and not t.done()]
+            if not pending:
+                return
+            await asyncio.wait(pending)
 
     # --- runs ------------------------------------------------------------------------
     async def delete_run(self, namespace: str, job_name: str, reason: str) -> None:
@@ -424,9 +530,11 @@ class Controller:
         retry delay without holding room for the others (their reason is already written)."""
         clock = self.monotonic()
         held = self.held
+        steering = self.steering
         queue = tuple(self.memo.queued(o.sj, o.spec, d.step.status, now) for d in decided
                       if d.step.waiting and not isinstance((o := d.observed).spec, InvalidSpec)
-                      and (not held or held.get(o.sj.uid, (0.0, 0))[0] <= clock))
+                      and (not held or held.get(o.sj.uid, (0.0, 0))[0] <= clock)
+                      and (not steering or o.sj.uid not in steering))
         if not queue:
             return AdmissionPass([], {})
         started = time.perf_counter()

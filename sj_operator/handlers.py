@@ -73,7 +73,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     metrics = Metrics()
     memo.kube.on_error = metrics.api_error
     memo.kube.on_request = metrics.api_request
-    memo.controller = Controller(memo.kube, config, metrics=metrics)
+    memo.controller = Controller(memo.kube, config, metrics=metrics, wake=memo.wake.set)
     for pc in priority_class_objects():
         if await memo.kube.ensure_priority_class(pc):
             log.info("created PriorityClass %s (value %s)", pc["metadata"]["name"], pc["value"])
@@ -111,6 +111,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.get("tasks", []):
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+    if memo.get("controller") is not None:  # Events and steering's writes under way
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(memo.controller.settle(), timeout=10)
     if memo.get("elector") is not None:
         await memo.elector.release()
     if memo.get("metrics_server") is not None:

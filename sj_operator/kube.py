@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import json
 import logging
@@ -36,6 +37,11 @@ T = TypeVar("T")
 API_THREADS = 32
 """Worker threads (and pooled connections) for the blocking client: calls wait on the API server, not on
 this process's CPU, so far more of them are in flight than there are cores."""
+BACKGROUND_THREADS = 8
+"""Worker threads (and pooled connections) for the background lane (`in_background`): Events and victim
+steering's writes, which nothing waits for. They have threads of their own, so they never queue in front of
+a launch or a transition, and at most this many of them load the API server at once."""
+_BACKGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar("kube_background", default=False)
 # Waits between retries: 0.2-0.4 s, 0.4-0.6 s, 0.8-1.0 s, ... capped at 5 s.
 RETRY_WAIT = wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.2)
 
@@ -80,6 +86,27 @@ def _typed(exc: ApiException) -> KubeError:
     return cls(exc.status, exc.reason or "", message)
 
 
+def in_background() -> None:
+    """From here on, the calling task's API calls take the background lane (`BACKGROUND_THREADS`). A task
+    gets a copy of its creator's context, so this marks only the task that calls it and the tasks it makes."""
+    _BACKGROUND.set(True)
+
+
+def _unread(fn: Callable[..., Any]) -> Callable[..., None]:
+    """``fn`` for a write whose response body nobody reads: the client neither decodes nor models it (that is
+    most of the client's own CPU per call), and the connection goes back to the pool at once. Failures are
+    raised as before, with the API server's message in the body."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> None:
+        response = fn(*args, _preload_content=False, **kwargs)
+        if hasattr(response, "release_conn"):
+            response.drain_conn()
+            response.release_conn()
+
+    return call
+
+
 def _operation(fn: Callable[..., Any]) -> str:
     """The client method's name (``patch_namespaced_custom_object_status``): the metrics' operation label."""
     return getattr(fn, "__name__", type(fn).__name__)
@@ -94,10 +121,11 @@ class Kube:
         stop condition and sleep (tests use them to retry without waiting)."""
         if api is None:
             configuration = client.Configuration.get_default_copy()
-            configuration.connection_pool_maxsize = API_THREADS  # one connection per worker thread
+            configuration.connection_pool_maxsize = API_THREADS + BACKGROUND_THREADS  # one per worker thread
             api = client.ApiClient(configuration)
         self.api = api
         self._threads = ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="kube-api")
+        self._background = ThreadPoolExecutor(max_workers=BACKGROUND_THREADS, thread_name_prefix="kube-background")
         self.core = client.CoreV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
@@ -136,7 +164,8 @@ class Kube:
                     self.on_request(_operation(fn))
                     try:
                         return await asyncio.get_running_loop().run_in_executor(
-                            self._threads, functools.partial(fn, *args, **kwargs))
+                            self._background if _BACKGROUND.get() else self._threads,
+                            functools.partial(fn, *args, **kwargs))
                     except ApiException as exc:
                         self.on_error(_operation(fn), exc.status or 0)
                         raise
@@ -178,20 +207,20 @@ class Kube:
 
     # --- runs ------------------------------------------------------------------
     async def create_job(self, job: Mapping[str, Any]) -> None:
-        await self._call(self.batch.create_namespaced_job, job["metadata"]["namespace"], job)
+        await self._call(_unread(self.batch.create_namespaced_job), job["metadata"]["namespace"], job)
 
     async def delete_job(self, namespace: str, name: str) -> None:
         """Deletes a run; its pods are deleted by the garbage collector, each with its grace period."""
         with contextlib.suppress(NotFound):
-            await self._call(self.batch.delete_namespaced_job, name, namespace,
+            await self._call(_unread(self.batch.delete_namespaced_job), name, namespace,
                              propagation_policy="Background")
 
     async def create_service(self, svc: Mapping[str, Any]) -> None:
-        await self._call(self.core.create_namespaced_service, svc["metadata"]["namespace"], svc)
+        await self._call(_unread(self.core.create_namespaced_service), svc["metadata"]["namespace"], svc)
 
     async def delete_service(self, namespace: str, name: str) -> None:
         with contextlib.suppress(NotFound):
-            await self._call(self.core.delete_namespaced_service, name, namespace)
+            await self._call(_unread(self.core.delete_namespaced_service), name, namespace)
 
     async def create_or_keep(self, create: Callable[[], Any]) -> bool:
         """Runs a create call; returns False when the object already existed."""
@@ -288,7 +317,7 @@ class Kube:
     async def dry_run_pod(self, pod: Mapping[str, Any]) -> None:
         """Creates ``pod`` as a server-side dry run: every admission rule of its namespace is applied and
         nothing is stored. Raises Forbidden (or Invalid) with the API server's reason when refused."""
-        await self._call(self.core.create_namespaced_pod, pod["metadata"]["namespace"], pod, dry_run="All")
+        await self._call(_unread(self.core.create_namespaced_pod), pod["metadata"]["namespace"], pod, dry_run="All")
 
     async def resource_quotas(self, namespace: str) -> list[dict[str, Any]]:
         found = await self._call(self.core.list_namespaced_resource_quota, namespace)
@@ -298,14 +327,15 @@ class Kube:
     # --- pods and budgets ------------------------------------------------------
     async def label_pod(self, namespace: str, name: str, labels: Mapping[str, str | None]) -> None:
         with contextlib.suppress(NotFound):
-            await self._call(self.core.patch_namespaced_pod, name, namespace, {"metadata": {"labels": dict(labels)}})
+            await self._call(_unread(self.core.patch_namespaced_pod), name, namespace,
+                             {"metadata": {"labels": dict(labels)}})
 
     async def apply_pdb(self, pdb: Mapping[str, Any]) -> None:
         ns, name = pdb["metadata"]["namespace"], pdb["metadata"]["name"]
         try:
-            await self._call(self.policy.create_namespaced_pod_disruption_budget, ns, pdb)
+            await self._call(_unread(self.policy.create_namespaced_pod_disruption_budget), ns, pdb)
         except Conflict:
-            await self._call(self.policy.patch_namespaced_pod_disruption_budget, name, ns, pdb)
+            await self._call(_unread(self.policy.patch_namespaced_pod_disruption_budget), name, ns, pdb)
 
     async def ensure_priority_class(self, pc: Mapping[str, Any]) -> bool:
         """Creates a PriorityClass unless one of that name exists (never clobbers). True if created."""
@@ -334,6 +364,6 @@ class Kube:
             "count": 1,
         }
         try:
-            await self._call(self.core.create_namespaced_event, namespace, body)
+            await self._call(_unread(self.core.create_namespaced_event), namespace, body)
         except KubeError as exc:  # an event is best effort: never block a transition on it
             log.warning("could not record event %s on %s/%s: %s", reason, namespace, name, exc)

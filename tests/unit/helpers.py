@@ -5,6 +5,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from sj_operator.api import Toleration
+from sj_operator.controller import Controller
+from sj_operator.decide import ClusterView
 from sj_operator.resources import Resources, accumulate, freeze, to_milli
 
 
@@ -39,3 +41,9 @@ POD_FAILURE_POLICY = {"rules": [
     {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "NotIn", "values": [0]}},
 ]}
 """Every run's Job: a disruption or the app's failure fails it at once (the Job never makes a replacement)."""
+
+
+async def settled_pass(controller: Controller, view: ClusterView) -> None:
+    """One decision pass, then until its background writes (steering, Events) are done."""
+    await controller.reconcile(view)
+    await controller.settle()

@@ -14,6 +14,7 @@ from sj_operator.controller import BUDGET_REFRESH, Controller
 from sj_operator.decide import ClusterView
 from sj_operator.kube import Conflict, KubeError
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view
+from tests.unit.helpers import settled_pass
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -112,7 +113,7 @@ def view(*sjs: SJObject, jobs: dict | None = None, run_pods: dict | None = None,
 
 
 def run(controller: Controller, v: ClusterView) -> None:
-    asyncio.run(controller.reconcile(v))
+    asyncio.run(settled_pass(controller, v))
 
 
 @pytest.fixture
@@ -421,3 +422,118 @@ def test_a_run_protected_again_soon_toggles_its_pods_label_without_applying_the_
         assert labelled in kube.calls
         budgets.append(kube.calls.count(("pdb", "young-protect")))
     assert budgets == [1, 0, 1]
+
+
+# --- the background lane: steering's writes and Events ------------------------------------------------------
+
+class Gated(FakeKube):
+    """`FakeKube` whose calls named in `held` wait until `gate` opens."""
+
+    def __init__(self, *held: str) -> None:
+        super().__init__()
+        self.held, self.gate = set(held), asyncio.Event()
+
+    async def label_pod(self, namespace, name, labels):
+        if "label" in self.held:
+            await self.gate.wait()
+        await super().label_pod(namespace, name, labels)
+
+    async def event(self, **kw):
+        if "event" in self.held:
+            await self.gate.wait()
+        await super().event(**kw)
+
+
+def _steering_view(*ago_minutes: tuple[str, int]) -> ClusterView:
+    runs = [_running_sj(name, NOW - timedelta(minutes=ago)) for name, ago in ago_minutes]
+    return view(*(s for s, _, _ in runs), jobs={("ns", j.name): j for _, j, _ in runs},
+                run_pods={("ns", j.name): (p,) for _, j, p in runs}, active=tuple(p for _, _, p in runs))
+
+
+def test_a_pass_does_not_wait_for_steerings_writes_and_leaves_the_sj_alone_until_they_are_done():
+    """"fresh" is at level 0 of its period but still protected: its status, Event and pod label go out in
+    the background. The pass returns while the label waits; the next pass writes nothing for it again."""
+    kube, woken = Gated("label"), []
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, wake=lambda: woken.append(1))  # type: ignore[arg-type]
+    v = _steering_view(("fresh", 1))
+
+    async def passes() -> None:
+        await controller.reconcile(v)
+        while "status" not in kube.kinds():  # the batch runs while the loop is free
+            await asyncio.sleep(0)
+        assert set(controller.steering) == {"u-fresh"} and not woken
+        await controller.reconcile(v)
+        assert kube.kinds() == ["status"]
+        kube.gate.set()
+        await controller.settle()
+
+    asyncio.run(passes())
+    assert kube.kinds().count("status") == 1 and kube.kinds().count("label") == 1
+    assert ("fresh", "Unprotected") in kube.events
+    assert not controller.steering and woken == [1]
+
+
+def test_a_steering_batch_takes_protection_changes_first_and_the_rest_on_later_passes(monkeypatch):
+    """With batches of one: "fresh" (protection to drop) goes first; "young" (level 1 to 2, still protected:
+    the level alone) waits for the next batch."""
+    monkeypatch.setattr("sj_operator.controller.STEERING_BATCH", 1)
+    kube = FakeKube()
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    v = _steering_view(("young", 7), ("fresh", 1))
+    fresh, fresh_pod = v.sjs[1], v.run_pods[("ns", "fresh-r1")][0]
+
+    def after() -> ClusterView:
+        """What the watch shows once it caught up with the first pass's writes for "fresh"."""
+        return replace(v, sjs=(v.sjs[0], replace(fresh, resource_version=str(kube.rv), status={
+            **fresh.status, "runningPriority": 0, "protected": False})),
+            run_pods={**v.run_pods, ("ns", "fresh-r1"): (replace(fresh_pod, protected=False),)})
+
+    async def passes() -> list[list[tuple[str, Any]]]:
+        batches = []
+        for seen in (lambda: v, after):
+            await controller.reconcile(seen())
+            await controller.settle()
+            batches.append([c for c in kube.calls if c[0] != "event"])
+            kube.calls.clear()
+        return batches
+
+    first, second = asyncio.run(passes())
+    assert [kind for kind, _ in first] == ["status", "label"] and first[0][1]["runningPriority"] == 0
+    assert [kind for kind, _ in second] == ["status"] and second[0][1]["runningPriority"] == 2
+
+
+def test_events_past_the_backlog_are_dropped_and_counted(monkeypatch):
+    """Two SJs launched while the API server is slow to record Events, with room for one SJ's Events."""
+    monkeypatch.setattr("sj_operator.controller.EVENT_BACKLOG", 1)
+    kube = Gated("event")
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+
+    async def passes() -> None:
+        await controller.reconcile(view(sj(name="a"), sj(name="b")))
+        kube.gate.set()
+        await controller.settle()
+
+    asyncio.run(passes())
+    assert launched(kube) == ["a-r1", "b-r1"] and kube.events == [("a", "Launched")]
+    assert controller.metrics.events_dropped._value.get() == 1
+
+
+def test_an_sjs_events_are_recorded_in_their_order_across_passes():
+    """The launch's Event is still waiting when the next pass sees the run's pod running: "Running" is
+    recorded after "Launched"."""
+    kube = Gated("event")
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    pod = PodView(namespace="ns", name="work-r1-0", uid="p", sj="work", run="work-r1", node="n1", phase="Running",
+                  deleting=False, requests={"cpu": 1000}, all_running=True, index=0, protected=False)
+
+    async def passes() -> None:
+        await controller.reconcile(view(sj()))
+        job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j",
+                                     "labels": {"scavenger.dev/job-name": "work"}}})
+        await controller.reconcile(view(sj(stored_status(kube), rv=str(kube.rv)), jobs={("ns", "work-r1"): job},
+                                        run_pods={("ns", "work-r1"): (pod,)}, active=(pod,)))
+        kube.gate.set()
+        await controller.settle()
+
+    asyncio.run(passes())
+    assert kube.events == [("work", "Launched"), ("work", "Running")]

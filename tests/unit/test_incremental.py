@@ -26,6 +26,7 @@ from sj_operator.policy.queue import PolicyConfig
 from sj_operator.policy.snapshot import QueuedSJ, Shape
 from sj_operator.resources import accumulate, freeze, total
 from tests.unit import test_admission as adm
+from tests.unit.helpers import settled_pass
 from tests.unit.test_controller import FakeKube
 from tests.unit.test_lifecycle import CFG, NOW, SJ, invalid_spec, job, pod, run_of, running, spec, starting, status
 
@@ -428,19 +429,19 @@ def test_a_pass_runs_the_state_machine_only_for_sjs_that_changed_or_whose_clock_
     sjs = [an_sj(i, 1, {} if i else backoff) for i in range(20)]
     view = ClusterView(sjs=tuple(sjs), jobs={}, run_pods={}, active_pods=(), nodes=NODES)
     with mock.patch("sj_operator.memo.decide", wraps=decide) as stepped:
-        asyncio.run(controller.reconcile(view))
+        asyncio.run(settled_pass(controller, view))
         assert sum(len(c.args[0]) for c in stepped.call_args_list) == 20
         # What was written comes back through the watch: new objects, new versions.
         settled = ClusterView(sjs=tuple(replace(sj, status=kube.stored[sj.name], resource_version=str(kube.rv))
                                         if sj.name in kube.stored else sj for sj in sjs),
                               jobs={}, run_pods={}, active_pods=(), nodes=NODES)
-        asyncio.run(controller.reconcile(settled))
+        asyncio.run(settled_pass(controller, settled))
         stepped.reset_mock()
         calls = len(kube.calls)
-        asyncio.run(controller.reconcile(settled))
+        asyncio.run(settled_pass(controller, settled))
         assert stepped.call_count == 0 and len(kube.calls) == calls, "nothing changed: no step, no write"
         clock[0] = NOW + 2 * M  # sj0's backoff ends: only it is stepped again
-        asyncio.run(controller.reconcile(settled))
+        asyncio.run(settled_pass(controller, settled))
         assert [o.sj.name for c in stepped.call_args_list for o in c.args[0]] == ["sj0"]
 
 

@@ -18,7 +18,18 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from tenacity import stop_after_attempt
 
-from sj_operator.kube import API_THREADS, Conflict, Forbidden, Invalid, Kube, KubeError, NotFound
+from sj_operator.kube import (
+    API_THREADS,
+    BACKGROUND_THREADS,
+    Conflict,
+    Forbidden,
+    Invalid,
+    Kube,
+    KubeError,
+    NotFound,
+    _unread,
+    in_background,
+)
 
 REASONS = {0: "", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 409: "Conflict",
            422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error",
@@ -260,4 +271,57 @@ def test_every_attempt_is_counted_by_operation_and_calls_run_on_the_clients_own_
 
 
 def test_the_default_client_pools_one_connection_per_worker_thread() -> None:
-    assert Kube().api.configuration.connection_pool_maxsize == API_THREADS
+    assert Kube().api.configuration.connection_pool_maxsize == API_THREADS + BACKGROUND_THREADS
+
+
+def test_a_task_in_the_background_lane_calls_on_the_background_threads_and_only_it() -> None:
+    """Events and steering's writes never queue in front of a launch on the main threads."""
+    kube = Kube(api=client.ApiClient(), stop=stop_after_attempt(1), sleep=Sleeps())
+
+    def thread_name() -> str:
+        return threading.current_thread().name
+
+    async def background() -> str:
+        in_background()
+        return await kube._call(thread_name)
+
+    async def both() -> tuple[str, str, str]:
+        lane = await asyncio.create_task(background())
+        return lane, await kube._call(thread_name), await asyncio.create_task(kube._call(thread_name))
+
+    lane, main, other_task = asyncio.run(both())
+    assert lane.startswith("kube-background") and kube._background._max_workers == BACKGROUND_THREADS
+    assert main.startswith("kube-api") and other_task.startswith("kube-api")
+
+
+class Unread:
+    """A client method called for a write whose body is not read: the raw response, drained and released."""
+
+    def __init__(self, status: int = 201, message: str = "") -> None:
+        self.kwargs: dict[str, Any] = {}
+        self.status, self.message, self.released = status, message, False
+
+    def create_namespaced_job(self, *args: Any, **kwargs: Any) -> Any:
+        self.kwargs = kwargs
+        if self.status >= 300:  # the client reads the body of a refusal even when told not to decode
+            raise api_error(self.status, self.message)
+        return self
+
+    def drain_conn(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        self.released = True
+
+
+def test_a_write_whose_body_is_not_read_is_not_decoded_and_gives_its_connection_back() -> None:
+    fake = Unread()
+    call(_unread(fake.create_namespaced_job), "ns", {})
+    assert fake.kwargs == {"_preload_content": False} and fake.released
+    assert _unread(fake.create_namespaced_job).__name__ == "create_namespaced_job"  # the metrics' label
+
+
+def test_a_refused_write_whose_body_is_not_read_still_names_the_reason() -> None:
+    fake = Unread(403, 'pods "x" is forbidden: exceeded quota: q')
+    with pytest.raises(Forbidden, match="exceeded quota"):
+        call(_unread(fake.create_namespaced_job), "ns", {})

@@ -11,6 +11,7 @@ from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.memo import PassMemo
 from sj_operator.observed import SJObject
+from tests.unit.helpers import settled_pass
 from tests.unit.test_controller import FakeKube, stored_status, view
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -56,8 +57,8 @@ def test_entries_of_sjs_that_are_gone_are_forgotten() -> None:
 def test_a_pass_does_not_carry_out_decisions_that_change_nothing() -> None:
     kube = FakeKube()
     controller = Controller(kube, OperatorConfig(threshold=0.0), clock=lambda: NOW)  # type: ignore[arg-type]
-    asyncio.run(controller.reconcile(view(sj())))  # queued: a status and an Event
+    asyncio.run(settled_pass(controller, view(sj())))  # queued: a status and an Event
     settled = sj(status=stored_status(kube), rv=str(kube.rv))
     with mock.patch.object(controller, "_apply", wraps=controller._apply) as apply:
-        asyncio.run(controller.reconcile(view(settled)))
+        asyncio.run(settled_pass(controller, view(settled)))
     assert apply.call_count == 0
