@@ -15,9 +15,9 @@ Restarting the operator at any moment therefore converges without duplicates.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -84,9 +84,11 @@ STEERING_BATCH = 128
 that starts a batch does not wait for it, and the next batch starts after it ends."""
 STEERING_CONCURRENCY = 8
 """SJs of a steering batch whose writes are in flight at once (the client's `kube.BACKGROUND_THREADS`)."""
-EVENT_BACKLOG = 1000
-"""SJs whose Events may wait to be recorded at once; an Event beyond it is dropped and counted
+EVENT_BACKLOG = 20_000
+"""Steps whose Events may wait to be recorded; beyond it, new ones are dropped and counted
 (``scavenger_events_dropped_total``), as client-go's recorder drops on overflow."""
+EVENT_WORKERS = 4
+"""Events recorded at once, each worker one step's Events after another."""
 BUDGET_REFRESH = 600.0
 """Seconds after this process applied an SJ's PodDisruptionBudget in which protecting a run again does not apply
 it again (only the pods' label is toggled): the budget's content is fixed per SJ, and an apply costs two
@@ -198,8 +200,10 @@ class Controller:
     """SJs (by uid) whose steering decision a background batch is carrying out: a pass leaves them as decided
     until their writes are done."""
     _steering_batch: asyncio.Task[None] | None = None
-    _events: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    """Each SJ's latest Events still being recorded, by uid (its next Events are recorded after them)."""
+    _event_queue: deque[tuple[SJObject, tuple[Event, ...], datetime]] = field(default_factory=deque)
+    """Events waiting to be recorded: the SJ, one step's Events, when they happened."""
+    _event_workers: list[asyncio.Task[None]] = field(default_factory=list)
+    _drop_warned: float = 0.0
     _capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
 
     def __post_init__(self) -> None:
@@ -252,7 +256,9 @@ class Controller:
         held = self.steering
         decided = self.memo.decide(observation.sjs, now, self.lifecycle_config,
                                    on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc),
-                                   draining=nodes_being_drained(view), held=held)
+                                   draining=nodes_being_drained(view))
+        if held:  # SJs whose steering writes are under way keep the decision being carried out
+            decided = [held.get(d.observed.sj.uid, d) for d in decided]
         runs = self._in_flight(decided)
         self._add_launched(view, runs)
         # Admission is decided on the statuses about to be written, so a waiting SJ's reason (Admitted=False)
@@ -460,40 +466,41 @@ class Controller:
             self.wake()
 
     def _record(self, sj: SJObject, events: Iterable[Event]) -> None:
-        """Logs the Events and records them in the background, after the SJ's earlier ones (so each SJ's
-        Events keep their order). Recording never holds up a decision; past `EVENT_BACKLOG` SJs waiting,
-        an SJ's new Events are dropped and counted."""
+        """Logs the Events and queues them for the background lane, stamped now (so they keep their order
+        whenever they are recorded). Recording never holds up a decision: past `EVENT_BACKLOG` Events
+        waiting, new ones are dropped and counted."""
         events = tuple(events)
         if not events:
             return
         for ev in events:
             log.info("%s: %s: %s", sj.key, ev.reason, ev.message)
-        before = self._events.get(sj.uid)
-        if before is None and len(self._events) >= EVENT_BACKLOG:
+        if len(self._event_queue) >= EVENT_BACKLOG:
             self.metrics.events_dropped.inc(len(events))
-            log.warning("%d Event(s) of %s dropped: %d SJs' Events are waiting to be recorded", len(events),
-                        sj.key, len(self._events))
+            if self.monotonic() >= self._drop_warned:
+                self._drop_warned = self.monotonic() + 60
+                log.warning("Events are dropped: %d are waiting to be recorded (scavenger_events_dropped_total)",
+                            len(self._event_queue))
             return
-        task = asyncio.create_task(self._post_events(sj, events, before), name=f"events of {sj.key}")
-        self._events[sj.uid] = task
-        task.add_done_callback(functools.partial(self._recorded, sj.uid))
+        self._event_queue.append((sj, events, datetime.now(UTC)))
+        self._event_workers = [t for t in self._event_workers if not t.done()]
+        if len(self._event_workers) < EVENT_WORKERS:
+            self._event_workers.append(asyncio.create_task(self._post_events(), name="events"))
 
-    def _recorded(self, uid: str, task: asyncio.Task[None]) -> None:
-        if self._events.get(uid) is task:
-            del self._events[uid]
-
-    async def _post_events(self, sj: SJObject, events: tuple[Event, ...], before: asyncio.Task[None] | None) -> None:
+    async def _post_events(self) -> None:
+        """Records queued Events until none is left (a step's Events one after another)."""
         in_background()
-        if before is not None:
-            await asyncio.wait([before])
-        for ev in events:
-            await self.kube.event(namespace=sj.namespace, name=sj.name, uid=sj.uid, kind=KIND,
-                                  api_version=API_VERSION, type_=ev.type, reason=ev.reason, message=ev.message)
+        queue = self._event_queue
+        while queue:
+            sj, events, at = queue.popleft()
+            for ev in events:
+                await self.kube.event(namespace=sj.namespace, name=sj.name, uid=sj.uid, kind=KIND,
+                                      api_version=API_VERSION, type_=ev.type, reason=ev.reason, message=ev.message,
+                                      at=at)
 
     async def settle(self) -> None:
         """Waits until the background lane is idle: no steering batch, no Event left to record."""
         while True:
-            pending = [t for t in (self._steering_batch, *self._events.values()) if t is not None and not t.done()]
+            pending = [t for t in (self._steering_batch, *self._event_workers) if t is not None and not t.done()]
             if not pending:
                 return
             await asyncio.wait(pending)

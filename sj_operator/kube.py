@@ -347,8 +347,10 @@ class Kube:
 
     # --- events ------------------------------------------------------------------
     async def event(self, *, namespace: str, name: str, uid: str, kind: str, api_version: str,
-                    type_: str, reason: str, message: str, component: str = "scavenger") -> None:
-        now = datetime.now(UTC)
+                    type_: str, reason: str, message: str, component: str = "scavenger",
+                    at: datetime | None = None) -> None:
+        """Records an Event that happened ``at`` (default: now)."""
+        now = at or datetime.now(UTC)
         body = {
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
             "involvedObject": {"apiVersion": api_version, "kind": kind, "name": name,

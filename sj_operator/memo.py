@@ -211,12 +211,10 @@ class PassMemo:
         return Observation(tuple(observed), frozenset(known))
 
     def decide(self, observed: tuple[Observed, ...], now: datetime, cfg: LifecycleConfig, *,
-               on_error: Callable[[Observed, Exception], None], draining: frozenset[str],
-               held: Mapping[str, Decided] | None = None) -> list[Decided]:
+               on_error: Callable[[Observed, Exception], None], draining: frozenset[str]) -> list[Decided]:
         """``decide.decide``, reusing each quiet decision while its SJ is observed as it was, its
         ``quiet_until`` has not come and steering and drains treat it as they did; the others are decided
-        afresh. Steering itself is worked out over all running SJs at every pass. An SJ in ``held`` (by uid:
-        its decision is still being carried out) keeps that decision."""
+        afresh. Steering itself is worked out over all running SJs at every pass."""
         # Steering looks at every running SJ, reused or not; a reused decision was made with the same
         # exemption and drain as now.
         exempt = exemptions(observed, now, cfg)
@@ -224,9 +222,6 @@ class PassMemo:
         pending: list[Observed] = []
         seen_of = self._seen.get
         for o in observed:
-            if held and (kept := held.get(o.sj.uid)) is not None:
-                slots.append(kept)
-                continue
             seen = seen_of(o.sj.uid)
             if (seen is not None and seen.observed is o and seen.decided is not None and seen.until is not None
                     and now < seen.until and seen.flags == (o.sj.key in exempt, on_draining(o, draining))):

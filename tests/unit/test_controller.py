@@ -26,6 +26,7 @@ class FakeKube:
         self.calls: list[tuple[str, Any]] = []
         self.fail: dict[str, list[Exception]] = {}
         self.events: list[tuple[str, str]] = []
+        self.stamped: list[tuple[str, str, datetime | None]] = []
         self.absent: set[tuple[str, str]] = set()
         self.rv = 100
         self.dry_runs: list[dict[str, Any]] = []
@@ -78,6 +79,7 @@ class FakeKube:
     async def event(self, **kw):
         self.calls.append(("event", kw["reason"]))
         self.events.append((kw["name"], kw["reason"]))
+        self.stamped.append((kw["name"], kw["reason"], kw.get("at")))
 
     async def label_pod(self, namespace, name, labels):
         self.calls.append(("label", (name, dict(labels))))
@@ -518,9 +520,9 @@ def test_events_past_the_backlog_are_dropped_and_counted(monkeypatch):
     assert controller.metrics.events_dropped._value.get() == 1
 
 
-def test_an_sjs_events_are_recorded_in_their_order_across_passes():
-    """The launch's Event is still waiting when the next pass sees the run's pod running: "Running" is
-    recorded after "Launched"."""
+def test_an_sjs_events_are_stamped_when_they_happened_not_when_they_are_recorded():
+    """The launch's Event is still waiting when the next pass sees the run's pod running: whichever is
+    recorded first, "Launched" carries the earlier time."""
     kube = Gated("event")
     controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
     pod = PodView(namespace="ns", name="work-r1-0", uid="p", sj="work", run="work-r1", node="n1", phase="Running",
@@ -536,4 +538,4 @@ def test_an_sjs_events_are_recorded_in_their_order_across_passes():
         await controller.settle()
 
     asyncio.run(passes())
-    assert kube.events == [("work", "Launched"), ("work", "Running")]
+    assert [reason for _, reason, _ in sorted(kube.stamped, key=lambda e: e[2])] == ["Launched", "Running"]

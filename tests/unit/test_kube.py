@@ -10,6 +10,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -325,3 +326,20 @@ def test_a_refused_write_whose_body_is_not_read_still_names_the_reason() -> None
     fake = Unread(403, 'pods "x" is forbidden: exceeded quota: q')
     with pytest.raises(Forbidden, match="exceeded quota"):
         call(_unread(fake.create_namespaced_job), "ns", {})
+
+
+def test_an_event_is_stamped_with_when_it_happened() -> None:
+    """Events go out in the background, maybe seconds after the decision: they carry its time."""
+    bodies: list[dict[str, Any]] = []
+
+    class Core:
+        def create_namespaced_event(self, namespace: str, body: dict[str, Any], **_: Any) -> None:
+            bodies.append(body)
+
+    kube = Kube(api=client.ApiClient(), stop=stop_after_attempt(1), sleep=Sleeps())
+    kube.core = Core()  # type: ignore[assignment]
+    at = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
+    asyncio.run(kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob",
+                           api_version="scavenger.dev/v1alpha1", type_="Normal", reason="Launched",
+                           message="run sj-r1 launched", at=at))
+    assert bodies[0]["firstTimestamp"] == bodies[0]["lastTimestamp"] == "2026-11-25T12:00:01Z"
