@@ -79,11 +79,10 @@ LAUNCHED_TTL = 60.0
 """Seconds a launch is counted as in flight before the watch shows its run Starting."""
 WHY_REFRESH = 120.0
 """Seconds between writes of a waiting SJ's Admitted message when only its numbers moved."""
-STEERING_BATCH = 128
-"""Running SJs whose steering writes (running level, protection) one background batch carries out: the pass
-that starts a batch does not wait for it, and the next batch starts after it ends."""
-STEERING_CONCURRENCY = 8
-"""SJs of a steering batch whose writes are in flight at once (the client's `kube.BACKGROUND_THREADS`)."""
+STEERING_IN_FLIGHT = 64
+"""Running SJs whose steering writes (running level, protection) may be under way in the background at once;
+each pass tops them up, and the loop is woken when half of them are done. The pass does not wait for them;
+the background lane's threads (`kube.BACKGROUND_THREADS`) bound how many calls are in flight."""
 EVENT_BACKLOG = 20_000
 """Steps whose Events may wait to be recorded; beyond it, new ones are dropped and counted
 (``scavenger_events_dropped_total``), as client-go's recorder drops on overflow."""
@@ -199,7 +198,7 @@ class Controller:
     steering: dict[str, Decided] = field(default_factory=dict)
     """SJs (by uid) whose steering decision a background batch is carrying out: a pass leaves them as decided
     until their writes are done."""
-    _steering_batch: asyncio.Task[None] | None = None
+    _steering_tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _event_queue: deque[tuple[SJObject, tuple[Event, ...], datetime]] = field(default_factory=deque)
     """Events waiting to be recorded: the SJ, one step's Events, when they happened."""
     _event_workers: list[asyncio.Task[None]] = field(default_factory=list)
@@ -438,32 +437,26 @@ class Controller:
 
     # --- the background lane: steering's writes and Events --------------------------------
     def _steer(self, due: list[Decided]) -> None:
-        """Starts a background batch of steering writes unless one is under way (the SJs left out are decided
-        again by the next passes). Each SJ of the batch is held as decided until its writes are done."""
-        if self._steering_batch is not None and not self._steering_batch.done():
-            return
-        batch = sorted(due, key=_steering_order)[:STEERING_BATCH]
-        for d in batch:
+        """Carries out steering decisions in the background, up to `STEERING_IN_FLIGHT` SJs at once, protection
+        changes first (the SJs left out are decided again by the next passes). Each SJ is held as decided
+        until its writes are done."""
+        room = STEERING_IN_FLIGHT - len(self.steering)
+        for d in sorted(due, key=_steering_order)[:max(room, 0)]:
             self.steering[d.observed.sj.uid] = d
-        self._steering_batch = asyncio.create_task(self._steer_batch(batch), name="steering writes")
+            task = asyncio.create_task(self._steer_one(d), name=f"steering {d.observed.sj.key}")
+            self._steering_tasks.add(task)
+            task.add_done_callback(self._steering_tasks.discard)
 
-    async def _steer_batch(self, batch: list[Decided]) -> None:
+    async def _steer_one(self, d: Decided) -> None:
         in_background()
-
-        async def one(d: Decided) -> None:
-            try:
-                await self._apply(d.observed, d.step)
-            except Exception:
-                log.exception("steering writes of %s failed; deciding again", d.observed.sj.key)
-            finally:
-                self.steering.pop(d.observed.sj.uid, None)
-
         try:
-            await self._concurrently((one(d) for d in batch), STEERING_CONCURRENCY)
+            await self._apply(d.observed, d.step)
+        except Exception:
+            log.exception("steering writes of %s failed; deciding again", d.observed.sj.key)
         finally:
-            for d in batch:  # cancelled: nothing is held any longer
-                self.steering.pop(d.observed.sj.uid, None)
-            self.wake()
+            self.steering.pop(d.observed.sj.uid, None)
+            if len(self.steering) <= STEERING_IN_FLIGHT // 2:
+                self.wake()
 
     def _record(self, sj: SJObject, events: Iterable[Event]) -> None:
         """Logs the Events and queues them for the background lane, stamped now (so they keep their order
@@ -500,7 +493,7 @@ class Controller:
     async def settle(self) -> None:
         """Waits until the background lane is idle: no steering batch, no Event left to record."""
         while True:
-            pending = [t for t in (self._steering_batch, *self._event_workers) if t is not None and not t.done()]
+            pending = [t for t in (*self._steering_tasks, *self._event_workers) if not t.done()]
             if not pending:
                 return
             await asyncio.wait(pending)

@@ -475,10 +475,10 @@ def test_a_pass_does_not_wait_for_steerings_writes_and_leaves_the_sj_alone_until
     assert not controller.steering and woken == [1]
 
 
-def test_a_steering_batch_takes_protection_changes_first_and_the_rest_on_later_passes(monkeypatch):
-    """With batches of one: "fresh" (protection to drop) goes first; "young" (level 1 to 2, still protected:
-    the level alone) waits for the next batch."""
-    monkeypatch.setattr("sj_operator.controller.STEERING_BATCH", 1)
+def test_steering_takes_protection_changes_first_and_the_rest_on_later_passes(monkeypatch):
+    """With room for one SJ at a time: "fresh" (protection to drop) goes first; "young" (level 1 to 2, still
+    protected: the level alone) waits for the next pass."""
+    monkeypatch.setattr("sj_operator.controller.STEERING_IN_FLIGHT", 1)
     kube = FakeKube()
     controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
     v = _steering_view(("young", 7), ("fresh", 1))
