@@ -79,10 +79,10 @@ LAUNCHED_TTL = 60.0
 """Seconds a launch is counted as in flight before the watch shows its run Starting."""
 WHY_REFRESH = 120.0
 """Seconds between writes of a waiting SJ's Admitted message when only its numbers moved."""
-STEERING_WORKERS = 16
-"""Workers carrying out victim steering's writes (running level, protection) in the background, one SJ at a
-time each, from the queue the last pass left (`Controller._steer`); the background lane's threads
-(`kube.BACKGROUND_THREADS`) have room for them and the Event workers."""
+STEERING_IN_FLIGHT = 64
+"""Running SJs whose steering writes (running level, protection) may be under way in the background at once;
+each pass tops them up, and the loop is woken when half of them are done. The pass does not wait for them;
+the background lane's threads (`kube.BACKGROUND_THREADS`) bound how many calls are in flight."""
 EVENT_BACKLOG = 20_000
 """Steps whose Events may wait to be recorded; beyond it, new ones are dropped and counted
 (``scavenger_events_dropped_total``), as client-go's recorder drops on overflow."""
@@ -198,9 +198,7 @@ class Controller:
     steering: dict[str, Decided] = field(default_factory=dict)
     """SJs (by uid) whose steering decision a background batch is carrying out: a pass leaves them as decided
     until their writes are done."""
-    _steering_queue: deque[Decided] = field(default_factory=deque)
-    """Steering decisions of the last pass still to carry out, protection changes first."""
-    _steering_workers: list[asyncio.Task[None]] = field(default_factory=list)
+    _steering_tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _event_queue: deque[tuple[SJObject, tuple[Event, ...], datetime]] = field(default_factory=deque)
     """Events waiting to be recorded: the SJ, one step's Events, when they happened."""
     _event_workers: list[asyncio.Task[None]] = field(default_factory=list)
@@ -276,9 +274,8 @@ class Controller:
                    if _writes(d) and not (at_once and _first_sight(d) and d.observed.sj.key in at_once)
                    and not (held and d.observed.sj.uid in held)]
         # Steering's bookkeeping goes out in the background: the pass goes on to launches and transitions.
-        steering = [d for d in writing if _steering(d)]
-        self._steer(steering)
-        if steering:
+        if any(_steering(d) for d in writing):
+            self._steer([d for d in writing if _steering(d)])
             writing = [d for d in writing if not _steering(d)]
         applied = dict(zip((id(d) for d in writing),
                            await self._concurrently(self._apply(d.observed, d.step) for d in writing), strict=True))
@@ -440,30 +437,26 @@ class Controller:
 
     # --- the background lane: steering's writes and Events --------------------------------
     def _steer(self, due: list[Decided]) -> None:
-        """Queues the pass's steering decisions for the background workers, protection changes first, in
-        place of the last pass's (the newer decisions supersede them)."""
-        self._steering_queue = deque(sorted(due, key=_steering_order))
-        self._steering_workers = [t for t in self._steering_workers if not t.done()]
-        for _ in range(min(STEERING_WORKERS - len(self._steering_workers), len(due))):
-            self._steering_workers.append(asyncio.create_task(self._steer_queued(), name="steering"))
+        """Carries out steering decisions in the background, up to `STEERING_IN_FLIGHT` SJs at once, protection
+        changes first (the SJs left out are decided again by the next passes). Each SJ is held as decided
+        until its writes are done."""
+        room = STEERING_IN_FLIGHT - len(self.steering)
+        for d in sorted(due, key=_steering_order)[:max(room, 0)]:
+            self.steering[d.observed.sj.uid] = d
+            task = asyncio.create_task(self._steer_one(d), name=f"steering {d.observed.sj.key}")
+            self._steering_tasks.add(task)
+            task.add_done_callback(self._steering_tasks.discard)
 
-    async def _steer_queued(self) -> None:
-        """Carries out queued steering decisions until none is left, then asks for a pass. An SJ is held
-        as decided (`steering`) while its writes are under way."""
+    async def _steer_one(self, d: Decided) -> None:
         in_background()
-        while self._steering_queue:
-            d = self._steering_queue.popleft()
-            uid = d.observed.sj.uid
-            if uid in self.steering:
-                continue
-            self.steering[uid] = d
-            try:
-                await self._apply(d.observed, d.step)
-            except Exception:
-                log.exception("steering writes of %s failed; deciding again", d.observed.sj.key)
-            finally:
-                self.steering.pop(uid, None)
-        self.wake()
+        try:
+            await self._apply(d.observed, d.step)
+        except Exception:
+            log.exception("steering writes of %s failed; deciding again", d.observed.sj.key)
+        finally:
+            self.steering.pop(d.observed.sj.uid, None)
+            if len(self.steering) <= STEERING_IN_FLIGHT // 2:
+                self.wake()
 
     def _record(self, sj: SJObject, events: Iterable[Event]) -> None:
         """Logs the Events and queues them for the background lane, stamped now (so they keep their order
@@ -500,7 +493,7 @@ class Controller:
     async def settle(self) -> None:
         """Waits until the background lane is idle: no steering batch, no Event left to record."""
         while True:
-            pending = [t for t in (*self._steering_workers, *self._event_workers) if not t.done()]
+            pending = [t for t in (*self._steering_tasks, *self._event_workers) if not t.done()]
             if not pending:
                 return
             await asyncio.wait(pending)

@@ -37,7 +37,7 @@ T = TypeVar("T")
 API_THREADS = 32
 """Worker threads (and pooled connections) for the blocking client: calls wait on the API server, not on
 this process's CPU, so far more of them are in flight than there are cores."""
-BACKGROUND_THREADS = 20
+BACKGROUND_THREADS = 16
 """Worker threads (and pooled connections) for the background lane (`in_background`): Events and victim
 steering's writes, which nothing waits for. They have threads of their own, so they never queue in front of
 a launch or a transition, and at most this many of them load the API server at once."""

@@ -475,36 +475,33 @@ def test_a_pass_does_not_wait_for_steerings_writes_and_leaves_the_sj_alone_until
     assert not controller.steering and woken == [1]
 
 
-def test_steering_takes_protection_changes_first(monkeypatch):
-    """With one worker: "fresh" (protection to drop) goes before "young" (level 1 to 2, still protected: the
-    level alone), although young comes first in the view."""
-    monkeypatch.setattr("sj_operator.controller.STEERING_WORKERS", 1)
+def test_steering_takes_protection_changes_first_and_the_rest_on_later_passes(monkeypatch):
+    """With room for one SJ at a time: "fresh" (protection to drop) goes first; "young" (level 1 to 2, still
+    protected: the level alone) waits for the next pass."""
+    monkeypatch.setattr("sj_operator.controller.STEERING_IN_FLIGHT", 1)
     kube = FakeKube()
     controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
-    run(controller, _steering_view(("young", 7), ("fresh", 1)))
-    writes = [body for kind, body in kube.calls if kind in ("status", "label")]
-    assert [w.get("runningPriority", "label") if isinstance(w, dict) else "label" for w in writes] == [0, "label", 2]
-
-
-def test_a_newer_pass_replaces_the_steering_decisions_still_queued():
-    """The first pass's decision for "young" is still queued (the one worker is busy with "fresh") when the
-    next pass decides nothing for it: it is not carried out."""
-    kube = Gated("label")
-    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
     v = _steering_view(("young", 7), ("fresh", 1))
+    fresh, fresh_pod = v.sjs[1], v.run_pods[("ns", "fresh-r1")][0]
 
-    async def passes() -> None:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr("sj_operator.controller.STEERING_WORKERS", 1)
-            await controller.reconcile(v)
-            while "status" not in kube.kinds():
-                await asyncio.sleep(0)
-            await controller.reconcile(replace(v, sjs=(v.sjs[1],)))  # young is gone from the view
-            kube.gate.set()
+    def after() -> ClusterView:
+        """What the watch shows once it caught up with the first pass's writes for "fresh"."""
+        return replace(v, sjs=(v.sjs[0], replace(fresh, resource_version=str(kube.rv), status={
+            **fresh.status, "runningPriority": 0, "protected": False})),
+            run_pods={**v.run_pods, ("ns", "fresh-r1"): (replace(fresh_pod, protected=False),)})
+
+    async def passes() -> list[list[tuple[str, Any]]]:
+        batches = []
+        for seen in (lambda: v, after):
+            await controller.reconcile(seen())
             await controller.settle()
+            batches.append([c for c in kube.calls if c[0] != "event"])
+            kube.calls.clear()
+        return batches
 
-    asyncio.run(passes())
-    assert [k for k in kube.kinds() if k in ("status", "label")] == ["status", "label"]  # fresh's alone
+    first, second = asyncio.run(passes())
+    assert [kind for kind, _ in first] == ["status", "label"] and first[0][1]["runningPriority"] == 0
+    assert [kind for kind, _ in second] == ["status"] and second[0][1]["runningPriority"] == 2
 
 
 def test_events_past_the_backlog_are_dropped_and_counted(monkeypatch):
