@@ -196,7 +196,7 @@ class Controller:
     wake: Callable[[], None] = lambda: None
     """Asks for another pass (the loop's wake-up): called when background writes are done."""
     steering: dict[str, Decided] = field(default_factory=dict)
-    """SJs (by uid) whose steering decision a background batch is carrying out: a pass leaves them as decided
+    """SJs (by uid) whose steering decision the background lane is carrying out: a pass leaves them as decided
     until their writes are done."""
     _steering_tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _event_queue: deque[tuple[SJObject, tuple[Event, ...], datetime]] = field(default_factory=deque)
@@ -491,7 +491,7 @@ class Controller:
                                       at=at)
 
     async def settle(self) -> None:
-        """Waits until the background lane is idle: no steering batch, no Event left to record."""
+        """Waits until the background lane is idle: no steering write under way, no Event left to record."""
         while True:
             pending = [t for t in (*self._steering_tasks, *self._event_workers) if not t.done()]
             if not pending:
