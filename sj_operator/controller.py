@@ -274,9 +274,13 @@ class Controller:
                    if _writes(d) and not (at_once and _first_sight(d) and d.observed.sj.key in at_once)
                    and not (held and d.observed.sj.uid in held)]
         # Steering's bookkeeping goes out in the background: the pass goes on to launches and transitions.
-        if any(_steering(d) for d in writing):
-            self._steer([d for d in writing if _steering(d)])
-            writing = [d for d in writing if not _steering(d)]
+        steering: list[Decided] = []
+        foreground: list[Decided] = []
+        for d in writing:
+            (steering if _steering(d) else foreground).append(d)
+        if steering:
+            self._steer(steering)
+            writing = foreground
         applied = dict(zip((id(d) for d in writing),
                            await self._concurrently(self._apply(d.observed, d.step) for d in writing), strict=True))
         await self._delete_strays(view, observation.known_runs)
@@ -425,9 +429,9 @@ class Controller:
                                         self.monotonic())
         return True
 
-    async def _concurrently(self, coros: Iterable[Awaitable[T]], limit: int = API_CONCURRENCY) -> list[T]:
-        """Runs API-bound steps concurrently, at most `limit` at a time, in order."""
-        gate = asyncio.Semaphore(limit)
+    async def _concurrently(self, coros: Iterable[Awaitable[T]]) -> list[T]:
+        """Runs API-bound steps concurrently, at most `API_CONCURRENCY` at a time, in order."""
+        gate = asyncio.Semaphore(API_CONCURRENCY)
 
         async def gated(coro: Awaitable[T]) -> T:
             async with gate:

@@ -100,9 +100,8 @@ def _unread(fn: Callable[..., Any]) -> Callable[..., None]:
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> None:
         response = fn(*args, _preload_content=False, **kwargs)
-        if hasattr(response, "release_conn"):
-            response.drain_conn()
-            response.release_conn()
+        response.drain_conn()
+        response.release_conn()
 
     return call
 

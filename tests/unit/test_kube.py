@@ -333,8 +333,9 @@ def test_an_event_is_stamped_with_when_it_happened() -> None:
     bodies: list[dict[str, Any]] = []
 
     class Core:
-        def create_namespaced_event(self, namespace: str, body: dict[str, Any], **_: Any) -> None:
+        def create_namespaced_event(self, namespace: str, body: dict[str, Any], **_: Any) -> Unread:
             bodies.append(body)
+            return Unread()
 
     kube = Kube(api=client.ApiClient(), stop=stop_after_attempt(1), sleep=Sleeps())
     kube.core = Core()  # type: ignore[assignment]
