@@ -203,6 +203,9 @@ class JobView:
     failed: bool
     failure: str = ""
     created: datetime | None = None
+    started: datetime | None = None
+    """When the Job controller first took it up (``status.startTime``); None until it has: a busy
+    controller-manager may take minutes to reach a new Job."""
 
 
 def job_view(body: Mapping[str, Any]) -> JobView:
@@ -230,6 +233,7 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         failed=failed,
         failure=failure,
         created=parse_time(meta.get("creationTimestamp")),
+        started=parse_time(status.get("startTime")),
     )
 
 

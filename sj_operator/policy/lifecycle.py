@@ -76,8 +76,9 @@ DISRUPTED_JOB_MARKER = "condition DisruptionTarget"
 """In the message of a Job that its podFailurePolicy failed for a disrupted pod."""
 MISSING_PODS_FACTOR = 5
 """A run whose Job has not made all its pods yet, or whose pods the scheduler has not all looked at, times
-out after this many start timeouts from its launch (the start timeout itself counts from when the scheduler
-decided about its last pod)."""
+out after this many start timeouts (the start timeout itself counts from when the scheduler decided about
+its last pod). Missing pods count from when the Job controller took the Job up, unplaced ones from the
+launch."""
 
 
 @dataclass(frozen=True)
@@ -372,7 +373,11 @@ def _starting(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: 
         timed_out = b.now - since >= cfg.start_timeout
         missing = ""
     else:
-        timed_out = b.now - launched_at >= cfg.start_timeout * MISSING_PODS_FACTOR
+        # Pods not all made or not all looked at by the scheduler wait longer. Missing pods count from when
+        # the Job controller took the Job up; until it has, the run waits (a controller-manager given
+        # thousands of new Jobs may take minutes to reach this one, and a retry would only add to its queue).
+        taken_up = launched_at if len(live) >= expected else job.started and max(launched_at, job.started)
+        timed_out = taken_up is not None and b.now - taken_up >= cfg.start_timeout * MISSING_PODS_FACTOR
         missing = "".join([f", {expected - len(live)} never made" if len(live) < expected else "",
                            f", {unplaced} never looked at by the scheduler" if unplaced else ""])
     if timed_out:

@@ -129,9 +129,10 @@ def job(
     failure: str = "",
     deleting: bool = False,
     created: datetime | None = None,
+    started: datetime | None = None,
 ) -> JobView:
     return JobView(namespace=NAMESPACE, name=name, uid=f"uid-{name}", sj=SJ, deleting=deleting,
-                   complete=complete, failed=failed, failure=failure, created=created)
+                   complete=complete, failed=failed, failure=failure, created=created, started=started)
 
 
 def run_of(job_view: JobView | None, *pods: PodView) -> Run:
@@ -1436,30 +1437,42 @@ def test_a_member_deleted_from_outside_and_gone_before_a_pass_is_still_the_cause
 
 
 @pytest.mark.parametrize(
-    ("launched_ago", "pods", "timed_out", "says"),
+    ("launched_ago", "taken_up_ago", "pods", "timed_out", "says"),
     [
-        (2 * M, [(0, 30 * S), (1, 30 * S)], False, ""),
-        (2 * M, [(0, 90 * S), (1, 60 * S)], True, "(2 of 2 not running)"),
-        (2 * M, [(0, 90 * S), (1, 59 * S)], False, ""),
-        (2 * M, [(0, 2 * M)], False, ""),
-        (5 * M - S, [(0, 5 * M)], False, ""),
-        (5 * M, [(0, 5 * M)], True, "1 never made"),
-        (2 * M, [(0, 2 * M), (1, None)], False, ""),
-        (5 * M - S, [(0, 5 * M), (1, None)], False, ""),
-        (5 * M, [(0, 5 * M), (1, None)], True, "1 never looked at by the scheduler"),
-        (5 * M, [(0, None)], True, "1 never made, 1 never looked at by the scheduler"),
+        (2 * M, 2 * M, [(0, 30 * S), (1, 30 * S)], False, ""),
+        (2 * M, 2 * M, [(0, 90 * S), (1, 60 * S)], True, "(2 of 2 not running)"),
+        (2 * M, 2 * M, [(0, 90 * S), (1, 59 * S)], False, ""),
+        (2 * M, 2 * M, [(0, 2 * M)], False, ""),
+        (5 * M - S, 5 * M - S, [(0, 5 * M)], False, ""),
+        (5 * M, 5 * M, [(0, 5 * M)], True, "1 never made"),
+        (20 * M, None, [], False, ""),
+        (20 * M, None, [(0, 5 * M)], False, ""),
+        (20 * M, 5 * M - S, [(0, 5 * M)], False, ""),
+        (20 * M, 5 * M, [], True, "2 never made"),
+        (5 * M, 10 * M, [(0, 5 * M)], True, "1 never made"),
+        (2 * M, 2 * M, [(0, 2 * M), (1, None)], False, ""),
+        (5 * M - S, None, [(0, 5 * M), (1, None)], False, ""),
+        (5 * M, None, [(0, 5 * M), (1, None)], True, "1 never looked at by the scheduler"),
+        (5 * M, 5 * M, [(0, None)], True, "1 never made, 1 never looked at by the scheduler"),
     ],
     ids=["pods-placed-late", "last-pod-placed-60s-ago", "last-pod-placed-59s-ago", "a-pod-not-made-yet",
-         "pods-missing-just-under-five-timeouts", "pods-missing-five-timeouts", "a-pod-not-placed-yet",
+         "pods-missing-just-under-five-timeouts", "pods-missing-five-timeouts",
+         "job-controller-never-took-it-up", "job-controller-not-yet-but-one-pod-made",
+         "taken-up-late-just-under-five-timeouts", "taken-up-late-five-timeouts",
+         "taken-up-before-the-launch-counts-from-the-launch", "a-pod-not-placed-yet",
          "unplaced-just-under-five-timeouts", "unplaced-five-timeouts", "missing-and-unplaced"],
 )
 def test_start_timeout_counts_from_when_the_scheduler_decided_about_the_last_pod(
-    launched_ago: timedelta, pods: list[tuple[int, timedelta | None]], timed_out: bool, says: str
+    launched_ago: timedelta, taken_up_ago: timedelta | None, pods: list[tuple[int, timedelta | None]],
+    timed_out: bool, says: str
 ) -> None:
     """A control plane slow to make or schedule the Job's pods does not time the run out (the clock starts
     when the scheduler bound the last pod or found no room for it); a run whose pods are never all made
-    and looked at does, after five start timeouts."""
+    and looked at does, after five start timeouts: from when the Job controller took the Job up (its
+    ``startTime``) for pods not made, and not at all while it has not; from the launch for pods the
+    scheduler has not looked at."""
     made = [pod(i, "Pending", placed=None if ago is None else NOW - ago) for i, ago in pods]
-    result = decide(spec(parallelism=2), starting(launched=NOW - launched_ago), run_of(job(), *made))
+    taken_up = None if taken_up_ago is None else NOW - taken_up_ago
+    result = decide(spec(parallelism=2), starting(launched=NOW - launched_ago), run_of(job(started=taken_up), *made))
     assert (result.actions == (DeleteRun(RUN1, "start timeout"),)) is timed_out
     assert says in (result.status.message or "")

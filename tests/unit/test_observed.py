@@ -294,6 +294,8 @@ JOBS: list[tuple[str, dict[str, Any], JobView]] = [
     ("being deleted", job(deletionTimestamp="2025-03-01T12:05:00Z"), jview(deleting=True)),
     ("not a run of an SJ", job(labels={"app": "other"}), jview(sj=None)),
     ("null conditions", {**job(), "status": {"conditions": None}}, jview()),
+    ("taken up by the Job controller", {**job(), "status": {"startTime": "2025-03-01T12:00:00Z"}}, jview(started=T0)),
+    ("unparsable start time", {**job(), "status": {"startTime": "soon"}}, jview()),
 ]
 
 
