@@ -199,8 +199,9 @@ class Controller:
     """SJs (by uid) whose steering decision the background lane is carrying out: a pass leaves them as decided
     until their writes are done."""
     _steering_tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    _event_queue: deque[tuple[SJObject, tuple[Event, ...], datetime]] = field(default_factory=deque)
-    """Events waiting to be recorded: the SJ, one step's Events, when they happened."""
+    _event_queue: deque[tuple[tuple[str, str, str], tuple[Event, ...], datetime]] = field(default_factory=deque)
+    """Events waiting to be recorded: the SJ's namespace, name and uid (not the object: a backlog of Events
+    must not keep old versions of the SJs alive), one step's Events, when they happened."""
     _event_workers: list[asyncio.Task[None]] = field(default_factory=list)
     _drop_warned: float = 0.0
     _capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
@@ -478,7 +479,7 @@ class Controller:
                 log.warning("Events are dropped: %d are waiting to be recorded (scavenger_events_dropped_total)",
                             len(self._event_queue))
             return
-        self._event_queue.append((sj, events, datetime.now(UTC)))
+        self._event_queue.append(((sj.namespace, sj.name, sj.uid), events, datetime.now(UTC)))
         self._event_workers = [t for t in self._event_workers if not t.done()]
         if len(self._event_workers) < EVENT_WORKERS:
             self._event_workers.append(asyncio.create_task(self._post_events(), name="events"))
@@ -488,9 +489,9 @@ class Controller:
         in_background()
         queue = self._event_queue
         while queue:
-            sj, events, at = queue.popleft()
+            (namespace, name, uid), events, at = queue.popleft()
             for ev in events:
-                await self.kube.event(namespace=sj.namespace, name=sj.name, uid=sj.uid, kind=KIND,
+                await self.kube.event(namespace=namespace, name=name, uid=uid, kind=KIND,
                                       api_version=API_VERSION, type_=ev.type, reason=ev.reason, message=ev.message,
                                       at=at)
 
@@ -535,10 +536,10 @@ class Controller:
         clock = self.monotonic()
         held = self.held
         steering = self.steering
-        queue = tuple(self.memo.queued(o.sj, o.spec, d.step.status, now) for d in decided
-                      if d.step.waiting and not isinstance((o := d.observed).spec, InvalidSpec)
-                      and (not held or held.get(o.sj.uid, (0.0, 0))[0] <= clock)
-                      and (not steering or o.sj.uid not in steering))
+        queue = self.memo.queue(((o.sj, o.spec, d.step.status) for d in decided
+                                 if d.step.waiting and not isinstance((o := d.observed).spec, InvalidSpec)
+                                 and (not held or held.get(o.sj.uid, (0.0, 0))[0] <= clock)
+                                 and (not steering or o.sj.uid not in steering)), now)
         if not queue:
             return AdmissionPass([], {})
         started = time.perf_counter()

@@ -19,7 +19,7 @@ Entries of SJs that no longer exist are dropped once the caches have grown past 
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -181,6 +181,20 @@ class PassMemo:
         entry = queued(sj, spec, status, now)
         self._queue[sj.uid] = (status, sj, entry)
         return entry
+
+    def queue(self, waiting: Iterable[tuple[SJObject, ScavengerJobSpec, ScavengerJobStatus]],
+              now: datetime) -> tuple[QueuedSJ, ...]:
+        """The admission queue (``queued`` for each waiting SJ). Entries of SJs no longer in it (launched,
+        finished, held back) are dropped: a running SJ must not keep alive the version it last waited in."""
+        uids: set[str] = set()
+        entries = []
+        for sj, spec, status in waiting:
+            uids.add(sj.uid)
+            entries.append(self.queued(sj, spec, status, now))
+        if len(self._queue) > len(uids):
+            for uid in self._queue.keys() - uids:
+                del self._queue[uid]
+        return tuple(entries)
 
     # --- one pass ------------------------------------------------------------------------
     def observe(self, view: ClusterView, *, handles: Callable[[str], bool],

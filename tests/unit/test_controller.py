@@ -539,3 +539,32 @@ def test_an_sjs_events_are_stamped_when_they_happened_not_when_they_are_recorded
 
     asyncio.run(passes())
     assert [reason for _, reason, _ in sorted(kube.stamped, key=lambda e: e[2])] == ["Launched", "Running"]
+
+
+def test_events_waiting_to_be_recorded_do_not_keep_old_versions_of_the_sj_alive():
+    """At scale thousands of Events may wait; each names its SJ, and must not hold the object it was made
+    from (its whole spec and status) once the watch has shown a newer version. Nor may the admission
+    queue's cache hold the version an SJ last waited in once it has launched."""
+    import gc
+    import weakref
+
+    kube = Gated("event")
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    pod = PodView(namespace="ns", name="work-r1-0", uid="p", sj="work", run="work-r1", node="n1", phase="Running",
+                  deleting=False, requests={"cpu": 1000}, all_running=True, index=0, protected=False)
+    first = [sj()]
+    old = weakref.ref(first[0])
+
+    async def passes() -> None:
+        await controller.reconcile(view(first.pop()))
+        job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j",
+                                     "labels": {"scavenger.dev/job-name": "work"}}})
+        await controller.reconcile(view(sj(stored_status(kube), rv=str(kube.rv)), jobs={("ns", "work-r1"): job},
+                                        run_pods={("ns", "work-r1"): (pod,)}, active=(pod,)))
+        gc.collect()
+        assert old() is None
+        kube.gate.set()
+        await controller.settle()
+
+    asyncio.run(passes())
+    assert sorted(reason for _, reason, _ in kube.stamped) == ["Launched", "Running"]
