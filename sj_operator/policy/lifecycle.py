@@ -75,10 +75,11 @@ MISSING_RUN_GRACE = timedelta(seconds=15)
 DISRUPTED_JOB_MARKER = "condition DisruptionTarget"
 """In the message of a Job that its podFailurePolicy failed for a disrupted pod."""
 MISSING_PODS_FACTOR = 5
-"""A run whose Job has not made all its pods yet, or whose pods the scheduler has not all looked at, times
-out after this many start timeouts (the start timeout itself counts from when the scheduler decided about
-its last pod). Missing pods count from when the Job controller took the Job up, unplaced ones from the
-launch."""
+"""A run whose Job has not made all its pods yet, whose pods the scheduler has not all looked at, or whose
+pods are all bound but not all running yet, times out after this many start timeouts (the start timeout
+itself counts from when the scheduler decided about its last pod, for a run with a pod it found no room
+for). Missing pods count from when the Job controller took the Job up, unplaced ones from the launch,
+bound ones from the last binding."""
 
 
 @dataclass(frozen=True)
@@ -368,21 +369,25 @@ def _starting(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: 
     if len(live) >= expected and not unplaced:
         # The clock starts once the scheduler has decided about every pod (bound it, or found no room): a
         # busy control plane that is slow to make or schedule them is not the run's fault (timing out
-        # would only make it busier).
+        # would only make it busier). Once every pod is bound, what is left is the nodes' work (pulling
+        # images, mounting volumes): minutes for a large image, and the run holds no room it cannot use,
+        # so that waits as long as pods not yet made.
         since = max(launched_at, *(p.placed or launched_at for p in live))
-        timed_out = b.now - since >= cfg.start_timeout
-        missing = ""
+        bound = all(p.node is not None for p in live)
+        limit = cfg.start_timeout * (MISSING_PODS_FACTOR if bound else 1)
+        missing = ", all bound to nodes" if bound else ""
     else:
         # Pods not all made or not all looked at by the scheduler wait longer. Missing pods count from when
         # the Job controller took the Job up; until it has, the run waits (a controller-manager given
         # thousands of new Jobs may take minutes to reach this one, and a retry would only add to its queue).
         taken_up = launched_at if len(live) >= expected else job.started and max(launched_at, job.started)
-        timed_out = taken_up is not None and b.now - taken_up >= cfg.start_timeout * MISSING_PODS_FACTOR
+        since = taken_up or b.now
+        limit = cfg.start_timeout * MISSING_PODS_FACTOR if taken_up is not None else timedelta.max
         missing = "".join([f", {expected - len(live)} never made" if len(live) < expected else "",
                            f", {unplaced} never looked at by the scheduler" if unplaced else ""])
-    if timed_out:
+    if b.now - since >= limit:
         reason = (f"run {st.job_name} did not have all pods running within "
-                  f"{format_duration(cfg.start_timeout)} ({expected - running} of {expected} not running{missing}); "
+                  f"{format_duration(limit)} ({expected - running} of {expected} not running{missing}); "
                   f"it was deleted and will be retried")
         timeouts = st.start_timeouts + 1
         b.actions.append(DeleteRun(job.name, "start timeout"))
@@ -390,7 +395,7 @@ def _starting(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: 
         b.transition(waiting_phase(st), "StartTimeout", reason, warning=True, start_timeouts=timeouts,
                      not_before=not_before, running_priority=None)
         b.admitted(False, "StartTimeout", f"{timeouts} start timeout(s) in a row: the last run did not have all "
-                   f"{expected} pod(s) running within {format_duration(cfg.start_timeout)}; next try after "
+                   f"{expected} pod(s) running within {format_duration(limit)}; next try after "
                    f"{not_before.isoformat()}")
     return b.done()
 

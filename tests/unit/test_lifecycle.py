@@ -1476,3 +1476,29 @@ def test_start_timeout_counts_from_when_the_scheduler_decided_about_the_last_pod
     result = decide(spec(parallelism=2), starting(launched=NOW - launched_ago), run_of(job(started=taken_up), *made))
     assert (result.actions == (DeleteRun(RUN1, "start timeout"),)) is timed_out
     assert says in (result.status.message or "")
+
+
+@pytest.mark.parametrize(
+    ("bound_ago", "unschedulable_ago", "timed_out", "says"),
+    [
+        ([2 * M, 2 * M], None, False, ""),
+        ([5 * M - S, 6 * M], None, False, ""),
+        ([5 * M, 6 * M], None, True, "within 5m (2 of 2 not running, all bound to nodes)"),
+        ([5 * M], 60 * S, True, "within 1m (2 of 2 not running)"),
+        ([5 * M], 59 * S, False, ""),
+    ],
+    ids=["bound-two-minutes-ago", "last-bound-just-under-five-timeouts", "last-bound-five-timeouts",
+         "one-bound-one-without-room-60s", "one-bound-one-without-room-59s"],
+)
+def test_pods_bound_but_not_started_wait_five_start_timeouts_from_the_last_binding(
+    bound_ago: list[timedelta], unschedulable_ago: timedelta | None, timed_out: bool, says: str
+) -> None:
+    """Pods bound to nodes are the nodes' work (an image pull may take minutes, and the run holds no room
+    it cannot use): they time out after five start timeouts from the last binding. A pod the scheduler
+    found no room for still times the run out after one."""
+    made = [replace(pod(i, "Pending", placed=NOW - ago), node="node-1") for i, ago in enumerate(bound_ago)]
+    if unschedulable_ago is not None:
+        made.append(pod(len(made), "Pending", placed=NOW - unschedulable_ago))
+    result = decide(spec(parallelism=2), starting(launched=NOW - 10 * M), run_of(job(started=NOW - 10 * M), *made))
+    assert (result.actions == (DeleteRun(RUN1, "start timeout"),)) is timed_out
+    assert says in (result.status.message or "")
