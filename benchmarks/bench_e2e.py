@@ -39,6 +39,7 @@ if str(REPO) not in sys.path:
 import yaml  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
+from urllib3.exceptions import HTTPError  # noqa: E402
 
 from sj_operator.names import (  # noqa: E402
     GROUP,
@@ -219,6 +220,8 @@ def delete_namespace(api: client.ApiClient, name: str, timeout: float = 120) -> 
         except ApiException as exc:
             if exc.status != 404:
                 print(f"cleanup of namespace {name}: {exc.status} {exc.reason}", file=sys.stderr)
+        except HTTPError as exc:  # an API server busy deleting thousands of objects may drop the call
+            print(f"cleanup of namespace {name}: {exc!r}", file=sys.stderr)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

@@ -588,7 +588,10 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                 f"p50 {result.figures['latency_p50']:.1f}s p99 {result.figures['latency_p99']:.1f}s")
 
             def running() -> tuple[bool, str]:
-                n = scrape(port).get('scavenger_sjs{phase="Running"}', 0)
+                try:
+                    n = scrape(port).get('scavenger_sjs{phase="Running"}', 0)
+                except OSError as exc:  # a pass over thousands of changed SJs can hold the operator's loop
+                    return False, f"the operator's metrics did not answer ({exc!r}); asking again"
                 return n >= 0.995 * len(names), f"{n:.0f}/{len(names)} SJs Running"
 
             wait_until("SJs running", running, timeout=3600, every=15)
