@@ -24,6 +24,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sj_operator.api import format_duration
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView
@@ -127,7 +128,7 @@ def cluster(waiting: int, running: int, nodes: int) -> SimulatedAPI:
         api.sjs[("bench", name)] = SJObject(
             namespace="bench", name=name, uid=f"uid-{i}", generation=1, resource_version="1",
             created=NOW.replace(second=i % 60), deleting=False, status={},
-            spec={"image": "busybox", "duration": f"{SJ_DURATION.seconds // 60}m",
+            spec={"image": "busybox", "duration": format_duration(SJ_DURATION),
                   "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}})
     return api
 
