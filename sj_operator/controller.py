@@ -34,7 +34,9 @@ from sj_operator.config import OperatorConfig
 from sj_operator.decide import (
     ClusterView,
     Decided,
+    Observation,
     Observed,
+    exemptions,
     in_flight,
     nodes_being_drained,
 )
@@ -43,6 +45,7 @@ from sj_operator.memo import PassMemo, forget_uids
 from sj_operator.metrics import Metrics
 from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
 from sj_operator.observed import NodeInfo, SJObject
+from sj_operator.pacing import HOLD_BUDGET, SLICE, Pacer, in_slices
 from sj_operator.policy.admission import AdmissionPass, PolicyConfig, Waiting
 from sj_operator.policy.conditions import WAIT_REASONS, admitted_condition, wait_changed
 from sj_operator.policy.lifecycle import (
@@ -205,6 +208,8 @@ class Controller:
     _event_workers: list[asyncio.Task[None]] = field(default_factory=list)
     _drop_warned: float = 0.0
     _capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
+    hold_budget: float = HOLD_BUDGET
+    """Seconds a pass's work may hold the event loop before it gives the other tasks a turn."""
 
     def __post_init__(self) -> None:
         self.memo = PassMemo(self.config.spec_limits)
@@ -243,20 +248,28 @@ class Controller:
         decided, launching = await self._pass(view)
         await self.adopter.reconcile(view)
         self.metrics.reconcile.observe(time.perf_counter() - started)
-        self._report(view, decided, launching)
+        await self._report(view, decided, launching)
 
     async def _pass(self, view: ClusterView) -> tuple[list[Decided], set[str]]:
         now = self.clock()
+        # Thousands of SJs that changed at once are seconds of work: done in slices, giving the loop's other
+        # tasks (watches, probes, the webhook, the background lane) a turn between them.
+        pacer = Pacer(self.hold_budget)
         self.memo.forget_gone(view.sjs)
         tables: tuple[dict[str, Any], ...] = (self.held, self.why_written, self.why_settled, self.reported,
                                               self.budgets)
         if sum(map(len, tables)) > 4 * len(view.sjs) + 1000 or (self.held and len(self.held) > len(view.sjs)):
             forget_uids(tables, view.sjs)
-        observation = self.memo.observe(view, handles=self.handles, fresh=self.fresh)
+        parts = await in_slices(view.sjs, lambda sjs: (self.memo.observe(view, handles=self.handles, fresh=self.fresh,
+                                                                         sjs=sjs),), pacer)
+        observation = Observation(tuple(o for part in parts for o in part.sjs),
+                                  frozenset().union(*(part.known_runs for part in parts)))
         held = self.steering
-        decided = self.memo.decide(observation.sjs, now, self.lifecycle_config,
-                                   on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc),
-                                   draining=nodes_being_drained(view))
+        cfg, draining = self.lifecycle_config, nodes_being_drained(view)
+        exempt = exemptions(observation.sjs, now, cfg)
+        decided = await in_slices(observation.sjs, lambda observed: self.memo.decide(
+            observed, now, cfg, draining=draining, exempt=exempt,
+            on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc)), pacer)
         if held:  # SJs whose steering writes are under way keep the decision being carried out
             decided = [held.get(d.observed.sj.uid, d) for d in decided]
         runs = self._in_flight(decided)
@@ -264,16 +277,19 @@ class Controller:
         # Admission is decided on the statuses about to be written, so a waiting SJ's reason (Admitted=False)
         # goes out in the same write as its transition, and only the admitted ones are written twice.
         admitted = self._admission(view, decided, tuple(runs.values()), now)
+        await pacer.breathe()
         if admitted.waiting:
             waiting = admitted.waiting
-            decided = [self._explained(d, admitted, now) if d.observed.sj.key in waiting else d for d in decided]
+            decided = await in_slices(decided, lambda part: [self._explained(d, admitted, now)
+                                                             if d.observed.sj.key in waiting else d
+                                                             for d in part], pacer)
         # SJs are independent of each other: their writes go out concurrently; an SJ with nothing to
         # write costs no task.
         # A new SJ admitted at first sight goes from no status to Starting in one write, at its launch.
         at_once = {a.key for a in admitted.admitted}
-        writing = [d for d in decided
-                   if _writes(d) and not (at_once and _first_sight(d) and d.observed.sj.key in at_once)
-                   and not (held and d.observed.sj.uid in held)]
+        writing = await in_slices(decided, lambda part: [
+            d for d in part if _writes(d) and not (at_once and _first_sight(d) and d.observed.sj.key in at_once)
+            and not (held and d.observed.sj.uid in held)], pacer)
         # Steering's bookkeeping goes out in the background: the pass goes on to launches and transitions.
         steering: list[Decided] = []
         foreground: list[Decided] = []
@@ -291,21 +307,25 @@ class Controller:
         await self._concurrently(self.launch(w, now, index) for w, index in launching)
         return decided, {w.sj.key for w, _ in launching}
 
-    def _report(self, view: ClusterView, decided: list[Decided], launching: set[str]) -> None:
+    async def _report(self, view: ClusterView, decided: list[Decided], launching: set[str]) -> None:
         """The gauges after a pass: SJs by phase and why the waiting ones wait; capacity in use."""
         phases: dict[str, int] = {}
         pending: dict[str, int] = {}
         reported = self.reported
-        for d in decided:
-            st, uid = d.step.status, d.observed.sj.uid
-            labels = reported.get(uid)
-            if labels is None or labels[0] is not st:
-                labels = reported[uid] = (st, *_gauge_labels(st))
-            if labels[1] is None or (launching and d.observed.sj.key in launching):
-                continue
-            phases[labels[1]] = phases.get(labels[1], 0) + 1
-            if labels[2] is not None:
-                pending[labels[2]] = pending.get(labels[2], 0) + 1
+        pacer = Pacer(self.hold_budget)
+        for start in range(0, len(decided), SLICE):
+            if start:
+                await pacer.breathe()
+            for d in decided[start:start + SLICE]:
+                st, uid = d.step.status, d.observed.sj.uid
+                labels = reported.get(uid)
+                if labels is None or labels[0] is not st:
+                    labels = reported[uid] = (st, *_gauge_labels(st))
+                if labels[1] is None or (launching and d.observed.sj.key in launching):
+                    continue
+                phases[labels[1]] = phases.get(labels[1], 0) + 1
+                if labels[2] is not None:
+                    pending[labels[2]] = pending.get(labels[2], 0) + 1
         if self._capacity[0] != view.nodes:
             self._capacity = (view.nodes, total(n.allocatable for n in view.nodes if n.ready and not n.unschedulable))
         schedulable = self._capacity[1]
@@ -431,14 +451,26 @@ class Controller:
         return True
 
     async def _concurrently(self, coros: Iterable[Awaitable[T]]) -> list[T]:
-        """Runs API-bound steps concurrently, at most `API_CONCURRENCY` at a time, in order."""
-        gate = asyncio.Semaphore(API_CONCURRENCY)
+        """Runs API-bound steps concurrently, at most `API_CONCURRENCY` at a time; their results in order.
 
-        async def gated(coro: Awaitable[T]) -> T:
-            async with gate:
-                return await coro
+        A few workers take the steps one after another (not a task per step: thousands of tasks started in
+        one turn of the loop would hold it). Steps that did not wait for the API (nothing to patch) give
+        the loop a turn: the workers may all resume in one turn of the loop, so each has its share of
+        `hold_budget`."""
+        steps = list(coros)
+        results: list[T | None] = [None] * len(steps)
+        queue = iter(enumerate(steps))
+        workers = min(API_CONCURRENCY, len(steps))
 
-        return list(await asyncio.gather(*(gated(c) for c in coros)))
+        async def worker() -> None:
+            pacer = Pacer(self.hold_budget / workers)
+            for i, step in queue:
+                results[i] = await step
+                await pacer.breathe()
+
+        if steps:
+            await asyncio.gather(*(worker() for _ in range(workers)))
+        return results  # type: ignore[return-value]  # every step has run
 
     # --- the background lane: steering's writes and Events --------------------------------
     def _steer(self, due: list[Decided]) -> None:

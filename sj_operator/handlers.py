@@ -34,6 +34,7 @@ from sj_operator.observed import (
     sj_object,
     with_disrupted,
 )
+from sj_operator.pacing import watch_lag
 from sj_operator.webhook import WebhookServer, webhook_hosts
 
 log = logging.getLogger("sj_operator")
@@ -82,6 +83,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.tasks = [
         asyncio.create_task(memo.elector.run(), name="leader election"),
         asyncio.create_task(_decision_loop(memo), name="decision loop"),
+        asyncio.create_task(watch_lag(metrics.loop_lag.observe), name="event loop lag"),
     ]
     if config.metrics_port:
         memo.metrics_server = await serve(metrics, config.metrics_port,

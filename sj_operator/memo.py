@@ -19,7 +19,7 @@ Entries of SJs that no longer exist are dropped once the caches have grown past 
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -198,12 +198,14 @@ class PassMemo:
 
     # --- one pass ------------------------------------------------------------------------
     def observe(self, view: ClusterView, *, handles: Callable[[str], bool],
-                fresh: Callable[[SJObject], tuple[str, Mapping[str, Any]]]) -> Observation:
-        """``decide.observe``, reusing what the last pass observed of each SJ that did not change."""
+                fresh: Callable[[SJObject], tuple[str, Mapping[str, Any]]],
+                sjs: Iterable[SJObject] | None = None) -> Observation:
+        """``decide.observe``, reusing what the last pass observed of each SJ that did not change;
+        ``sjs``: only these of the view's SJs (a slice of a pass)."""
         observed: list[Observed] = []
         known: set[RunKey] = set()
         jobs, run_pods = view.jobs, view.run_pods
-        for sj in view.sjs:
+        for sj in view.sjs if sjs is None else sjs:
             if sj.deleting or not handles(sj.namespace):
                 continue
             rv, raw = fresh(sj)
@@ -224,14 +226,17 @@ class PassMemo:
             known.update(keys)
         return Observation(tuple(observed), frozenset(known))
 
-    def decide(self, observed: tuple[Observed, ...], now: datetime, cfg: LifecycleConfig, *,
-               on_error: Callable[[Observed, Exception], None], draining: frozenset[str]) -> list[Decided]:
+    def decide(self, observed: Sequence[Observed], now: datetime, cfg: LifecycleConfig, *,
+               on_error: Callable[[Observed, Exception], None], draining: frozenset[str],
+               exempt: frozenset[str] | None = None) -> list[Decided]:
         """``decide.decide``, reusing each quiet decision while its SJ is observed as it was, its
         ``quiet_until`` has not come and steering and drains treat it as they did; the others are decided
-        afresh. Steering itself is worked out over all running SJs at every pass."""
+        afresh. Steering itself is worked out over all running SJs at every pass (``exempt``: worked out
+        by the caller when ``observed`` is a slice of them)."""
         # Steering looks at every running SJ, reused or not; a reused decision was made with the same
         # exemption and drain as now.
-        exempt = exemptions(observed, now, cfg)
+        if exempt is None:
+            exempt = exemptions(observed, now, cfg)
         slots: list[Decided | None] = []  # the reused decision, or None where it is decided afresh
         pending: list[Observed] = []
         seen_of = self._seen.get

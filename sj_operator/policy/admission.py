@@ -41,6 +41,7 @@ capacity of every node, over column-wise integer lists.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -121,13 +122,15 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
     waiting: dict[str, Waiting] = {}
     head_found = False
     head: QueuedSJ | None = None
+    kept = ""
     fair = _FairShare(snapshot, state.totals()) if snapshot.quotas else None
     ordered = queue_order(snapshot.queue, now, config) if ordered is None else ordered
     for sj in ordered if fair is None else fair.order(ordered):
         if sj.key in taken or (sj.not_before is not None and sj.not_before > now):
             continue
-        if head is not None:
-            waiting[sj.key] = _kept_for(sj, head)
+        if head is not None:  # the same words for every SJ behind it, but its own needs
+            kept = kept or _kept_for(head)
+            waiting[sj.key] = Waiting(sj.key, "NoNodeFitsGang", f"{_gang(sj)}; {kept}")
             continue
         need = _need(sj.request)
         over_quota = fair.over_quota(sj.key, sj.pods, need) if fair is not None else None
@@ -264,10 +267,10 @@ def _namespace(key: str) -> str:
     return key.split("/", 1)[0]
 
 
-def _kept_for(sj: QueuedSJ, head: QueuedSJ) -> Waiting:
+def _kept_for(head: QueuedSJ) -> str:
     """Behind a starving head: the room that frees up is kept for it."""
-    return Waiting(sj.key, "NoNodeFitsGang", f"{_gang(sj)}; the room that frees up is kept for {head.key}, first in "
-                   f"the queue and waiting since {waiting_since(head).isoformat()}")
+    return (f"the room that frees up is kept for {head.key}, first in the queue and waiting since "
+            f"{waiting_since(head).isoformat()}")
 
 
 def _amount(resource: str, milli: int) -> str:
@@ -278,8 +281,14 @@ def _amount(resource: str, milli: int) -> str:
 
 def _gang(sj: QueuedSJ) -> str:
     """``needs 3 pods of 4 CPU, 8Gi memory``: what one SJ asks for."""
-    each = ", ".join(_amount(r, amount) for r, amount in sorted(sj.request.items()) if amount > 0 and r != "pods")
-    return f"needs {sj.pods} pod{'s' if sj.pods != 1 else ''} of {each or 'no resources'}"
+    return _gang_text(sj.pods, tuple(sorted(sj.request.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _gang_text(pods: int, request: tuple[tuple[str, int], ...]) -> str:
+    """``_gang`` by value: a queue of thousands has a few shapes."""
+    each = ", ".join(_amount(r, amount) for r, amount in request if amount > 0 and r != "pods")
+    return f"needs {pods} pod{'s' if pods != 1 else ''} of {each or 'no resources'}"
 
 
 def _need(request: Resources) -> _Need:

@@ -568,3 +568,59 @@ def test_events_waiting_to_be_recorded_do_not_keep_old_versions_of_the_sj_alive(
 
     asyncio.run(passes())
     assert sorted(reason for _, reason, _ in kube.stamped) == ["Launched", "Running"]
+
+
+# --- sharing the event loop ---------------------------------------------------------------------
+
+def test_a_pass_over_many_sjs_gives_the_loops_other_tasks_turns_before_its_first_write():
+    """The watches, probes and webhook share the loop with the pass: with a budget of 0 the pass gives them
+    a turn between each two slices of its work (observing, deciding, explaining, picking the writes),
+    not only once it waits for the API."""
+    turns: list[int] = []
+
+    class Counting(FakeKube):
+        async def patch_sj_status(self, namespace, name, status, resource_version):
+            turns.append(len(ticks))
+            return await super().patch_sj_status(namespace, name, status, resource_version)
+
+    ticks: list[None] = []
+    kube = Counting()
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, hold_budget=0.0)  # type: ignore[arg-type]
+    many = view(*(sj(name=f"w{i}", cpu="4") for i in range(600)))
+
+    async def both() -> None:
+        async def other() -> None:
+            while True:
+                ticks.append(None)
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        ticks.clear()
+        await controller.reconcile(many)
+        task.cancel()
+        await controller.settle()
+
+    asyncio.run(both())
+    assert len(turns) == 600  # each queued with why it waits (one CPU node: no room for any)
+    # 600 SJs are five slices in each of four steps: at least a turn between each two slices of each.
+    assert turns[0] >= 4 * 4
+
+
+def test_the_writes_of_a_pass_go_out_at_most_api_concurrency_at_once_with_their_results_in_order():
+    from sj_operator.controller import API_CONCURRENCY
+
+    controller = Controller(FakeKube(), OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    in_flight, most = [0], [0]
+
+    async def step(i: int) -> int:
+        in_flight[0] += 1
+        most[0] = max(most[0], in_flight[0])
+        await asyncio.sleep(0.001 * (i % 3))  # they finish out of order
+        in_flight[0] -= 1
+        return i
+
+    results = asyncio.run(controller._concurrently(step(i) for i in range(100)))
+    assert results == list(range(100))
+    assert most[0] == API_CONCURRENCY
+    assert asyncio.run(controller._concurrently(())) == []

@@ -5,30 +5,23 @@ all accepted. The generators (``tests/specgen.py``) also feed the e2e sample sen
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from typing import TypeVar
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sj_operator.admission import review
 from sj_operator.api import DEFAULT_LIMITS, parse_spec
-from tests.specgen import INVALIDATORS, invalid_spec, valid_spec
+from tests.specgen import INVALIDATORS, RandomPicker, invalid_spec, valid_spec
 
-T = TypeVar("T")
 INVALID_EXAMPLES = 10_000
 SEEN: Counter[str] = Counter()
 
 
-class DrawPicker:
-    def __init__(self, data: st.DataObject) -> None:
-        self.data = data
-
-    def choice(self, options: Sequence[T]) -> T:
-        return self.data.draw(st.sampled_from(list(options)))
-
-    def integer(self, low: int, high: int) -> int:
-        return self.data.draw(st.integers(low, high))
+SEEDS = st.integers(0, 2**64 - 1)
+"""Each example is drawn from one seed (``RandomPicker``), not choice by choice through ``st.data()``: under
+heavy CPU load hypothesis twice raised ``FlakyStrategyDefinition`` on the choice-by-choice draws (a draw's
+bounds differing between a run and its replay, which these generators do not do on their own); a
+single draw per example cannot differ. A failure still names the invalidator and the whole spec."""
 
 
 def admission(spec: object) -> dict[str, object]:
@@ -37,9 +30,9 @@ def admission(spec: object) -> dict[str, object]:
 
 
 @settings(max_examples=INVALID_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_every_invalid_spec_is_refused_naming_the_field_it_broke(data: st.DataObject) -> None:
-    spec, field, breaker = invalid_spec(DrawPicker(data))
+@given(SEEDS)
+def test_every_invalid_spec_is_refused_naming_the_field_it_broke(seed: int) -> None:
+    spec, field, breaker = invalid_spec(RandomPicker(seed))
     SEEN[breaker] += 1
     response = admission(spec)
     assert response["allowed"] is False, (breaker, spec)
@@ -57,9 +50,9 @@ def test_the_invalid_examples_covered_every_invalidator() -> None:
 
 
 @settings(max_examples=2_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.data())
-def test_every_valid_spec_is_accepted(data: st.DataObject) -> None:
-    spec = valid_spec(DrawPicker(data))
+@given(SEEDS)
+def test_every_valid_spec_is_accepted(seed: int) -> None:
+    spec = valid_spec(RandomPicker(seed))
     assert admission(spec) == {"uid": "u", "allowed": True}
     parsed = parse_spec(spec)
     assert parsed.parallelism == spec["parallelism"] and parsed.image == spec["image"]

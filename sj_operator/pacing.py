@@ -1,0 +1,73 @@
+"""Sharing the event loop: long stretches of work give way to the loop's other tasks.
+
+One asyncio loop carries the decision passes, kopf's watches, ``/metrics`` and ``/healthz``, the
+admission webhook and the background lane. A pass over thousands of SJs that changed at once (a burst of
+new SJs, checkpoint periods ending together) is seconds of plain Python; run in one stretch it holds
+every other task for as long, and a health probe or a webhook call times out. So such work is done in
+slices (``in_slices``), and between slices ``Pacer.breathe`` gives the loop a turn once the current
+stretch has held it for ``budget`` seconds. ``watch_lag`` measures what is left: how late the loop wakes a
+task that only sleeps.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+__all__ = ["HOLD_BUDGET", "SLICE", "Pacer", "in_slices", "watch_lag"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+HOLD_BUDGET = 0.02
+"""Seconds a stretch of work may hold the loop before it gives the other tasks a turn."""
+SLICE = 128
+"""Items (SJs) between two looks at the clock: a slice costs a few milliseconds at most."""
+LAG_PERIOD = 0.5
+"""Seconds ``watch_lag`` sleeps between two measurements."""
+
+
+@dataclass
+class Pacer:
+    """Gives the loop a turn when the work since the last turn has held it for ``budget`` seconds."""
+
+    budget: float = HOLD_BUDGET
+    clock: Callable[[], float] = time.perf_counter
+    turns: int = 0
+    """Turns given so far."""
+    _since: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._since = self.clock()
+
+    async def breathe(self) -> None:
+        if self.clock() - self._since >= self.budget:
+            await asyncio.sleep(0)
+            self.turns += 1
+            self._since = self.clock()
+
+
+async def in_slices(items: Sequence[T], work: Callable[[Sequence[T]], Iterable[R]], pacer: Pacer,
+                    size: int = SLICE) -> list[R]:
+    """``work`` over ``items`` a slice at a time (it returns each slice's results), the pacer asked
+    between slices; the results in order, as one call over all of them would give."""
+    if len(items) <= size:
+        return list(work(items))
+    results: list[R] = []
+    for start in range(0, len(items), size):
+        if start:
+            await pacer.breathe()
+        results.extend(work(items[start:start + size]))
+    return results
+
+
+async def watch_lag(observe: Callable[[float], None], *, period: float = LAG_PERIOD,
+                    clock: Callable[[], float] = time.monotonic,
+                    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    """Sleeps ``period`` seconds over and over, and ``observe``s how much later than asked it woke each
+    time: how long the work before it held the loop. Runs until cancelled."""
+    while True:
+        due = clock() + period
+        await sleep(period)
+        observe(max(0.0, clock() - due))

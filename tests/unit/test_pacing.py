@@ -1,0 +1,96 @@
+"""Sharing the event loop (``sj_operator.pacing``): work in slices gives the loop a turn once it has held
+it for the budget, with the results one call would give; ``watch_lag`` measures how late the loop wakes."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from sj_operator.pacing import Pacer, in_slices, watch_lag
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(("held", "budget", "turns"), [
+    (0.019, 0.02, 0),  # under the budget: no turn, no cost but a look at the clock
+    (0.02, 0.02, 1),
+    (5.0, 0.02, 1),    # one turn however long the stretch was
+    (0.0, 0.0, 1),     # budget 0: a turn at every breath
+])
+def test_the_pacer_gives_a_turn_once_the_stretch_has_held_the_loop_for_its_budget(held, budget, turns):
+    clock = Clock()
+    pacer = Pacer(budget, clock=clock)
+    clock.now += held
+    asyncio.run(pacer.breathe())
+    assert pacer.turns == turns
+
+
+def test_after_a_turn_the_next_stretch_is_measured_from_the_turn():
+    clock = Clock()
+    pacer = Pacer(0.02, clock=clock)
+
+    async def stretches() -> None:
+        clock.now = 0.03
+        await pacer.breathe()
+        clock.now = 0.04  # 10 ms since the turn
+        await pacer.breathe()
+
+    asyncio.run(stretches())
+    assert pacer.turns == 1
+
+
+@pytest.mark.parametrize(("items", "size", "calls"), [(0, 3, 1), (3, 3, 1), (4, 3, 2), (10, 3, 4), (10, 1, 10)])
+def test_work_in_slices_gives_what_one_call_gives_and_the_loop_runs_between_slices(items, size, calls):
+    seen: list[Sequence[int]] = []
+    others: list[int] = []
+
+    def work(part: Sequence[int]) -> list[int]:
+        seen.append(part)
+        return [2 * i for i in part]
+
+    async def both() -> list[int]:
+        async def other() -> None:  # another task on the loop, counting its turns
+            while True:
+                others.append(len(seen))
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        others.clear()
+        try:
+            return await in_slices(list(range(items)), work, Pacer(0.0), size=size)
+        finally:
+            task.cancel()
+
+    assert asyncio.run(both()) == [2 * i for i in range(items)]
+    assert len(seen) == calls
+    # The other task ran between each two slices, and not during a slice.
+    assert sorted(set(others)) == list(range(1, calls))
+
+
+def test_the_loop_lag_is_how_much_later_than_asked_the_sleeper_woke():
+    clock = Clock()
+    late = [0.0, 0.25, 3.0]
+    observed: list[float] = []
+
+    class Done(Exception):
+        pass
+
+    async def sleep(seconds: float) -> None:
+        if not late:
+            raise Done
+        clock.now += seconds + late.pop(0)
+
+    async def run() -> None:
+        with pytest.raises(Done):
+            await watch_lag(observed.append, period=0.5, clock=clock, sleep=sleep)
+
+    asyncio.run(run())
+    assert observed == [0.0, 0.25, 3.0]
