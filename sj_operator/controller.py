@@ -20,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -298,13 +299,20 @@ class Controller:
         if steering:
             self._steer(steering)
             writing = foreground
-        applied = dict(zip((id(d) for d in writing),
-                           await self._concurrently(self._apply(d.observed, d.step) for d in writing), strict=True))
-        await self._delete_strays(view, observation.known_runs)
+        # The admitted SJs' own writes go first (a launch writes over them); then the launches, and the rest of
+        # the pass's writes as workers come free: in a burst a launch does not wait behind hundreds of other
+        # SJs' transitions and reasons.
         by_key = {d.observed.sj.key: d for d in decided} if admitted.admitted else {}
+        admitted_ids = {id(by_key[a.key]) for a in admitted.admitted}
+        first = [d for d in writing if id(d) in admitted_ids] if admitted_ids else []
+        rest = [d for d in writing if id(d) not in admitted_ids] if first else writing
+        applied = dict(zip((id(d) for d in first),
+                           await self._concurrently(self._apply(d.observed, d.step) for d in first), strict=True))
+        await self._delete_strays(view, observation.known_runs)
         launching = [(w, a.config_index) for a in admitted.admitted if applied.get(id(d := by_key[a.key]), True)
                      and (w := self._waiting(d)) is not None]
-        await self._concurrently(self.launch(w, now, index) for w, index in launching)
+        await self._concurrently(chain((self.launch(w, now, index) for w, index in launching),
+                                       (self._apply(d.observed, d.step) for d in rest)))
         return decided, {w.sj.key for w, _ in launching}
 
     async def _report(self, view: ClusterView, decided: list[Decided], launching: set[str]) -> None:

@@ -140,6 +140,38 @@ def test_new_sj_that_fits_is_launched_at_first_sight_in_one_status_write_after_i
     assert kube.calls[2] == ("event", "Launched")
 
 
+def test_a_launch_does_not_wait_behind_the_other_sjs_writes_of_its_pass():
+    """In a burst a pass writes hundreds of reasons and transitions: the Job of an admitted SJ is made while
+    another SJ's status write is still held (before, the pass wrote every other SJ first)."""
+
+    class Held(FakeKube):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+
+        async def patch_sj_status(self, namespace, name, status, resource_version):
+            if name == "huge":
+                await self.gate.wait()
+            return await super().patch_sj_status(namespace, name, status, resource_version)
+
+    kube = Held()
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+
+    async def pass_() -> None:
+        reconciling = asyncio.create_task(controller.reconcile(view(sj(name="huge", cpu="64"), sj())))
+        for _ in range(100):
+            if ("job", "work-r1") in kube.calls:
+                break
+            await asyncio.sleep(0)
+        assert ("job", "work-r1") in kube.calls and not reconciling.done()
+        kube.gate.set()
+        await reconciling
+        await controller.settle()
+
+    asyncio.run(pass_())
+    assert [c[1]["phase"] for c in kube.calls if c[0] == "status"] == ["Starting", "Pending"]
+
+
 def test_a_new_sj_whose_launch_fails_is_queued_on_the_next_pass(controller, kube):
     kube.fail["create_job"] = [KubeError(500, "boom")]
     run(controller, view(sj()))
