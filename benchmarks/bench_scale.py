@@ -363,6 +363,19 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
+def loop_lag(metrics: dict[str, float]) -> dict[str, float]:
+    """From ``scavenger_event_loop_lag_seconds``: the bucket bound the longest lag fell under (how long a
+    stretch of work held the operator's loop at most; inf past the last bound), and how often it was over
+    a second, over the whole run."""
+    prefix = 'scavenger_event_loop_lag_seconds_bucket{le="'
+    buckets = sorted((float(k[len(prefix):-2]), v) for k, v in metrics.items() if k.startswith(prefix))
+    if not buckets:
+        return {}
+    total = buckets[-1][1]
+    worst = next(le for le, count in buckets if count >= total)
+    return {"loop_lag_worst_le": worst, "loop_lags_over_1s": total - dict(buckets).get(1.0, total)}
+
+
 def calls_by_operation(metrics: dict[str, float]) -> dict[str, float]:
     prefix = 'scavenger_api_requests_total{operation="'
     return {k[len(prefix):-2]: v for k, v in metrics.items() if k.startswith(prefix)}
@@ -604,6 +617,7 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
             time.sleep(60)  # the last victims stop (grace period 1 s) and their interruptions are recorded
             after = scrape(port)
             result.figures["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
+            result.figures.update(loop_lag(after))
             interrupted = sum(v - before.get(k, 0) for k, v in after.items()
                               if k.startswith("scavenger_interruptions_total{"))
             result.figures["operator_interruptions"] = interrupted
@@ -842,6 +856,8 @@ def report(work: Workload, result: Result, nodes: int) -> None:
         ("client writes per unit", "1", f"1 + {f['writes_per_sj']:.2f} by the operator",
          f"{f['writes_per_sj_without_gang_services']:.2f} without gang Services"),
         ("operator peak RSS (MiB)", "-", f"{f['operator_peak_rss_mib']:.0f}", ""),
+        ("operator's loop held at most (s)", "-", f"<= {_figure(f, 'loop_lag_worst_le', 'g')}",
+         f"{_figure(f, 'loop_lags_over_1s', '.0f')} lags over 1 s (scavenger_event_loop_lag_seconds)"),
         ("pods preempted / SJ runs interrupted", f"{len(result.lost_plain)}" if floor else "-",
          f"{f['operator_interruptions']:.0f}", ""),
         ("work lost (pod-seconds)", f"{sum(result.lost_plain):.0f}" if floor else "-",

@@ -20,15 +20,15 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from itertools import chain
 from datetime import UTC, datetime
+from itertools import chain
 from typing import Any, TypeVar
 
 from gang.ssh import generate_ssh_keypair
 from sj_operator.adopter import Adopter
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus
 from sj_operator.builders.budget import protection_budget
-from sj_operator.builders.job import build_run_job
+from sj_operator.builders.job import admission_shape, build_run_job
 from sj_operator.builders.mpi import build_hostfile_configmap, build_mpi_secret, mpi_job_options
 from sj_operator.builders.service import build_gang_service
 from sj_operator.config import OperatorConfig
@@ -92,6 +92,12 @@ EVENT_BACKLOG = 20_000
 (``scavenger_events_dropped_total``), as client-go's recorder drops on overflow."""
 EVENT_WORKERS = 4
 """Events recorded at once, each worker one step's Events after another."""
+DRY_RUN_TTL = 30.0
+"""Seconds a namespace's acceptance of a dry-run pod stands for the runs launched after it whose pods have
+the same shape (`builders.job.admission_shape`: the same pod but for the names of the SJ and run): in a
+burst, one dry run per shape and namespace rather than one per SJ. Not in a namespace with a
+ResourceQuota (whose room changes with every pod), and a refusal is never reused; a rule added to the
+namespace meanwhile is met by the next dry run, or by the Job's pods."""
 BUDGET_REFRESH = 600.0
 """Seconds after this process applied an SJ's PodDisruptionBudget in which protecting a run again does not apply
 it again (only the pods' label is toggled): the budget's content is fixed per SJ, and an apply costs two
@@ -193,6 +199,8 @@ class Controller:
     why_settled: dict[str, tuple[Decided, str, str | None, float]] = field(default_factory=dict)
     """Waiting SJs with nothing to write about why they wait, by uid: the decision, its reason, and the
     message the condition gives, or (None) until when (monotonic) only its numbers may move unwritten."""
+    dry_runs: dict[tuple[str, str], float] = field(default_factory=dict)
+    """When (monotonic seconds) the namespace last accepted a dry-run pod of each shape, by (namespace, shape)."""
     budgets: dict[str, float] = field(default_factory=dict)
     """When this process last applied each SJ's PodDisruptionBudget (monotonic seconds), by uid."""
     reported: dict[str, tuple[ScavengerJobStatus, str | None, str | None]] = field(default_factory=dict)
@@ -635,24 +643,40 @@ class Controller:
         """Why the SJ's namespace would refuse the run's pods, before anything is made: one pod goes through
         every admission rule as a dry run; a gang's sum is checked against the namespace's quotas."""
         template = job["spec"]["template"]
-        pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
-               "metadata": {**template["metadata"], "generateName": f"{job['metadata']['name']}-",
-                            "namespace": sj.namespace}}
-        try:
-            await self.kube.dry_run_pod(pod)
-        except Forbidden as exc:
-            if "cannot create resource" in exc.message:  # the operator's own RBAC, not the namespace's rules
-                log.warning("cannot try %s's pods as a dry run (%s); launching without it", sj.key, exc.message)
-                return None
-            reason: NamespaceRefusal = "QuotaExceeded" if "exceeded quota" in exc.message else "BackingOff"
-            return reason, f"namespace {sj.namespace} refuses this SJ's pods: {exc.message}"
+        shape = (sj.namespace, admission_shape(template["spec"]))
+        accepted = self.dry_runs.get(shape)
+        tried = accepted is None or self.monotonic() - accepted >= DRY_RUN_TTL
+        if tried:
+            pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
+                   "metadata": {**template["metadata"], "generateName": f"{job['metadata']['name']}-",
+                                "namespace": sj.namespace}}
+            try:
+                await self.kube.dry_run_pod(pod)
+            except Forbidden as exc:
+                if "cannot create resource" in exc.message:  # the operator's own RBAC, not the namespace's rules
+                    log.warning("cannot try %s's pods as a dry run (%s); launching without it", sj.key, exc.message)
+                    return None
+                reason: NamespaceRefusal = "QuotaExceeded" if "exceeded quota" in exc.message else "BackingOff"
+                return reason, f"namespace {sj.namespace} refuses this SJ's pods: {exc.message}"
+        if not (tried or spec.is_gang):
+            return None
+        quotas = [quota_view(q) for q in await self.kube.resource_quotas(sj.namespace)]
+        if tried and not quotas:  # a ResourceQuota's room changes with every pod: its verdict is never reused
+            self._accepted(shape)
         if spec.is_gang:
-            quotas = [quota_view(q) for q in await self.kube.resource_quotas(sj.namespace)]
             shortfall = quota_shortfall(quotas, resources_milli(spec.resources.requests),
                                         resources_milli(spec.resources.limits), spec.parallelism)
             if shortfall is not None:
                 return "QuotaExceeded", f"namespace {sj.namespace} has no room for the whole gang: {shortfall}"
         return None
+
+    def _accepted(self, shape: tuple[str, str]) -> None:
+        """Remembers that the namespace accepted a dry-run pod of this shape (expired entries dropped as the
+        table grows)."""
+        now = self.monotonic()
+        if len(self.dry_runs) >= 1024:
+            self.dry_runs = {k: at for k, at in self.dry_runs.items() if now - at < DRY_RUN_TTL}
+        self.dry_runs[shape] = now
 
     def _hold(self, w: _Waiting, now: datetime, reason: NamespaceRefusal, message: str) -> Step:
         """The SJ waits, saying why; it is tried again after a delay that doubles per refusal in a row."""

@@ -34,7 +34,7 @@ from sj_operator.observed import (
     sj_object,
     with_disrupted,
 )
-from sj_operator.pacing import watch_lag
+from sj_operator.pacing import watch_gc, watch_lag
 from sj_operator.webhook import WebhookServer, webhook_hosts
 
 log = logging.getLogger("sj_operator")
@@ -85,6 +85,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         asyncio.create_task(_decision_loop(memo), name="decision loop"),
         asyncio.create_task(watch_lag(metrics.loop_lag.observe), name="event loop lag"),
     ]
+    memo.unwatch_gc = watch_gc(lambda generation, seconds: metrics.gc_pause.labels(str(generation)).observe(seconds))
     if config.metrics_port:
         memo.metrics_server = await serve(metrics, config.metrics_port,
                                           healthy=lambda: not any(t.done() for t in memo.tasks))
@@ -120,6 +121,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await memo.elector.release()
     if memo.get("metrics_server") is not None:
         await memo.metrics_server.cleanup()
+    if memo.get("unwatch_gc") is not None:
+        memo.unwatch_gc()
 
 
 # --- indexes: what the loop reads -------------------------------------------------------

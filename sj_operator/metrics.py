@@ -45,6 +45,10 @@ class Metrics:
                                   "How much later than asked the event loop woke a task sleeping 0.5 s: how long "
                                   "other work held the loop (watches, /metrics, /healthz and the webhook wait "
                                   "meanwhile)", buckets=_LAG_BUCKETS, registry=r)
+        self.gc_pause = Histogram("scavenger_gc_pause_seconds",
+                                  "Pauses of Python's garbage collector, by generation (2: a full collection); "
+                                  "the event loop stops meanwhile", ["generation"], buckets=_LAG_BUCKETS,
+                                  registry=r)
         self.lost_work = Counter("scavenger_lost_work_seconds_total",
                                  "Estimated work lost to interruptions: time since the run's checkpoint period began",
                                  registry=r)

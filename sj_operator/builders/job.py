@@ -7,6 +7,7 @@ name (:mod:`sj_operator.builders.service`); an MPI gang is then wired by :func:`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -233,3 +234,17 @@ def build_run_job(
     user_command = (*(spec.command or ()), *(spec.args or ()))
     return wire_mpi_job(job, options=mpi, container=CONTAINER_NAME, user_command=user_command,
                         user_env=len(spec.env), run_as_user=spec.run_as_user, run_as_group=spec.run_as_group)
+
+
+def admission_shape(pod_spec: Mapping[str, Any]) -> str:
+    """A run's pod spec without what names its SJ and run (environment values, the gang's subdomain and
+    hostname): runs of one shape in one namespace meet the same admission rules (security, limits,
+    quotas per pod), so a dry run's acceptance of one stands for the others for a while."""
+    def anonymous(container: Mapping[str, Any]) -> dict[str, Any]:
+        return {**container, "env": [{k: v for k, v in e.items() if k != "value"} for e in container.get("env", ())]}
+
+    spec = {k: v for k, v in pod_spec.items() if k not in ("subdomain", "hostname")}
+    for key in ("containers", "initContainers"):
+        if key in spec:
+            spec[key] = [anonymous(c) for c in spec[key]]
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))

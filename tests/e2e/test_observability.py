@@ -97,6 +97,7 @@ def test_metrics_count_what_happened_and_waiting_sjs_say_why(api: client.ApiClie
     assert m[("scavenger_admission_wait_seconds_count", ())] == 4
     assert m[("scavenger_reconcile_duration_seconds_count", ())] > 0
     assert m[("scavenger_event_loop_lag_seconds_count", ())] > 0, "the loop lag is measured while the operator runs"
+    assert sum(v for (name, _), v in m.items() if name == "scavenger_gc_pause_seconds_count") > 0, "collections timed"
     assert m[("scavenger_leader", ())] == 1
     assert 0 < m[("scavenger_used_capacity_ratio", (("resource", "cpu"),))] <= 1
     ran = _seconds(st["interruptedTimestamps"][0]) - _seconds(st["runningTimestamps"][0])

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sj_operator.api import parse_spec
-from sj_operator.builders.job import build_run_job
+from sj_operator.builders.job import admission_shape, build_run_job
 from sj_operator.builders.mpi import mpi_job_options
 from sj_operator.builders.service import build_gang_service
 from sj_operator.names import run_job_name, sj_label_value
@@ -403,3 +403,28 @@ def test_the_operator_never_adds_privileges_or_reaches_outside_the_namespace() -
             assert context.get("allowPrivilegeEscalation") is not True, seed
             assert "ports" not in container or all("hostPort" not in p for p in container["ports"]), seed
         assert "namespace" not in repr(pod.get("volumes", [])), seed
+
+
+def _pod_spec(name: str = "a", attempt: int = 1, namespace: str = "ns", **spec: Any) -> dict[str, Any]:
+    body = {"image": "busybox", "duration": "1m", "resources": {"requests": {"cpu": "1"}}, **spec}
+    job = build_run_job(sj_name=name, namespace=namespace, sj_uid=f"u-{name}", spec=parse_spec(body),
+                        status_interrupted_count=0, attempt=attempt, priority_class_name="pc", extra_pod_labels={})
+    return job["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("other", "same"), [
+    ({"name": "b"}, True),                          # another SJ: its name in the environment
+    ({"name": "b", "parallelism": 3}, False),       # a gang of another size (not the same as a single pod)
+    ({"attempt": 2}, True),                         # another run of it
+    ({"namespace": "other"}, True),                 # the controller keys its verdicts by namespace too
+    ({"resources": {"requests": {"cpu": "2"}}}, False),
+    ({"image": "busybox:1.36"}, False),
+    ({"runAsUser": 1000}, False),                   # security context: what Pod Security admission reads
+])
+def test_the_admission_shape_is_the_pod_but_for_the_names_of_its_sj_and_run(other: dict[str, Any],
+                                                                           same: bool) -> None:
+    assert (admission_shape(_pod_spec(**other)) == admission_shape(_pod_spec())) is same
+
+
+def test_gangs_of_one_size_have_one_shape_whatever_their_names() -> None:
+    assert admission_shape(_pod_spec("a", parallelism=3)) == admission_shape(_pod_spec("b", parallelism=3))

@@ -656,3 +656,30 @@ def test_the_writes_of_a_pass_go_out_at_most_api_concurrency_at_once_with_their_
     assert results == list(range(100))
     assert most[0] == API_CONCURRENCY
     assert asyncio.run(controller._concurrently(())) == []
+
+
+def test_a_dry_run_accepted_stands_for_runs_of_the_same_shape_for_a_while_and_a_refusal_never_does(kube):
+    """In a burst, one dry run per pod shape and namespace, not one per SJ."""
+    from sj_operator.controller import DRY_RUN_TTL
+    from sj_operator.kube import Forbidden
+
+    clock = [0.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    run(controller, view(sj(name="a"), sj(name="b"), sj(name="big", cpu="2"), nodes=(node(), node("n2"))))
+    assert [p["metadata"]["generateName"] for p in kube.dry_runs] == ["a-r1-", "big-r1-"], "b is a's shape"
+    assert {"a-r1", "b-r1", "big-r1"} <= {name for kind, name in kube.calls if kind == "job"}
+
+    clock[0] = DRY_RUN_TTL  # the verdict has expired: c is tried again, and refused
+    kube.fail["dry_run_pod"] = [Forbidden(403, "Forbidden", FORBIDDEN_PSS)]
+    run(controller, view(sj(name="c"), nodes=(node(), node("n2"))))
+    run(controller, view(sj(name="d"), nodes=(node(), node("n2"))))  # the refusal is not reused
+    assert [p["metadata"]["generateName"] for p in kube.dry_runs][2:] == ["c-r1-", "d-r1-"]
+    assert ("job", "d-r1") in kube.calls and ("job", "c-r1") not in kube.calls
+
+
+def test_in_a_namespace_with_a_resource_quota_every_run_is_tried_as_a_dry_run(controller, kube):
+    """A ResourceQuota's room changes with every pod: an acceptance there says nothing about the next run."""
+    kube.quotas = [{"metadata": {"name": "team"}, "status": {"hard": {"requests.cpu": "40"},
+                                                              "used": {"requests.cpu": "1"}}}]
+    run(controller, view(sj(name="a"), sj(name="b")))
+    assert [p["metadata"]["generateName"] for p in kube.dry_runs] == ["a-r1-", "b-r1-"]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from sj_operator.pacing import Pacer, in_slices, watch_lag
+from sj_operator.pacing import Pacer, in_slices, watch_gc, watch_lag
 
 
 class Clock:
@@ -94,3 +94,18 @@ def test_the_loop_lag_is_how_much_later_than_asked_the_sleeper_woke():
 
     asyncio.run(run())
     assert observed == [0.0, 0.25, 3.0]
+
+
+def test_every_collection_of_the_garbage_collector_is_timed_until_stopped():
+    import gc
+
+    seen: list[tuple[int, float]] = []
+    stop = watch_gc(lambda generation, seconds: seen.append((generation, seconds)))
+    try:
+        gc.collect(2)
+    finally:
+        stop()
+    assert (2, pytest.approx(seen[-1][1])) in seen and seen[-1][1] >= 0
+    before = len(seen)
+    gc.collect(2)
+    assert len(seen) == before, "stopped"
