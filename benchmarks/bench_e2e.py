@@ -207,14 +207,16 @@ def create_namespace(core: client.CoreV1Api) -> str:
             time.sleep(0.1)
 
 
-def delete_namespace(api: client.ApiClient, name: str, timeout: float = 120) -> None:
+def delete_namespace(api: client.ApiClient, name: str, timeout: float = 120, collections: bool = True) -> None:
+    """Deletes the namespace, its SJs, Jobs and pods first (``collections``: each a call that may take minutes
+    at 10,000 objects; without them the namespace controller deletes them in the background)."""
     core = client.CoreV1Api(api)
-    for cleanup in (
+    first = (
         lambda: client.CustomObjectsApi(api).delete_collection_namespaced_custom_object(GROUP, VERSION, name, PLURAL),
         lambda: client.BatchV1Api(api).delete_collection_namespaced_job(name, propagation_policy="Background"),
         lambda: core.delete_collection_namespaced_pod(name, grace_period_seconds=0),
-        lambda: core.delete_namespace(name, propagation_policy="Background"),
-    ):
+    ) if collections else ()
+    for cleanup in (*first, lambda: core.delete_namespace(name, propagation_policy="Background")):
         try:
             cleanup()
         except ApiException as exc:

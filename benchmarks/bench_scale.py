@@ -638,7 +638,7 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
             delete_namespace(api, namespace, timeout=1800)
         else:
             log("  deleting the operator's namespace (not waited for: nothing runs after it)")
-            delete_namespace(api, namespace, timeout=5)
+            delete_namespace(api, namespace, timeout=5, collections=False)
 
 
 # --- Kueue, side by side (--kueue) ----------------------------------------------------------------
