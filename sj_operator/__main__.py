@@ -12,6 +12,7 @@ from typing import Any
 import kopf
 
 from sj_operator.config import ConfigError, OperatorConfig, parse_config
+from sj_operator.pacing import tune_gc
 
 
 def operator_coroutine(config: OperatorConfig, *, stop_flag: asyncio.Event | threading.Event | None = None,
@@ -42,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("kopf").setLevel(logging.INFO if config.verbose else logging.WARNING)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # probes every few seconds
+    tune_gc()
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(operator_coroutine(config))
     return 0

@@ -109,3 +109,18 @@ def test_every_collection_of_the_garbage_collector_is_timed_until_stopped():
     before = len(seen)
     gc.collect(2)
     assert len(seen) == before, "stopped"
+
+
+def test_the_operator_process_collects_garbage_less_often_than_cpythons_defaults():
+    import gc
+
+    from sj_operator.pacing import GC_THRESHOLDS, tune_gc
+
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == GC_THRESHOLDS
+    finally:
+        gc.set_threshold(*before)
+    young, middle, old = GC_THRESHOLDS
+    assert young > 700 and young * middle * old > 700 * 10 * 10
