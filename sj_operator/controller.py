@@ -196,9 +196,10 @@ class Controller:
     """SJs (by uid) whose namespace refused their pods: when to try again, and how many refusals in a row."""
     why_written: dict[str, float] = field(default_factory=dict)
     """When this process last wrote each waiting SJ's reason (monotonic seconds), by uid."""
-    why_settled: dict[str, tuple[Decided, str, str | None, float]] = field(default_factory=dict)
-    """Waiting SJs with nothing to write about why they wait, by uid: the decision, its reason, and the
-    message the condition gives, or (None) until when (monotonic) only its numbers may move unwritten."""
+    why_settled: dict[str, tuple[Decided, Waiting, str, str | None, float]] = field(default_factory=dict)
+    """Waiting SJs with nothing to write about why they wait, by uid: the decision, the admission's reason
+    it was last found with, that reason's name, and the message the condition gives, or (None) until when
+    (monotonic) only its numbers may move unwritten."""
     dry_runs: dict[tuple[str, str], float] = field(default_factory=dict)
     """When (monotonic seconds) the namespace last accepted a dry-run pod of each shape, by (namespace, shape)."""
     budgets: dict[str, float] = field(default_factory=dict)
@@ -269,8 +270,9 @@ class Controller:
                                               self.budgets)
         if sum(map(len, tables)) > 4 * len(view.sjs) + 1000 or (self.held and len(self.held) > len(view.sjs)):
             forget_uids(tables, view.sjs)
-        parts = await in_slices(view.sjs, lambda sjs: (self.memo.observe(view, handles=self.handles, fresh=self.fresh,
-                                                                         sjs=sjs),), pacer)
+        handles = self.handles if self.config.namespaces else None
+        parts = await in_slices(view.sjs, lambda sjs: (self.memo.observe(view, handles=handles, fresh=self.fresh,
+                                                                         sjs=sjs, fresher=self.written),), pacer)
         observation = Observation(tuple(o for part in parts for o in part.sjs),
                                   frozenset().union(*(part.known_runs for part in parts)))
         held = self.steering
@@ -289,9 +291,7 @@ class Controller:
         await pacer.breathe()
         if admitted.waiting:
             waiting = admitted.waiting
-            decided = await in_slices(decided, lambda part: [self._explained(d, admitted, now)
-                                                             if d.observed.sj.key in waiting else d
-                                                             for d in part], pacer)
+            decided = await in_slices(decided, lambda part: self._explain(part, waiting, now), pacer)
         # SJs are independent of each other: their writes go out concurrently; an SJ with nothing to
         # write costs no task.
         # A new SJ admitted at first sight goes from no status to Starting in one write, at its launch.
@@ -394,16 +394,28 @@ class Controller:
             return _Waiting(o.sj, o.spec, result.status, mine.status, mine.resource_version)
         return None
 
-    def _explained(self, d: Decided, admission: AdmissionPass, now: datetime) -> Decided:
+    def _explain(self, decided: Iterable[Decided], waiting: Mapping[str, Waiting], now: datetime) -> list[Decided]:
+        """``_explained`` for each of ``decided`` the admission left ``waiting``; an SJ whose decision and reason
+        are the very ones its condition was last found to say is passed over without a look."""
+        settled_of, clock, out = self.why_settled.get, self.monotonic(), []
+        for d in decided:
+            why = waiting.get(d.observed.sj.key)
+            if why is not None:
+                settled = settled_of(d.observed.sj.uid)
+                if settled is None or settled[0] is not d or settled[1] is not why or (
+                        settled[3] is None and clock >= settled[4]):
+                    d = self._explained(d, why, now)
+            out.append(d)
+        return out
+
+    def _explained(self, d: Decided, why: Waiting, now: datetime) -> Decided:
         """A waiting SJ that was not admitted says why in its Admitted condition, when that changed (the
         numbers alone refresh at most every `WHY_REFRESH` seconds)."""
-        why = admission.waiting.get(d.observed.sj.key)
-        if why is None:
-            return d
         status, uid = d.step.status, d.observed.sj.uid
         settled = self.why_settled.get(uid)
-        if settled is not None and settled[0] is d and settled[1] == why.reason and (
-                settled[2] == why.message if settled[2] is not None else self.monotonic() < settled[3]):
+        if settled is not None and settled[0] is d and settled[2] == why.reason and (
+                settled[3] == why.message if settled[3] is not None else self.monotonic() < settled[4]):
+            self.why_settled[uid] = (d, why, *settled[2:])
             return d
         written = self.why_written.get(uid)
         if not wait_changed(status.conditions, why.reason, why.message, refresh=WHY_REFRESH,
@@ -411,7 +423,7 @@ class Controller:
             # Nothing to write: the condition says just this, or only its numbers moved since it was
             # written (then they are written once `WHY_REFRESH` has passed).
             exact = _says(status, why)
-            self.why_settled[uid] = (d, why.reason, why.message if exact else None,
+            self.why_settled[uid] = (d, why, why.reason, why.message if exact else None,
                                      0.0 if exact or written is None else written + WHY_REFRESH)
             return d
         self.why_written[uid] = self.monotonic()

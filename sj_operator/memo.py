@@ -19,7 +19,7 @@ Entries of SJs that no longer exist are dropped once the caches have grown past 
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -197,19 +197,21 @@ class PassMemo:
         return tuple(entries)
 
     # --- one pass ------------------------------------------------------------------------
-    def observe(self, view: ClusterView, *, handles: Callable[[str], bool],
+    def observe(self, view: ClusterView, *, handles: Callable[[str], bool] | None,
                 fresh: Callable[[SJObject], tuple[str, Mapping[str, Any]]],
-                sjs: Iterable[SJObject] | None = None) -> Observation:
+                sjs: Iterable[SJObject] | None = None, fresher: Container[str] | None = None) -> Observation:
         """``decide.observe``, reusing what the last pass observed of each SJ that did not change;
-        ``sjs``: only these of the view's SJs (a slice of a pass)."""
+        ``sjs``: only these of the view's SJs (a slice of a pass); ``handles``: None for every namespace;
+        ``fresher``: when given, ``fresh`` is asked only about the uids in it (the others are read as
+        the view has them)."""
         observed: list[Observed] = []
         known: set[RunKey] = set()
-        jobs, run_pods = view.jobs, view.run_pods
+        jobs, run_pods, seen_of = view.jobs, view.run_pods, self._seen.get
         for sj in view.sjs if sjs is None else sjs:
-            if sj.deleting or not handles(sj.namespace):
+            if sj.deleting or (handles is not None and not handles(sj.namespace)):
                 continue
-            rv, raw = fresh(sj)
-            seen = self._seen.get(sj.uid)
+            rv, raw = fresh(sj) if fresher is None or sj.uid in fresher else (sj.resource_version, sj.status)
+            seen = seen_of(sj.uid)
             if seen is not None and seen.sj is sj and seen.resource_version == rv:
                 run = seen.known[0] if seen.known else None
                 job = jobs.get(run) if run is not None else None
@@ -240,10 +242,13 @@ class PassMemo:
         slots: list[Decided | None] = []  # the reused decision, or None where it is decided afresh
         pending: list[Observed] = []
         seen_of = self._seen.get
+        plain = not exempt and not draining  # then every SJ's flags are (False, False)
         for o in observed:
             seen = seen_of(o.sj.uid)
             if (seen is not None and seen.observed is o and seen.decided is not None and seen.until is not None
-                    and now < seen.until and seen.flags == (o.sj.key in exempt, on_draining(o, draining))):
+                    and now < seen.until
+                    and (not any(seen.flags) if plain
+                         else seen.flags == (o.sj.key in exempt, on_draining(o, draining)))):
                 slots.append(seen.decided)
             else:
                 slots.append(None)

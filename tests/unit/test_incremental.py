@@ -4,6 +4,7 @@ views that change the way watches change them (objects replaced, time moving on)
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -457,3 +458,22 @@ def test_a_decision_that_failed_is_not_remembered() -> None:
     again: list[Decided] = memo.decide(seen.sjs, NOW, LifecycleConfig(), on_error=lambda o, e: None,
                                        draining=frozenset())
     assert [d.observed.sj.name for d in again] == ["sj1"] and again[0].step.status.phase == Phase.PENDING
+
+
+def test_only_the_sjs_this_process_wrote_are_read_through_fresh_and_namespaces_filter_when_given() -> None:
+    sjs = (an_sj(1, 1, {"phase": "Pending"}), an_sj(2, 1, {"phase": "Pending"}))
+    view = ClusterView(sjs=sjs, jobs={}, run_pods={}, active_pods=(), nodes=NODES)
+    asked: list[str] = []
+
+    def fresh(sj: SJObject) -> tuple[str, Mapping[str, Any]]:
+        asked.append(sj.name)
+        return "99", {"phase": "Interrupted", "interruptedCount": 1}
+
+    seen = PassMemo(DEFAULT_LIMITS).observe(view, handles=None, fresh=fresh, fresher={sjs[1].uid})
+    assert asked == ["sj2"]
+    assert [(o.resource_version, o.status.phase) for o in seen.sjs] == [("1", Phase.PENDING), ("99", Phase.INTERRUPTED)]
+    asked.clear()
+    PassMemo(DEFAULT_LIMITS).observe(view, handles=None, fresh=fresh)
+    assert asked == ["sj1", "sj2"], "without fresher, every SJ is read through fresh"
+    only = PassMemo(DEFAULT_LIMITS).observe(view, handles=lambda ns: False, fresh=fresh, fresher=set())
+    assert only.sjs == ()
