@@ -45,7 +45,7 @@ from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotF
 from sj_operator.memo import PassMemo, forget_uids
 from sj_operator.metrics import Metrics
 from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
-from sj_operator.observed import NodeInfo, SJObject
+from sj_operator.observed import JobView, NodeInfo, SJObject, job_view
 from sj_operator.pacing import HOLD_BUDGET, SLICE, Pacer, in_slices
 from sj_operator.policy.admission import AdmissionPass, PolicyConfig, Waiting
 from sj_operator.policy.conditions import WAIT_REASONS, admitted_condition, wait_changed
@@ -80,7 +80,8 @@ leader election and the webhook."""
 WRITTEN_TTL = 30.0
 """Seconds a status this process wrote is preferred over a watch that has not shown it yet."""
 LAUNCHED_TTL = 60.0
-"""Seconds a launch is counted as in flight before the watch shows its run Starting."""
+"""Seconds a launch is counted as in flight (and its Job stands in the view) before the watch shows its run
+Starting."""
 WHY_REFRESH = 120.0
 """Seconds between writes of a waiting SJ's Admitted message when only its numbers moved."""
 STEERING_IN_FLIGHT = 64
@@ -123,6 +124,13 @@ def _gauge_labels(status: ScavengerJobStatus) -> tuple[str | None, str | None]:
     return status.phase.value, cond.reason if cond is not None and cond.status == "False" and cond.reason else "Queued"
 
 
+def _unrecorded(d: Decided, phase: str | None) -> bool:
+    """An SJ whose next run exists and is not in its status yet (`lifecycle.launched`)."""
+    job = d.observed.run.job
+    return (job is not None and not d.step.waiting and not job.deleting
+            and phase in (None, Phase.PENDING.value, Phase.INTERRUPTED.value))
+
+
 _STEERING_FIELDS = ("running_priority", "priority_start_over_timestamp", "protected")
 
 
@@ -142,7 +150,7 @@ def _steering_order(d: Decided) -> bool:
 
 def _first_sight(d: Decided) -> bool:
     """A new SJ whose only decision is to queue it: when admitted in the same pass, that status is not
-    written on its own but together with the launch."""
+    written (the launch's outcome is)."""
     return d.observed.status.phase is None and not d.step.actions and d.step.waiting
 
 
@@ -179,6 +187,8 @@ class _Launched:
     run: InFlightRun
     """As launched: no pod scheduled yet."""
     at: float
+    job: JobView
+    """The Job as made, standing in for it until the watch shows it."""
 
 
 @dataclass
@@ -262,6 +272,7 @@ class Controller:
 
     async def _pass(self, view: ClusterView) -> tuple[list[Decided], set[str]]:
         now = self.clock()
+        view = self._with_launched(view)
         # Thousands of SJs that changed at once are seconds of work: done in slices, giving the loop's other
         # tasks (watches, probes, the webhook, the background lane) a turn between them.
         pacer = Pacer(self.hold_budget)
@@ -294,7 +305,8 @@ class Controller:
             decided = await in_slices(decided, lambda part: self._explain(part, waiting, now), pacer)
         # SJs are independent of each other: their writes go out concurrently; an SJ with nothing to
         # write costs no task.
-        # A new SJ admitted at first sight goes from no status to Starting in one write, at its launch.
+        # A new SJ admitted at first sight is not written as queued: its launch writes nothing (a later pass
+        # records the run), a refused launch writes its outcome.
         at_once = {a.key for a in admitted.admitted}
         writing = await in_slices(decided, lambda part: [
             d for d in part if _writes(d) and not (at_once and _first_sight(d) and d.observed.sj.key in at_once)
@@ -337,7 +349,10 @@ class Controller:
                 labels = reported.get(uid)
                 if labels is None or labels[0] is not st:
                     labels = reported[uid] = (st, *_gauge_labels(st))
-                if labels[1] is None or (launching and d.observed.sj.key in launching):
+                if _unrecorded(d, labels[1]) or (launching and d.observed.sj.key in launching):
+                    phases["Starting"] = phases.get("Starting", 0) + 1  # its run is not in its status yet
+                    continue
+                if labels[1] is None:
                     continue
                 phases[labels[1]] = phases.get(labels[1], 0) + 1
                 if labels[2] is not None:
@@ -353,13 +368,9 @@ class Controller:
         self.metrics.last_pass.set_to_current_time()
 
     def _count(self, o: Observed, after: ScavengerJobStatus) -> None:
-        """Counters for what a written status records: a launch, an interruption, a finish."""
+        """Counters for what a written status records: an interruption, a finish (launches are counted as
+        they are made: `_launched`)."""
         before, m = o.status, self.metrics
-        if after.attempt > before.attempt:
-            m.launched.inc()
-            since = after.interrupted_timestamps[-1] if after.interrupted_timestamps else o.sj.created
-            if since is not None and after.launched_timestamp is not None:
-                m.admission_wait.observe(max((after.launched_timestamp - since).total_seconds(), 0.0))
         if after.interrupted_count > before.interrupted_count:
             m.interruptions.labels(after.last_interruption_reason or "Deleted").inc()
             if not isinstance(o.spec, InvalidSpec) and after.interrupted_timestamps:
@@ -387,7 +398,7 @@ class Controller:
         assert not isinstance(o.spec, InvalidSpec)
         if result.status == o.status:
             return _Waiting(o.sj, o.spec, o.status, o.raw_status, o.resource_version)
-        if _first_sight(d):  # queued and launched in one write: over the status as stored
+        if _first_sight(d):  # never written as queued: the launch's outcome goes over the status as stored
             return _Waiting(o.sj, o.spec, result.status, o.raw_status, o.resource_version)
         if (mine := self.written.get(o.sj.uid)) is not None:
             # Queued in this very pass: launched on top of the status just written.
@@ -428,6 +439,13 @@ class Controller:
             return d
         self.why_written[uid] = self.monotonic()
         return replace(d, step=replace(d.step, status=waiting_for_room(status, now, why.reason, why.message)))
+
+    def _with_launched(self, view: ClusterView) -> ClusterView:
+        """The view with the Jobs this process made that the watch does not show yet (read-your-writes: a
+        launch writes no status, so its Job is what says the SJ has a run)."""
+        unseen = {key: entry.job for key, entry in self.launched.items()
+                  if key not in view.jobs and self.monotonic() - entry.at <= LAUNCHED_TTL}
+        return replace(view, jobs={**view.jobs, **unseen}) if unseen else view
 
     def _add_launched(self, view: ClusterView, runs: dict[tuple[str, str], InFlightRun]) -> None:
         """Runs this process launched that the cache does not show as Starting yet."""
@@ -610,7 +628,8 @@ class Controller:
 
     async def launch(self, w: _Waiting, now: datetime, config_index: int = 0) -> None:
         """Creates the next run of an admitted SJ (idempotent) in the configuration the admission chose,
-        then records what the state machine says."""
+        then records what the state machine says: its Event (the run itself is written into the status
+        by a later pass, `lifecycle.launched`), or why no run was made."""
         result = await self._create_run(w, now, config_index)
         if result is not None:
             observed = Observed(w.sj, w.rv, w.raw, w.status, w.spec, run=_NO_RUN)
@@ -637,17 +656,28 @@ class Controller:
             if refusal is not None:
                 return self._hold(w, now, *refusal)
             await self._create_children(sj, spec, job_name)
-            await self.kube.create_or_keep(lambda: self.kube.create_job(job))
+            made_now = await self.kube.create_or_keep(lambda: self.kube.create_job(job))
         except Invalid as exc:
             return launch_refused(status, now, "InvalidRun", f"the API server rejected run {job_name}: {exc.message}")
         except KubeError as exc:
             log.warning("could not launch %s: %s (retried on a later pass)", sj.key, exc)
             return None
         self.held.pop(sj.uid, None)
-        self.launched[(sj.namespace, job_name)] = _Launched(in_flight(sj, spec, 0), self.monotonic())
         # The start timeout counts from the Job's creation, not from the pass's start (which may be long
         # before it when API calls were retried).
-        return launched(status, self.clock(), job_name=job_name, priority_class_name=priority_class,
+        made_at = self.clock()
+        made = job_view({**job, "metadata": {**job["metadata"], "creationTimestamp": made_at.isoformat()}})
+        self.launched[(sj.namespace, job_name)] = _Launched(in_flight(sj, spec, 0), self.monotonic(), made)
+        if not made_now:
+            # Another decider (or an earlier try of this one whose answer was lost) made it: its Event and
+            # count are that launch's, and the run is recorded as any other.
+            log.info("run %s of %s already exists: kept", job_name, sj.key)
+            return Step(status)
+        self.metrics.launched.inc()
+        since = status.interrupted_timestamps[-1] if status.interrupted_timestamps else sj.created
+        if since is not None:
+            self.metrics.admission_wait.observe(max((made_at - since).total_seconds(), 0.0))
+        return launched(status, made_at, job_name=job_name, priority_class_name=priority_class,
                         pods=spec.parallelism, config_index=config_index)
 
     async def _namespace_refusal(self, sj: SJObject, spec: ScavengerJobSpec,

@@ -12,7 +12,14 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from sj_operator.names import ANNOTATION_COMPLETION_INDEX, JOB_MANAGER, LABEL_PROTECTED, LABEL_RUN, LABEL_SJ
+from sj_operator.names import (
+    ANNOTATION_COMPLETION_INDEX,
+    ANNOTATION_CONFIG_INDEX,
+    JOB_MANAGER,
+    LABEL_PROTECTED,
+    LABEL_RUN,
+    LABEL_SJ,
+)
 from sj_operator.resources import Resources, accumulate, resources_milli
 
 
@@ -206,6 +213,8 @@ class JobView:
     started: datetime | None = None
     """When the Job controller first took it up (``status.startTime``); None until it has: a busy
     controller-manager may take minutes to reach a new Job."""
+    config_index: int = 0
+    """The configuration it was launched in (``scavenger.dev/config-index``; 0: the preferred one)."""
 
 
 def job_view(body: Mapping[str, Any]) -> JobView:
@@ -234,7 +243,13 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         failure=failure,
         created=parse_time(meta.get("creationTimestamp")),
         started=parse_time(status.get("startTime")),
+        config_index=_config_index(meta.get("annotations") or {}),
     )
+
+
+def _config_index(annotations: Mapping[str, Any]) -> int:
+    raw = annotations.get(ANNOTATION_CONFIG_INDEX)
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else 0
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from gang.mpi import MPIJobOptions, wire_mpi_job
 from sj_operator.api import ScavengerJobSpec, Volume, checkpoint_interval_seconds
 from sj_operator.names import (
     ANNOTATION_COMPLETION_INDEX,
+    ANNOTATION_CONFIG_INDEX,
     ANNOTATION_SAFE_TO_EVICT,
     CONTAINER_NAME,
     ENV_CHECKPOINT_DIR,
@@ -197,6 +198,8 @@ def build_run_job(
     job_name = run_job_name(sj_name, attempt)
     metadata = child_metadata(name=job_name, namespace=namespace, sj_name=sj_name, sj_uid=sj_uid,
                               labels={LABEL_RUN: job_name})
+    if config_index:
+        metadata["annotations"] = {ANNOTATION_CONFIG_INDEX: str(config_index)}
     labels = metadata["labels"]
     pod_labels = {**spec.pod_labels, **extra_pod_labels, **labels}
     pod_annotations = {**spec.pod_annotations, ANNOTATION_SAFE_TO_EVICT: "true"}

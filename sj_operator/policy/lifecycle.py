@@ -62,8 +62,25 @@ from sj_operator.settings import (
 )
 
 __all__ = [
-    "FOREVER", "MISSING_RUN_GRACE", "TERMINAL", "WAITING", "Action", "DeleteRun", "Event", "LifecycleConfig", "Run",
-    "SetProtection", "Step", "launch_refused", "launched", "quiet_until", "retry_delay", "step", "waiting_phase",
+    "FOREVER",
+    "MISSING_RUN_GRACE",
+    "RECORD_GRACE",
+    "TERMINAL",
+    "WAITING",
+    "Action",
+    "DeleteRun",
+    "Event",
+    "LifecycleConfig",
+    "Run",
+    "SetProtection",
+    "Step",
+    "launch_refused",
+    "launched",
+    "quiet_until",
+    "record_grace",
+    "retry_delay",
+    "step",
+    "waiting_phase",
 ]
 
 WAITING = (Phase.PENDING, Phase.INTERRUPTED)
@@ -131,15 +148,23 @@ class _Builder:
 
 def launched(status: ScavengerJobStatus, now: datetime, *, job_name: str, priority_class_name: str,
              pods: int, config_index: int = 0) -> Step:
-    """The admitted SJ's next run was created: it is Starting (the start timeout counts from now)."""
-    b = _Builder(status, now)
+    """The admitted SJ's next run was created: its ``Launched`` Event, and nothing to write. The run is
+    the record until a later pass writes it into the status (``step``: once all its pods run, as Running,
+    or after `record_grace` as Starting), so a run that starts at once costs one status write, not two."""
     shape = f"fallback {config_index}, " if config_index else ""
     message = f"run {job_name} launched ({shape}{pods} pod(s), priority class {priority_class_name})"
-    b.transition(Phase.STARTING, "Launched", message, attempt=status.attempt + 1, job_name=job_name,
-                 launched_timestamp=now, priority_class_name=priority_class_name, not_before=None,
-                 config_index=config_index)
-    b.admitted(True, "Launched", message)
-    return b.done()
+    return Step(status, events=(Event("Normal", "Launched", message),))
+
+
+RECORD_GRACE = timedelta(seconds=10)
+"""How long a new run may go unrecorded in its SJ's status while its pods start (see `record_grace`)."""
+
+
+def record_grace(cfg: LifecycleConfig) -> timedelta:
+    """How long after its creation a run whose pods are not all running yet is written into its SJ's status
+    as Starting: `RECORD_GRACE`, or half the start timeout when that is shorter (a run is recorded as
+    Starting before it can time out)."""
+    return min(RECORD_GRACE, cfg.start_timeout / 2)
 
 
 LaunchRefusal = Literal["MissingReference", "InvalidSpec", "InvalidRun"]
@@ -213,11 +238,8 @@ def step(
         return b.done()
     if spec.suspend or phase == Phase.SUSPENDED:
         return _suspension(b, spec, run)
-    if phase is None:
-        b.transition(Phase.PENDING, "Queued", "waiting for idle capacity")
-        return b.done(waiting=True)
-    if phase in WAITING:
-        return _waiting(b, spec, run, sj_name)
+    if phase is None or phase in WAITING:
+        return _waiting(b, spec, run, sj_name, cfg, exempt, draining)
     return _active(b, spec, run, cfg, exempt, draining)
 
 
@@ -239,6 +261,8 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
     if phase in TERMINAL or spec.suspend or phase == Phase.SUSPENDED:
         return FOREVER
     if phase in WAITING:
+        if run is not None and run.job is not None:
+            return None  # a run to record (the launch this process just made, or one to adopt)
         # Waiting with no run to adopt: the only clock is the backoff, which makes it eligible.
         return status.not_before if status.not_before is not None and status.not_before > now else FOREVER
     if (phase == Phase.RUNNING and run is not None and run.job is not None and cfg is not None
@@ -272,19 +296,41 @@ def _suspension(b: _Builder, spec: ScavengerJobSpec, run: Run) -> Step:
     return b.done(waiting=True)
 
 
-def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str) -> Step:
+def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str, cfg: LifecycleConfig, exempt: bool,
+             draining: bool) -> Step:
     st = b.status
-    # A run for the next attempt that exists was launched but its status write was
-    # lost (operator restart, conflict): adopt it instead of launching another.
+    # A run for the next attempt exists: it is recorded in the status, not launched again (`launched`
+    # leaves the recording to this; after an operator restart it is the same).
     next_name = run_job_name(sj_name, st.attempt + 1)
     if run.job is not None and run.job.name == next_name and not run.job.deleting:
-        b.transition(Phase.STARTING, "Launched", f"run {next_name} adopted", attempt=st.attempt + 1,
-                     job_name=next_name, launched_timestamp=run.job.created or b.now,
-                     priority_class_name=launch_class(st.interrupted_count))
-        b.admitted(True, "Launched", f"run {next_name} adopted")
-        return b.done()
+        return _record(b, spec, run, run.job, cfg, exempt, draining)
+    if st.phase is None:
+        b.transition(Phase.PENDING, "Queued", "waiting for idle capacity")
+        return b.done(waiting=True)
     eligible = st.not_before is None or st.not_before <= b.now
     return b.done(waiting=eligible)
+
+
+def _record(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: LifecycleConfig, exempt: bool,
+            draining: bool) -> Step:
+    """The waiting SJ's next run, written into its status together with what its pods show: Running when
+    they all run (Succeeded, Failed, Interrupted when they have ended); Starting once `record_grace` has
+    passed without that. Until then nothing is written (the run holds the SJ: it is not waiting)."""
+    st, launched_at = b.status, job.created or b.now
+    b.update(phase=Phase.STARTING, attempt=st.attempt + 1, job_name=job.name, launched_timestamp=launched_at,
+             priority_class_name=launch_class(st.interrupted_count), not_before=None,
+             config_index=job.config_index)
+    message = f"run {job.name} launched"
+    b.admitted(True, "Launched", message)
+    spec = spec.config(job.config_index) if job.config_index <= len(spec.fallbacks) else spec
+    result = _active(b, spec, run, cfg, exempt, draining)
+    if result.status.phase is not Phase.STARTING or result.events:
+        return result
+    if job.created is not None and b.now - job.created < record_grace(cfg):
+        return Step(st)
+    running = sum(1 for p in run.pods if p.all_running and not p.deleting)
+    b.transition(Phase.STARTING, "Starting", f"{message}; {running} of {spec.parallelism} pod(s) running")
+    return b.done()
 
 
 def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig, exempt: bool,

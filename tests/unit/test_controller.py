@@ -31,6 +31,8 @@ class FakeKube:
         self.rv = 100
         self.dry_runs: list[dict[str, Any]] = []
         self.quotas: list[dict[str, Any]] = []
+        self.made: dict[str, dict[str, Any]] = {}
+        """The Jobs created, by name."""
 
     def _maybe_fail(self, name: str) -> None:
         errors = self.fail.get(name)
@@ -53,6 +55,13 @@ class FakeKube:
     async def create_job(self, job):
         self._maybe_fail("create_job")
         self.calls.append(("job", job["metadata"]["name"]))
+        self.made[job["metadata"]["name"]] = job
+
+    def job(self, name: str, created: datetime) -> JobView:
+        """The Job made as the watch shows it, created at ``created``."""
+        body = self.made[name]
+        return job_view({**body, "metadata": {**body["metadata"], "uid": f"uid-{name}",
+                                              "creationTimestamp": created.isoformat()}})
 
     async def create_service(self, svc):
         self.calls.append(("service", svc["metadata"]["name"]))
@@ -128,16 +137,23 @@ def controller(kube: FakeKube) -> Controller:
     return Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
 
 
-def test_new_sj_that_fits_is_launched_at_first_sight_in_one_status_write_after_its_job(controller, kube):
-    """Three writes (and the pods' dry run) before it runs: its Job, its status, the Event. No budget yet:
-    that is made when the run is first protected."""
+def test_new_sj_that_fits_is_launched_at_first_sight_and_runs_after_four_writes(controller, kube):
+    """Four writes (and the pods' dry run) from a new SJ to Running: its Job and the Launched Event; once its
+    pod runs, its status (straight to Running: the run is recorded with what its pods show) and the Running
+    Event. No budget yet: that is made when the run is first protected."""
     run(controller, view(sj()))
-    assert kube.kinds() == ["job", "status", "event"]
-    assert kube.calls[0] == ("job", "work-r1") and len(kube.dry_runs) == 1
-    written = kube.calls[1][1]
-    assert written["phase"] == "Starting" and written["jobName"] == "work-r1" and written["attempt"] == 1
+    assert kube.calls == [("job", "work-r1"), ("event", "Launched")] and len(kube.dry_runs) == 1
+    # The watch has not shown the Job yet: the run this process made stands for it (not launched again).
+    run(controller, view(sj()))
+    assert kube.calls == [("job", "work-r1"), ("event", "Launched")]
+    made = kube.job("work-r1", created=NOW)
+    pod = PodView(namespace="ns", name="work-r1-0", uid="p", sj="work", run="work-r1", node="n1", phase="Running",
+                  deleting=False, all_running=True, requests={"cpu": 1000})
+    run(controller, view(sj(), jobs={("ns", "work-r1"): made}, run_pods={("ns", "work-r1"): (pod,)}, active=(pod,)))
+    assert kube.kinds() == ["job", "event", "status", "event"] and kube.calls[3] == ("event", "Running")
+    written = kube.calls[2][1]
+    assert (written["phase"], written["jobName"], written["attempt"]) == ("Running", "work-r1", 1)
     assert {c["type"]: c["status"] for c in written["conditions"]}["Admitted"] == "True"
-    assert kube.calls[2] == ("event", "Launched")
 
 
 def test_a_launch_does_not_wait_behind_the_other_sjs_writes_of_its_pass():
@@ -169,7 +185,7 @@ def test_a_launch_does_not_wait_behind_the_other_sjs_writes_of_its_pass():
         await controller.settle()
 
     asyncio.run(pass_())
-    assert [c[1]["phase"] for c in kube.calls if c[0] == "status"] == ["Starting", "Pending"]
+    assert [c[1]["phase"] for c in kube.calls if c[0] == "status"] == ["Pending"], "a launch writes no status"
 
 
 def test_a_new_sj_whose_launch_fails_is_queued_on_the_next_pass(controller, kube):
@@ -177,7 +193,7 @@ def test_a_new_sj_whose_launch_fails_is_queued_on_the_next_pass(controller, kube
     run(controller, view(sj()))
     assert kube.kinds() == [], "nothing written: the launch is retried"
     run(controller, view(sj()))
-    assert kube.kinds() == ["job", "status", "event"] and kube.calls[1][1]["phase"] == "Starting"
+    assert kube.kinds() == ["job", "event"] and kube.calls[1] == ("event", "Launched")
 
 
 def test_failed_launch_leaves_the_sj_waiting_and_a_later_pass_launches_it(controller, kube):
@@ -186,8 +202,7 @@ def test_failed_launch_leaves_the_sj_waiting_and_a_later_pass_launches_it(contro
     run(controller, view(pending))
     assert "status" not in kube.kinds(), "nothing recorded for a run that was not created"
     run(controller, view(pending))
-    assert ("job", "work-r1") in kube.calls
-    assert [c for c in kube.calls if c[0] == "status"][-1][1]["phase"] == "Starting"
+    assert ("job", "work-r1") in kube.calls and ("event", "Launched") in kube.calls
 
 
 def test_status_conflict_writes_nothing_else_and_the_next_pass_decides_again(controller, kube):
@@ -198,17 +213,26 @@ def test_status_conflict_writes_nothing_else_and_the_next_pass_decides_again(con
     assert kube.calls[0][1]["phase"] == "Pending"
 
 
-def test_a_launch_at_first_sight_whose_status_write_conflicts_is_adopted_not_repeated(controller, kube):
-    kube.fail["patch_sj_status"] = [Conflict(409, "Conflict")]
-    run(controller, view(sj()))
-    assert kube.kinds() == ["job"], "the Job first; its status write lost"
-    made = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "k",
-                                  "labels": {"scavenger.dev/job-name": "work"}}})
-    jobs = {("ns", "work-r1"): made}
-    run(controller, view(sj(rv="9"), jobs=jobs))  # queued (its run in flight holds its place), then adopted
-    run(controller, view(sj(stored_status(kube), rv="10"), jobs=jobs))
+def test_a_run_left_unrecorded_by_a_process_that_stopped_is_recorded_by_the_next_not_launched_again(kube):
+    first = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    run(first, view(sj()))
+    assert kube.kinds() == ["job", "event"], "the Job and its Event; no status yet"
+    later = NOW + timedelta(minutes=1)
+    second = Controller(kube, OperatorConfig(), clock=lambda: later)  # type: ignore[arg-type]
+    run(second, view(sj(), jobs={("ns", "work-r1"): kube.job("work-r1", created=NOW)}))
     assert kube.kinds().count("job") == 1
     assert stored_status(kube)["jobName"] == "work-r1" and stored_status(kube)["phase"] == "Starting"
+    assert stored_status(kube)["launchedTimestamp"] == "2026-11-22T12:00:00Z"
+
+
+def test_a_run_another_decider_already_made_is_kept_without_its_event_or_count(controller, kube):
+    """Two active deciders (separate Leases) may both admit an SJ: the second create finds the run made, and
+    the launch is the first one's (one Launched Event, one count)."""
+    kube.fail["create_job"] = [Conflict(409, "AlreadyExists")]
+    run(controller, view(sj()))
+    assert kube.kinds() == [] and controller.metrics.launched._value.get() == 0
+    run(controller, view(sj()))
+    assert kube.kinds() == [], "not launched again: the run stands for itself until the watch shows it"
 
 
 def test_stale_cache_after_a_launch_does_not_launch_twice(controller, kube):
@@ -421,7 +445,15 @@ def test_the_start_timeout_counts_from_the_jobs_creation_not_from_the_pass(kube)
 
     controller = Controller(kube, OperatorConfig(), clock=clock)  # type: ignore[arg-type]
     run(controller, view(sj()))
+    assert "status" not in kube.kinds()
+    for _ in times:  # the clock stops at NOW + 55 s
+        pass
+    # Until the watch shows the Job, the run this process made stands for it, stamped when it was made: past
+    # its grace it is recorded as Starting, launched then.
+    current[0] = NOW + timedelta(seconds=55)
+    run(controller, view(sj()))
     assert stored_status(kube)["launchedTimestamp"] == "2026-11-22T12:00:40Z"
+    assert stored_status(kube)["phase"] == "Starting"
 
 
 def test_without_rbac_for_the_dry_run_the_sj_is_launched_anyway(controller, kube):
@@ -634,7 +666,7 @@ def test_a_pass_over_many_sjs_gives_the_loops_other_tasks_turns_before_its_first
         await controller.settle()
 
     asyncio.run(both())
-    assert len(turns) == 600  # each queued with why it waits (one CPU node: no room for any)
+    assert len(turns) == 599  # each queued with why it waits (one CPU node: room for one, launched unwritten)
     # 600 SJs are five slices in each of four steps: at least a turn between each two slices of each.
     assert turns[0] >= 4 * 4
 

@@ -23,9 +23,10 @@ from sj_operator.api import (
 )
 from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, PodView, Termination
-from sj_operator.policy.conditions import set_conditions
+from sj_operator.policy.conditions import admitted_condition, set_conditions
 from sj_operator.policy.lifecycle import (
     MISSING_RUN_GRACE,
+    RECORD_GRACE,
     DeleteRun,
     Event,
     LifecycleConfig,
@@ -35,6 +36,8 @@ from sj_operator.policy.lifecycle import (
     interruption_reason,
     launch_refused,
     launched,
+    quiet_until,
+    record_grace,
     retry_delay,
     step,
 )
@@ -287,17 +290,17 @@ def test_waiting_sj_is_eligible_once_its_backoff_passed(
 @pytest.mark.parametrize(
     ("phase", "attempt", "interrupted", "created", "launched"),
     [
-        (Phase.PENDING, 0, 0, NOW - 3 * S, NOW - 3 * S),
+        (Phase.PENDING, 0, 0, NOW - 10 * S, NOW - 10 * S),
         (Phase.PENDING, 0, 0, None, NOW),
-        (Phase.PENDING, 4, 0, NOW - S, NOW - S),
-        (Phase.INTERRUPTED, 2, 1, NOW - S, NOW - S),
-        (Phase.INTERRUPTED, 7, 3, NOW - S, NOW - S),
-        (Phase.INTERRUPTED, 12, 10, NOW - S, NOW - S),
+        (Phase.PENDING, 4, 0, NOW - 20 * S, NOW - 20 * S),
+        (Phase.INTERRUPTED, 2, 1, NOW - 20 * S, NOW - 20 * S),
+        (Phase.INTERRUPTED, 7, 3, NOW - 20 * S, NOW - 20 * S),
+        (Phase.INTERRUPTED, 12, 10, NOW - 30 * S, NOW - 30 * S),
     ],
-    ids=["first-run", "job-without-creation-time", "after-start-timeouts", "after-an-interruption",
+    ids=["first-run-at-its-grace", "job-without-creation-time", "after-start-timeouts", "after-an-interruption",
          "band-1", "band-3"],
 )
-def test_existing_next_run_is_adopted(
+def test_existing_next_run_is_recorded_as_starting_once_its_grace_passed(
     phase: Phase, attempt: int, interrupted: int, created: datetime | None, launched: datetime
 ) -> None:
     next_name = run_job_name(SJ, attempt + 1)
@@ -312,10 +315,11 @@ def test_existing_next_run_is_adopted(
     assert st.launched_timestamp == launched
     assert st.priority_class_name == launch_class(interrupted)
     assert st.interrupted_count == interrupted
-    assert result.events == (Event("Normal", "Launched", f"run {next_name} adopted"),)
+    assert st.message == f"run {next_name} launched; 0 of 1 pod(s) running"
+    assert result.events == (Event("Normal", "Starting", st.message),)
     assert result.actions == ()
     assert result.waiting is False
-    assert true_conditions(st) == ["Admitted"], "adopting the run admits the SJ"
+    assert true_conditions(st) == ["Admitted"], "recording the run admits the SJ"
     assert condition(st, "Running").status == "False" and condition(st, "Queued").status == "False"
 
 
@@ -1035,21 +1039,73 @@ def test_a_run_past_its_period_loses_its_protection_with_a_reason() -> None:
 # ----------------------------------------------------------------------------- launch-time transitions
 
 
-@pytest.mark.parametrize("interrupted", [0, 4])
-def test_launched_records_the_new_run(interrupted: int) -> None:
+@pytest.mark.parametrize(("interrupted", "config_index", "shape"), [(0, 0, ""), (4, 2, "fallback 2, ")])
+def test_a_launch_is_its_event_and_writes_nothing(interrupted: int, config_index: int, shape: str) -> None:
     before = status(Phase.PENDING if not interrupted else Phase.INTERRUPTED, attempt=interrupted,
                     interrupted_count=interrupted, not_before=NOW - S)
     run_name = run_job_name(SJ, interrupted + 1)
-    result = launched(before, NOW, job_name=run_name, priority_class_name="scavenger-band-1", pods=3)
-    st = result.status
-    assert (st.phase, st.attempt, st.job_name, st.launched_timestamp) == (Phase.STARTING, interrupted + 1,
-                                                                          run_name, NOW)
-    assert st.priority_class_name == "scavenger-band-1" and st.not_before is None
-    message = f"run {run_name} launched (3 pod(s), priority class scavenger-band-1)"
-    assert st.message == message
+    result = launched(before, NOW, job_name=run_name, priority_class_name="scavenger-band-1", pods=3,
+                      config_index=config_index)
+    assert result.status is before, "the run is recorded by a later pass, with what its pods show"
+    message = f"run {run_name} launched ({shape}3 pod(s), priority class scavenger-band-1)"
     assert result.events == (Event("Normal", "Launched", message),)
     assert result.actions == () and result.waiting is False
-    assert condition(st, "Running").status == "False" and condition(st, "Running").reason == "Launched"
+
+
+GANG = spec(parallelism=2)
+
+
+@pytest.mark.parametrize(
+    ("before", "pods", "now", "phase", "events", "waiting"),
+    [
+        pytest.param(ScavengerJobStatus(), (), NOW + S, None, (), False, id="new-sj-young-run-no-pods"),
+        pytest.param(status(Phase.PENDING), (pod(0, "Pending", run=RUN1),), NOW + 9 * S, Phase.PENDING, (), False,
+                     id="pod-pending-within-grace"),
+        pytest.param(status(Phase.PENDING), (pod(0, run=RUN1),), NOW + S, Phase.RUNNING, ("Running",), False,
+                     id="all-running-at-once"),
+        pytest.param(ScavengerJobStatus(), (pod(0, run=RUN1),), NOW + 2 * S, Phase.RUNNING, ("Running",), False,
+                     id="new-sj-all-running"),
+        pytest.param(status(Phase.PENDING), (pod(0, run=RUN1), pod(1, "Pending", run=RUN1)), NOW + S, Phase.PENDING,
+                     (), False, id="half-a-gang-within-grace"),
+        pytest.param(status(Phase.PENDING), (pod(0, run=RUN1), pod(1, "Pending", run=RUN1)), NOW + 10 * S,
+                     Phase.STARTING, ("Starting",), False, id="half-a-gang-past-grace"),
+        pytest.param(status(Phase.PENDING), (pod(0, "Succeeded", run=RUN1), pod(1, "Succeeded", run=RUN1)),
+                     NOW + 5 * S, Phase.SUCCEEDED, ("Succeeded",), False, id="finished-between-two-looks"),
+    ],
+)
+def test_a_new_run_is_recorded_with_what_its_pods_show(
+    before: ScavengerJobStatus, pods: tuple[PodView, ...], now: datetime, phase: Phase | None,
+    events: tuple[str, ...], waiting: bool,
+) -> None:
+    """A launch writes no status: a later pass writes the run in, as Running when its pods all run (one
+    write, not Starting then Running), Starting once `record_grace` (10 s here) passed without that, and
+    nothing before (the run holds the SJ: it is not waiting)."""
+    result = decide(GANG if len(pods) == 2 else spec(), before, run_of(job(RUN1, created=NOW), *pods), now=now)
+    st = result.status
+    assert (st.phase, tuple(e.reason for e in result.events), result.waiting) == (phase, events, waiting)
+    if phase in (None, Phase.PENDING):
+        assert st is before, "nothing written within the grace"
+        assert quiet_until(spec(), before, now, run=run_of(job(RUN1, created=NOW), *pods)) is None, \
+            "decided again at every pass while its run is unrecorded"
+        return
+    assert (st.attempt, st.job_name, st.launched_timestamp, st.priority_class_name) == (
+        1, RUN1, NOW, launch_class(0))
+    assert admitted_condition(st.conditions) is not None and admitted_condition(st.conditions).status == "True"
+    if phase is Phase.RUNNING:
+        assert st.running_timestamps == (now,) and st.priority_start_over_timestamp == now
+
+
+def test_record_grace_is_shorter_than_the_start_timeout() -> None:
+    assert record_grace(LifecycleConfig()) == RECORD_GRACE
+    assert record_grace(LifecycleConfig(start_timeout=timedelta(seconds=6))) == timedelta(seconds=3)
+
+
+def test_a_run_in_a_fallback_configuration_is_recorded_and_judged_in_it() -> None:
+    with_fallback = spec(parallelism=4, fallbacks=[{"parallelism": 2}])
+    made = replace(job(RUN1, created=NOW), config_index=1)
+    result = decide(with_fallback, status(Phase.PENDING), run_of(made, pod(0, run=RUN1), pod(1, run=RUN1)),
+                    now=NOW + S)
+    assert (result.status.phase, result.status.config_index) == (Phase.RUNNING, 1), "2 of the fallback's 2 pods run"
 
 
 @pytest.mark.parametrize("reason", ["MissingReference", "InvalidSpec", "InvalidRun"])

@@ -11,7 +11,7 @@ from sj_operator.config import OperatorConfig
 from sj_operator.controller import WHY_REFRESH, Controller
 from sj_operator.policy.admission import PolicyConfig, Waiting, decide, decide_pass
 from sj_operator.policy.conditions import WAIT_REASONS, admitted_condition, set_admitted, wait_changed
-from sj_operator.policy.lifecycle import launch_forbidden, launched
+from sj_operator.policy.lifecycle import launch_forbidden
 from tests.unit import test_admission as adm
 from tests.unit import test_controller as ctl
 from tests.unit import test_lifecycle as lc
@@ -105,8 +105,8 @@ def test_the_state_machine_says_why_for_suspension_start_timeouts_and_refusals()
     cond = admitted_condition(timed_out.status.conditions)
     assert (cond.status, cond.reason) == ("False", "StartTimeout")
     assert "1 start timeout(s) in a row" in cond.message and "next try after" in cond.message
-    started = launched(ScavengerJobStatus(), NOW, job_name="x-r1", priority_class_name="scavenger-band-0", pods=1)
-    assert admitted_condition(started.status.conditions).status == "True"
+    recorded = lc.decide(lc.spec(), ScavengerJobStatus(), lc.run_of(lc.job(created=lc.NOW - lc.M)))
+    assert admitted_condition(recorded.status.conditions).status == "True", "a run recorded admits its SJ"
     refused = launch_forbidden(ScavengerJobStatus(), NOW, "QuotaExceeded", "no room")
     assert admitted_condition(refused.status.conditions).reason == "QuotaExceeded"
     assert launch_forbidden(refused.status, NOW, "QuotaExceeded", "no room").events == (), "the same refusal again"
