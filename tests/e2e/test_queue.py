@@ -75,7 +75,10 @@ def test_interrupted_sj_starts_before_an_older_never_run_sj(api, namespace, oper
         wait_phase(api, namespace, "older", "Pending")
         wait_for("interruption recorded", lambda: status(api, namespace, "younger").get("interruptedCount") == 1,
                  timeout=60)
-        assert core.read_namespaced_pod("owner", namespace).status.phase == "Running", "room is still taken"
+        # The room is taken by the owner: the scheduler binds it once the victim has stopped (the same moment
+        # the interruption is recorded, so it may take the scheduler's backoff longer).
+        wait_for("the owner running", lambda: core.read_namespaced_pod("owner", namespace).status.phase == "Running",
+                 timeout=30)
         # When the owner finishes, room for one 3-CPU SJ returns: the interrupted one goes first.
         st = wait_phase(api, namespace, "younger", "Starting", "Running", timeout=60)
         assert st["interruptedCount"] == 1 and st["jobName"] == "younger-r2"
