@@ -91,6 +91,10 @@ the background lane's threads (`kube.BACKGROUND_THREADS`) bound how many calls a
 EVENT_BACKLOG = 20_000
 """Steps whose Events may wait to be recorded; beyond it, new ones are dropped and counted
 (``scavenger_events_dropped_total``), as client-go's recorder drops on overflow."""
+STEERING_REASONS = frozenset({"Protected", "Unprotected"})
+"""Events of victim steering's toggles: while one waits to be recorded, the SJ's next toggle replaces it (the
+newer state is the one that holds; the message says how many were replaced), so a recorder that falls behind
+a checkpoint period's toggles does not fill the backlog with states already gone."""
 EVENT_WORKERS = 4
 """Events recorded at once, each worker one step's Events after another."""
 DRY_RUN_TTL = 30.0
@@ -182,6 +186,17 @@ class _Waiting:
     rv: str
 
 
+@dataclass(slots=True)
+class _Unrecorded:
+    """One step's Events waiting to be recorded: its SJ's namespace, name and uid (not the object: a backlog
+    of Events must not keep old versions of the SJs alive), the Events, when they happened, and how many
+    earlier steering steps of the SJ they replaced while waiting."""
+    sj: tuple[str, str, str]
+    events: tuple[Event, ...]
+    at: datetime
+    replaced: int = 0
+
+
 @dataclass
 class _Launched:
     run: InFlightRun
@@ -222,9 +237,10 @@ class Controller:
     """SJs (by uid) whose steering decision the background lane is carrying out: a pass leaves them as decided
     until their writes are done."""
     _steering_tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    _event_queue: deque[tuple[tuple[str, str, str], tuple[Event, ...], datetime]] = field(default_factory=deque)
-    """Events waiting to be recorded: the SJ's namespace, name and uid (not the object: a backlog of Events
-    must not keep old versions of the SJs alive), one step's Events, when they happened."""
+    _event_queue: deque[_Unrecorded] = field(default_factory=deque)
+    """Steps' Events waiting to be recorded, in order."""
+    _steering_unrecorded: dict[str, _Unrecorded] = field(default_factory=dict)
+    """By SJ uid: its waiting step of steering Events only (`STEERING_REASONS`), which a newer one replaces."""
     _event_workers: list[asyncio.Task[None]] = field(default_factory=list)
     _drop_warned: float = 0.0
     _capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
@@ -550,6 +566,15 @@ class Controller:
             return
         for ev in events:
             log.info("%s: %s: %s", sj.key, ev.reason, ev.message)
+        steering = all(ev.reason in STEERING_REASONS for ev in events)
+        # Another step's Events come after the waiting toggle: a later toggle does not jump over them.
+        waiting = self._steering_unrecorded.get(sj.uid) if steering else self._steering_unrecorded.pop(sj.uid, None)
+        waiting = waiting if steering else None
+        if waiting is not None:
+            waiting.replaced += 1
+            waiting.events, waiting.at = events, datetime.now(UTC)
+            self.metrics.events_replaced.inc()
+            return
         if len(self._event_queue) >= EVENT_BACKLOG:
             self.metrics.events_dropped.inc(len(events))
             if self.monotonic() >= self._drop_warned:
@@ -557,7 +582,10 @@ class Controller:
                 log.warning("Events are dropped: %d are waiting to be recorded (scavenger_events_dropped_total)",
                             len(self._event_queue))
             return
-        self._event_queue.append(((sj.namespace, sj.name, sj.uid), events, datetime.now(UTC)))
+        entry = _Unrecorded((sj.namespace, sj.name, sj.uid), events, datetime.now(UTC))
+        self._event_queue.append(entry)
+        if steering:
+            self._steering_unrecorded[sj.uid] = entry
         self._event_workers = [t for t in self._event_workers if not t.done()]
         if len(self._event_workers) < EVENT_WORKERS:
             self._event_workers.append(asyncio.create_task(self._post_events(), name="events"))
@@ -567,11 +595,15 @@ class Controller:
         in_background()
         queue = self._event_queue
         while queue:
-            (namespace, name, uid), events, at = queue.popleft()
-            for ev in events:
+            entry = queue.popleft()
+            (namespace, name, uid), at = entry.sj, entry.at
+            if self._steering_unrecorded.get(uid) is entry:
+                del self._steering_unrecorded[uid]
+            note = f" ({entry.replaced} earlier protection change(s) not recorded)" if entry.replaced else ""
+            for ev in entry.events:
                 await self.kube.event(namespace=namespace, name=name, uid=uid, kind=KIND,
-                                      api_version=API_VERSION, type_=ev.type, reason=ev.reason, message=ev.message,
-                                      at=at)
+                                      api_version=API_VERSION, type_=ev.type, reason=ev.reason,
+                                      message=ev.message + note, at=at)
 
     async def settle(self) -> None:
         """Waits until the background lane is idle: no steering write under way, no Event left to record."""

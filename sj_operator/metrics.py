@@ -64,6 +64,9 @@ class Metrics:
         self.events_dropped = Counter("scavenger_events_dropped_total",
                                       "Events not recorded because too many were already waiting to be (Events "
                                       "are best effort: they never hold up a decision)", registry=r)
+        self.events_replaced = Counter("scavenger_events_replaced_total",
+                                       "Steering Events (Protected, Unprotected) replaced by the SJ's next toggle "
+                                       "while waiting to be recorded", registry=r)
         self.leader = Gauge("scavenger_leader", "1 while this replica is the one that decides", registry=r)
         self._leading: bool | None = None
         self.last_pass = Gauge("scavenger_last_pass_timestamp_seconds", "When the last decision pass ended",

@@ -14,6 +14,7 @@ from sj_operator.controller import BUDGET_REFRESH, Controller
 from sj_operator.decide import ClusterView
 from sj_operator.kube import Conflict, KubeError
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view
+from sj_operator.policy.outcomes import Event
 from tests.unit.helpers import settled_pass
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -32,6 +33,7 @@ class FakeKube:
         self.dry_runs: list[dict[str, Any]] = []
         self.quotas: list[dict[str, Any]] = []
         self.made: dict[str, dict[str, Any]] = {}
+        self.messages: list[tuple[str, str, str]] = []
         """The Jobs created, by name."""
 
     def _maybe_fail(self, name: str) -> None:
@@ -89,6 +91,7 @@ class FakeKube:
         self.calls.append(("event", kw["reason"]))
         self.events.append((kw["name"], kw["reason"]))
         self.stamped.append((kw["name"], kw["reason"], kw.get("at")))
+        self.messages.append((kw["name"], kw["reason"], kw["message"]))
 
     async def label_pod(self, namespace, name, labels):
         self.calls.append(("label", (name, dict(labels))))
@@ -582,6 +585,39 @@ def test_events_past_the_backlog_are_dropped_and_counted(monkeypatch):
     asyncio.run(passes())
     assert launched(kube) == ["a-r1", "b-r1"] and kube.events == [("a", "Launched")]
     assert controller.metrics.events_dropped._value.get() == 1
+
+
+def test_a_waiting_steering_event_is_replaced_by_the_sjs_next_toggle():
+    """While the recorder is behind, an SJ's protection toggles replace each other in the backlog (the message
+    says how many); any other Event of the SJ stays in its place, and a toggle after it comes after it."""
+    from sj_operator.controller import EVENT_WORKERS
+    kube = Gated("event")
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    a = sj(name="a")
+
+    def ev(reason: str, message: str) -> list[Event]:
+        return [Event("Normal", reason, message)]
+
+    async def record() -> None:
+        for i in range(EVENT_WORKERS):  # the workers each take one and wait on the API server
+            controller._record(sj(name=f"busy{i}"), ev("Launched", "run launched"))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        controller._record(a, ev("Protected", "level 1"))
+        controller._record(a, ev("Unprotected", "period ended"))
+        controller._record(a, ev("Protected", "level 2"))
+        controller._record(a, ev("Interrupted", "preempted"))
+        controller._record(a, ev("Unprotected", "least unsaved work"))
+        kube.gate.set()
+        await controller.settle()
+
+    asyncio.run(record())
+    assert [(r, m) for name, r, m in kube.messages if name == "a"] == [
+        ("Protected", "level 2 (2 earlier protection change(s) not recorded)"),
+        ("Interrupted", "preempted"),
+        ("Unprotected", "least unsaved work"),
+    ]
+    assert controller.metrics.events_replaced._value.get() == 2 and controller._steering_unrecorded == {}
 
 
 def test_an_sjs_events_are_stamped_when_they_happened_not_when_they_are_recorded():
