@@ -1549,12 +1549,35 @@ def test_start_timeout_counts_from_when_the_scheduler_decided_about_the_last_pod
 def test_pods_bound_but_not_started_wait_five_start_timeouts_from_the_last_binding(
     bound_ago: list[timedelta], unschedulable_ago: timedelta | None, timed_out: bool, says: str
 ) -> None:
-    """Pods bound to nodes are the nodes' work (an image pull may take minutes, and the run holds no room
-    it cannot use): they time out after five start timeouts from the last binding. A pod the scheduler
-    found no room for still times the run out after one."""
-    made = [replace(pod(i, "Pending", placed=NOW - ago), node="node-1") for i, ago in enumerate(bound_ago)]
+    """Pods bound to nodes and taken up by their kubelets are the nodes' work (an image pull may take
+    minutes, and the run holds no room it cannot use): they time out after five start timeouts from the
+    last binding. A pod the scheduler found no room for still times the run out after one."""
+    made = [replace(pod(i, "Pending", placed=NOW - ago), node="node-1", started=NOW - ago)
+            for i, ago in enumerate(bound_ago)]
     if unschedulable_ago is not None:
         made.append(pod(len(made), "Pending", placed=NOW - unschedulable_ago))
     result = decide(spec(parallelism=2), starting(launched=NOW - 10 * M), run_of(job(started=NOW - 10 * M), *made))
     assert (result.actions == (DeleteRun(RUN1, "start timeout"),)) is timed_out
     assert says in (result.status.message or "")
+
+
+@pytest.mark.parametrize(
+    ("started", "phase", "timed_out"),
+    [
+        ((NOW - 20 * M, NOW - 20 * M), "Pending", True),
+        ((NOW - 20 * M, None), "Pending", False),
+        ((None, None), "Pending", False),
+        ((NOW - 20 * M, None), "Failed", True),
+    ],
+    ids=["both-taken-up", "one-not-taken-up", "none-taken-up", "the-unacknowledged-one-ended"],
+)
+def test_pods_their_kubelet_has_not_taken_up_wait_for_it(
+    started: tuple[datetime | None, datetime | None], phase: str, timed_out: bool
+) -> None:
+    """Bound 20 minutes ago (four times the limit for bound pods): a pod without ``startTime`` waits for its
+    node's kubelet, whose node's health decides (a lost node's pods are evicted: an interruption); once
+    every live pod was taken up, or the one that was not has ended, the limit applies again."""
+    made = (replace(pod(0, "Pending", placed=NOW - 20 * M), node="node-1", started=started[0]),
+            replace(pod(1, phase, placed=NOW - 20 * M), node="node-1", started=started[1]))
+    result = decide(spec(parallelism=2), starting(launched=NOW - 30 * M), run_of(job(started=NOW - 30 * M), *made))
+    assert (result.actions == (DeleteRun(RUN1, "start timeout"),)) is timed_out
