@@ -365,7 +365,8 @@ class Controller:
                 labels = reported.get(uid)
                 if labels is None or labels[0] is not st:
                     labels = reported[uid] = (st, *_gauge_labels(st))
-                if _unrecorded(d, labels[1]) or (launching and d.observed.sj.key in launching):
+                if (d.observed.run.job is not None and _unrecorded(d, labels[1])) or (
+                        launching and d.observed.sj.key in launching):
                     phases["Starting"] = phases.get("Starting", 0) + 1  # its run is not in its status yet
                     continue
                 if labels[1] is None:
