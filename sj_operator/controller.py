@@ -568,10 +568,10 @@ class Controller:
         for ev in events:
             log.info("%s: %s: %s", sj.key, ev.reason, ev.message)
         steering = all(ev.reason in STEERING_REASONS for ev in events)
-        # Another step's Events come after the waiting toggle: a later toggle does not jump over them.
-        waiting = self._steering_unrecorded.get(sj.uid) if steering else self._steering_unrecorded.pop(sj.uid, None)
-        waiting = waiting if steering else None
-        if waiting is not None:
+        if not steering:
+            # Another step's Events come after the waiting toggle: a later toggle does not jump over them.
+            self._steering_unrecorded.pop(sj.uid, None)
+        elif (waiting := self._steering_unrecorded.get(sj.uid)) is not None:
             waiting.replaced += 1
             waiting.events, waiting.at = events, datetime.now(UTC)
             self.metrics.events_replaced.inc()

@@ -122,13 +122,8 @@ def observe_one(sj: SJObject, rv: str, raw_status: Mapping[str, Any], status: Sc
     key = run_key or (sj.namespace, "")
     run = Run(job=view.jobs.get(key), pods=view.run_pods.get(key, ()))
     if status.config_index and not isinstance(spec, InvalidSpec) and status.phase not in (None, *WAITING):
-        spec = _configured(spec, status.config_index)
+        spec = spec.launched_config(status.config_index)
     return Observed(sj, rv, raw_status, status, spec, run)
-
-
-def _configured(spec: ScavengerJobSpec, index: int) -> ScavengerJobSpec:
-    """The configuration a run was launched in (the preferred one if the fallback is gone from the spec)."""
-    return spec.config(index) if index <= len(spec.fallbacks) else spec
 
 
 def decide(observed: Iterable[Observed], now: datetime, cfg: LifecycleConfig,

@@ -442,6 +442,11 @@ class ScavengerJobSpec(_SpecModel):
         return self.model_copy(update={name: getattr(fallback, name) for name in type(fallback).model_fields
                                        if getattr(fallback, name) is not None})
 
+    def launched_config(self, index: int) -> ScavengerJobSpec:
+        """The configuration a run was launched in: ``config(index)``, or the preferred one if that fallback
+        is gone from the spec since."""
+        return self.config(index) if index <= len(self.fallbacks) else self
+
     def _check_mpi(self) -> None:
         """What MPI wiring needs: a gang, a command for the launcher, its volume names and paths free."""
         if self.parallelism < 2:

@@ -323,7 +323,7 @@ def _record(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: Li
              config_index=job.config_index)
     message = f"run {job.name} launched"
     b.admitted(True, "Launched", message)
-    spec = spec.config(job.config_index) if job.config_index <= len(spec.fallbacks) else spec
+    spec = spec.launched_config(job.config_index)
     result = _active(b, spec, run, cfg, exempt, draining)
     if result.status.phase is not Phase.STARTING or result.events:
         return result
