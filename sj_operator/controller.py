@@ -147,6 +147,15 @@ def _steering(d: Decided) -> bool:
             and after.model_copy(update={f: getattr(before, f) for f in _STEERING_FIELDS}) == before)
 
 
+def _run_size(o: Observed) -> int:
+    """The pods of the SJ's current run: the gang of the configuration it was launched in (never fewer than
+    the pods seen, nor none)."""
+    size = len(o.run.pods)
+    if isinstance(o.spec, ScavengerJobSpec) and o.run.job is not None:
+        size = max(size, o.spec.launched_config(o.run.job.config_index).parallelism)
+    return max(size, 1)
+
+
 def _steering_order(d: Decided) -> bool:
     """Protection changes first, then what only moves the running level."""
     return not d.step.actions
@@ -227,8 +236,9 @@ class Controller:
     (monotonic) only its numbers may move unwritten."""
     dry_runs: dict[tuple[str, str], float] = field(default_factory=dict)
     """When (monotonic seconds) the namespace last accepted a dry-run pod of each shape, by (namespace, shape)."""
-    budgets: dict[str, float] = field(default_factory=dict)
-    """When this process last applied each SJ's PodDisruptionBudget (monotonic seconds), by uid."""
+    budgets: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """When this process last applied each SJ's PodDisruptionBudget (monotonic seconds) and for how many pods,
+    by uid."""
     reported: dict[str, tuple[ScavengerJobStatus, str | None, str | None]] = field(default_factory=dict)
     """Each SJ's status as last reported in the gauges, with its phase and why it waits, by uid."""
     wake: Callable[[], None] = lambda: None
@@ -629,11 +639,12 @@ class Controller:
             await self.delete_run(job.namespace, job.name, "no ScavengerJob refers to this run")
 
     async def _set_protection(self, o: Observed, action: SetProtection) -> None:
-        """Toggles the label the SJ's PodDisruptionBudget selects on every pod of the run."""
-        now, applied = self.monotonic(), self.budgets.get(o.sj.uid)
-        if action.protected and (applied is None or now - applied > BUDGET_REFRESH):
-            await self.kube.apply_pdb(protection_budget(o.sj.namespace, o.sj.name, o.sj.uid))
-            self.budgets[o.sj.uid] = now
+        """Toggles the label the SJ's PodDisruptionBudget selects on every pod of the run; the budget is applied
+        first when it may be missing or counts another number of pods (a fallback's run)."""
+        now, pods, applied = self.monotonic(), _run_size(o), self.budgets.get(o.sj.uid)
+        if action.protected and (applied is None or applied[1] != pods or now - applied[0] > BUDGET_REFRESH):
+            await self.kube.apply_pdb(protection_budget(o.sj.namespace, o.sj.name, o.sj.uid, pods))
+            self.budgets[o.sj.uid] = (now, pods)
         value = "true" if action.protected else "false"
         for pod in o.run.pods:
             if not pod.terminal and pod.protected != action.protected:

@@ -23,6 +23,17 @@ def _protected(api, namespace: str, name: str) -> bool | None:
     return {"true": True, "false": False}.get(labels.pop()) if len(labels) == 1 else None
 
 
+def _budget_synced(api, namespace: str, name: str, pods: int) -> bool:
+    """The disruption controller has worked the SJ's budget out: every one of its ``pods`` protected pods
+    counted, none of them allowed to go. A budget it cannot work out (``maxUnavailable`` over pods a Job owns:
+    no scale subresource) keeps its first generation unobserved and shows ``SyncFailed``."""
+    pdb = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget(f"{name}-protect", namespace)
+    st = pdb.status
+    return (st is not None and st.observed_generation == pdb.metadata.generation and st.expected_pods == pods
+            and st.disruptions_allowed == 0
+            and not any(c.reason == "SyncFailed" for c in st.conditions or []))
+
+
 def _started(api, namespace: str, name: str) -> datetime:
     st = wait_phase(api, namespace, name, "Running")
     return datetime.fromisoformat(st["runningTimestamps"][-1].replace("Z", "+00:00"))
@@ -58,6 +69,8 @@ def test_protection_steers_the_preemption_away_from_the_youngest_pod(api, namesp
         # 20 s into its 40 s period "urgent" reaches level 1 and is protected; the others stay at level 0.
         wait_for("urgent protected", lambda: _protected(api, namespace, "urgent") is True, timeout=30)
         assert _protected(api, namespace, "steady-a") is False and _protected(api, namespace, "steady-b") is False
+        wait_for("urgent's budget worked out by the disruption controller",
+                 lambda: _budget_synced(api, namespace, "urgent", pods=1), timeout=30)
 
         _owner(core, namespace, pinned)  # needs 2 CPU; 1 is free: one SJ must go
         names = ["steady-a", "steady-b", "urgent"]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sj_operator.api import parse_spec
+from sj_operator.builders.budget import protection_budget
 from sj_operator.builders.job import admission_shape, build_run_job
 from sj_operator.builders.mpi import mpi_job_options
 from sj_operator.builders.service import build_gang_service
@@ -264,6 +265,25 @@ def test_gang_service() -> None:
             "selector": {"scavenger.dev/run": "train-r1"},
         },
     }
+
+
+@pytest.mark.parametrize("pods", [1, 4, 1000])
+def test_protection_budget_keeps_every_pod_of_the_run(pods: int) -> None:
+    """A number of pods to keep: the disruption controller cannot work out ``maxUnavailable`` (or a percentage)
+    for pods a Job owns, which has no scale subresource; the e2e steering test reads the synced budget."""
+    budget = protection_budget("default", "train", UID, pods)
+    assert budget["metadata"]["name"] == "train-protect"
+    assert budget["metadata"]["ownerReferences"] == [{**OWNER, "name": "train"}]
+    assert budget["spec"] == {
+        "minAvailable": pods,
+        "maxUnavailable": None,
+        "selector": {"matchLabels": {"scavenger.dev/job-name": "train", "scavenger.dev/protected": "true"}},
+    }
+
+
+def test_protection_budget_of_no_pods_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one pod"):
+        protection_budget("default", "train", UID, 0)
 
 
 def test_gang_service_selects_the_gang_pods() -> None:

@@ -35,6 +35,8 @@ class FakeKube:
         self.made: dict[str, dict[str, Any]] = {}
         self.messages: list[tuple[str, str, str]] = []
         """The Jobs created, by name."""
+        self.budgets: list[dict[str, Any]] = []
+        """The PodDisruptionBudgets applied, in order."""
 
     def _maybe_fail(self, name: str) -> None:
         errors = self.fail.get(name)
@@ -77,6 +79,7 @@ class FakeKube:
 
     async def apply_pdb(self, pdb):
         self.calls.append(("pdb", pdb["metadata"]["name"]))
+        self.budgets.append(pdb)
 
     async def delete_job(self, namespace, name):
         self.calls.append(("delete-job", name))
@@ -491,6 +494,31 @@ def test_a_run_protected_again_soon_toggles_its_pods_label_without_applying_the_
         assert labelled in kube.calls
         budgets.append(kube.calls.count(("pdb", "young-protect")))
     assert budgets == [1, 0, 1]
+
+
+def test_a_protected_run_of_another_size_applies_the_budget_again_for_its_pods(kube):
+    """The budget keeps every pod of the run (`minAvailable`): a run of another size (a fallback's gang) is
+    protected only after the budget is applied again for its pods, even within `BUDGET_REFRESH`."""
+    clock = [0.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    old, old_job, old_pod = _running_sj("old", NOW - timedelta(minutes=25))
+    young, young_job, young_pod = _running_sj("young", NOW - timedelta(minutes=7))
+    old = replace(old, status={**old.status, "protected": False})
+    old_pod = replace(old_pod, protected=False)
+    sizes = []
+    for at, parallelism in ((0.0, 1), (BUDGET_REFRESH / 2, 3)):
+        clock[0] = at
+        pods = tuple(replace(young_pod, name=f"young-r1-{i}", uid=f"p-young-{i}", index=i, protected=False)
+                     for i in range(parallelism))
+        spec = {**young.spec, "parallelism": parallelism}
+        current = replace(young, spec=spec, resource_version=str(int(at) + 10),
+                          status={**young.status, "protected": False})
+        kube.budgets.clear()
+        run(controller, view(old, current, jobs={("ns", "old-r1"): old_job, ("ns", "young-r1"): young_job},
+                             run_pods={("ns", "old-r1"): (old_pod,), ("ns", "young-r1"): pods},
+                             active=(old_pod, *pods)))
+        sizes += [b["spec"]["minAvailable"] for b in kube.budgets]
+    assert sizes == [1, 3]
 
 
 # --- the background lane: steering's writes and Events ------------------------------------------------------
