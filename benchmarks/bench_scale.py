@@ -59,8 +59,16 @@ for path in (REPO, REPO / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from bench_e2e import Recorder, create_namespace, delete_namespace, ensure_crd, percentile  # noqa: E402
-from kubernetes import client, config, watch  # noqa: E402
+from bench_e2e import (  # noqa: E402
+    RawWatch,
+    Recorder,
+    create_namespace,
+    delete_namespace,
+    ensure_crd,
+    percentile,
+    resource_version,
+)
+from kubernetes import client, config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
 from sj_operator.api import parse_duration  # noqa: E402
@@ -300,10 +308,10 @@ def watch_namespace(list_fn: Callable[..., Any], namespace: str, stop: threading
         nonlocal rv
         while not stop.is_set():
             try:
-                for event in watch.Watch().stream(list_fn, namespace, resource_version=rv, timeout_seconds=20,
-                                                  **kwargs):
+                for event in RawWatch().stream(list_fn, namespace, resource_version=rv, timeout_seconds=20,
+                                               **kwargs):
                     obj = event["object"]
-                    rv = obj.metadata.resource_version
+                    rv = resource_version(obj)
                     on_object(obj)
                     if stop.is_set():
                         break
@@ -320,14 +328,15 @@ def watch_namespace(list_fn: Callable[..., Any], namespace: str, stop: threading
 
 def watch_preempted_pods(namespace: str, stop: threading.Event, lost: dict[str, float]) -> threading.Thread:
     """Records, for each plain pod the scheduler preempts, how long it had run (its lost work)."""
-    def seen(pod: Any) -> None:
-        cond = next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget" and c.status == "True"),
-                    None)
-        if cond is not None and pod.metadata.uid not in lost and pod.status.start_time is not None:
+    def seen(pod: dict[str, Any]) -> None:
+        meta, status = pod["metadata"], pod.get("status") or {}
+        cond = next((c for c in status.get("conditions") or []
+                     if c["type"] == "DisruptionTarget" and c["status"] == "True"), None)
+        started, stopped = parse_time(status.get("startTime")), parse_time((cond or {}).get("lastTransitionTime"))
+        if started is not None and stopped is not None and meta["uid"] not in lost:
             # A gang's app stops when one member goes: every member lost what it had run.
-            members = int((pod.metadata.annotations or {}).get(GANG_ANNOTATION, "1"))
-            lost[pod.metadata.uid] = members * max(
-                (cond.last_transition_time - pod.status.start_time).total_seconds(), 0.0)
+            members = int((meta.get("annotations") or {}).get(GANG_ANNOTATION, "1"))
+            lost[meta["uid"]] = members * max((stopped - started).total_seconds(), 0.0)
 
     return watch_namespace(client.CoreV1Api(client.ApiClient()).list_namespaced_pod, namespace, stop, seen,
                            "preempted pods", label_selector=f"{BENCH_LABEL}=plain")
@@ -782,9 +791,10 @@ def kueue_queues(custom: client.CustomObjectsApi, namespace: str, nodes: int, no
 
 def watch_started_jobs(namespace: str, stop: threading.Event, started: dict[str, float]) -> threading.Thread:
     """Records when each Job of ``namespace`` is first seen not suspended (Kueue admitted and started it)."""
-    def seen(job: Any) -> None:
-        if job.spec.suspend is False and job.metadata.name not in started:
-            started[job.metadata.name] = time.monotonic()
+    def seen(job: dict[str, Any]) -> None:
+        name = job["metadata"]["name"]
+        if job["spec"].get("suspend") is False and name not in started:
+            started[name] = time.monotonic()
 
     return watch_namespace(client.BatchV1Api(client.ApiClient()).list_namespaced_job, namespace, stop, seen,
                            "started jobs")
