@@ -354,6 +354,18 @@ def wait_until(what: str, probe: Callable[[], tuple[bool, str]], timeout: float,
         time.sleep(every)
 
 
+def job_sync_lag(batch: client.BatchV1Api, namespace: str) -> dict[str, float]:
+    """p50 and p99 seconds from each Job's creation to the Job controller's first sync of it (its
+    ``status.startTime``; both to the second): how far behind the controller-manager was in making pods, the
+    cluster's side of a launch. Empty while no Job has been synced."""
+    jobs = json.loads(retrying(lambda: batch.list_namespaced_job(namespace, resource_version="0",
+                                                                 _preload_content=False)).data)["items"]
+    lags = sorted((started - created).total_seconds() for job in jobs
+                  if (created := parse_time(job["metadata"].get("creationTimestamp"))) is not None
+                  and (started := parse_time((job.get("status") or {}).get("startTime"))) is not None)
+    return {"job_sync_p50": percentile(lags, 0.5), "job_sync_p99": percentile(lags, 0.99)} if lags else {}
+
+
 def ready_pods(batch: client.BatchV1Api, namespace: str) -> int:
     jobs = retrying(lambda: batch.list_namespaced_job(namespace, resource_version="0")).items
     return sum((j.status.ready or 0) for j in jobs)
@@ -547,6 +559,7 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
         wait_until("plain pods running", lambda: ((n := ready_pods(batch, namespace)) >= 0.995 * work.pods,
                                                   f"{n}/{work.pods}"), timeout=3600, every=15)
         result.figures["floor_running_seconds"] = time.monotonic() - start
+        result.figures.update({f"floor_{k}": v for k, v in job_sync_lag(batch, namespace).items()})
         time.sleep(settle)
         stop = threading.Event()
         lost: dict[str, float] = {}
@@ -622,6 +635,8 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
 
             wait_until("SJs running", running, timeout=3600, every=15)
             result.figures["operator_running_seconds"] = time.monotonic() - start
+            result.figures.update({f"operator_{k}": v for k, v in
+                                   job_sync_lag(client.BatchV1Api(api), namespace).items()})
             by_running = calls_by_operation(scrape(port))
             # Steering's writes for the SJs that ran a period by then included (the unit test of the controller
             # counts a single-pod SJ's own writes: four).
@@ -870,6 +885,8 @@ def report(work: Workload, result: Result, nodes: int) -> None:
         ("99.5% running after (s)", _figure(f, "floor_running_seconds", ".0f"),
          f"{f.get('operator_running_seconds', float('nan')):.0f}", "pods ready / SJs Running"),
         ("create -> Job p50 / p99 (s)", "-", f"{f['latency_p50']:.1f} / {f['latency_p99']:.1f}", ""),
+        ("Job -> its first sync p50 / p99 (s)", _pair(f, "floor_job_sync"), _pair(f, "operator_job_sync"),
+         "the Job controller's status.startTime"),
         ("API server CPU (cores)", _figure(f, "floor_apiserver_cores", ".2f"),
          f"{f.get('operator_apiserver_cores', float('nan')):.2f}", ""),
         ("client writes per unit", "1", f"1 + {f['writes_per_sj']:.2f} by the operator",
@@ -900,6 +917,13 @@ def report(work: Workload, result: Result, nodes: int) -> None:
               f"create -> started p50 {f['kueue_latency_p50']:.1f}s p99 {f['kueue_latency_p99']:.1f}s; API server "
               f"{f.get('kueue_apiserver_cores', float('nan')):.2f} cores; Kueue CPU {f['kueue_cpu_seconds']:.1f}s, "
               f"peak RSS {f['kueue_peak_rss_mib']:.0f} MiB")
+
+
+def _pair(figures: Mapping[str, Any], key: str) -> str:
+    """``key``'s p50 / p99, or "-" when the run did not measure them."""
+    if f"{key}_p50" not in figures:
+        return "-"
+    return f"{figures[f'{key}_p50']:.0f} / {figures[f'{key}_p99']:.0f}"
 
 
 def _figure(figures: Mapping[str, Any], key: str, spec: str) -> str:
