@@ -148,12 +148,9 @@ def _steering(d: Decided) -> bool:
 
 
 def _run_size(o: Observed) -> int:
-    """The pods of the SJ's current run: the gang of the configuration it was launched in (never fewer than
-    the pods seen, nor none)."""
-    size = len(o.run.pods)
-    if isinstance(o.spec, ScavengerJobSpec) and o.run.job is not None:
-        size = max(size, o.spec.launched_config(o.run.job.config_index).parallelism)
-    return max(size, 1)
+    """The pods of the SJ's current run: its gang (a running SJ's observed spec is already the configuration
+    the run was launched in, `decide.observe_one`), never fewer than the pods seen."""
+    return max(len(o.run.pods), o.spec.parallelism if isinstance(o.spec, ScavengerJobSpec) else 1)
 
 
 def _steering_order(d: Decided) -> bool:
