@@ -12,12 +12,17 @@ workload landed on a node (its node's sums move, so the admission is decided aga
 max of each, and the API calls the timed passes made (none is expected). Then one pass that is not
 steady: the clock moves on by a checkpoint period, so every running SJ's protection changes at once (and
 every waiting SJ's reason may be written again); printed with the longest stretch it held the event loop.
+
+The garbage collector is set as the operator sets it (``pacing.tune_gc``, no automatic collection during a
+pass: ``pacing.collector_paused``); ``--collect-during-passes`` lets it run during passes too, for
+comparison. The collections made and their time are printed for the settling and for all timed passes.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -30,7 +35,7 @@ from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view, pod_view
-from sj_operator.pacing import watch_lag
+from sj_operator.pacing import collector_paused, tune_gc, watch_gc, watch_lag
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 SJ_DURATION = timedelta(minutes=30)
@@ -140,10 +145,39 @@ def cluster(waiting: int, running: int, nodes: int) -> SimulatedAPI:
     return api
 
 
+class Collections:
+    """The garbage collector's collections from now on: how many, and their seconds in all."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seconds = 0.0
+        self.stop = watch_gc(self._seen)
+
+    def _seen(self, generation: int, seconds: float) -> None:
+        self.count += 1
+        self.seconds += seconds
+
+    def take(self) -> str:
+        """What was counted since the last take, and starts counting again."""
+        taken = f"{self.count} collections, {self.seconds * 1000:.0f} ms in all"
+        self.count, self.seconds = 0, 0.0
+        return taken
+
+
+PAUSED = True
+"""Whether a pass runs with the collector paused, as the operator runs it (``--collect-during-passes``)."""
+
+
+async def reconcile(controller: Controller, view: ClusterView) -> None:
+    """One pass as the operator's loop makes it: with the collector paused (unless ``--collect-during-passes``)."""
+    with collector_paused() if PAUSED else contextlib.nullcontext():
+        await controller.reconcile(view)
+
+
 async def settle(controller: Controller, api: SimulatedAPI, limit: int = 50) -> int:
     for passes in range(1, limit + 1):
         before = api.calls
-        await controller.reconcile(api.view())
+        await reconcile(controller, api.view())
         await controller.settle()  # steering's writes and Events, in the background
         if api.calls == before:
             return passes
@@ -175,14 +209,19 @@ def other_pod(api: SimulatedAPI, i: int) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
+    global PAUSED
+    PAUSED = not args.collect_during_passes
+    tune_gc()
     api = cluster(args.waiting, args.running, args.nodes)
     clock = [NOW]
     controller = Controller(api, OperatorConfig(), clock=lambda: clock[0])  # type: ignore[arg-type]
+    collections = Collections()
     started = time.perf_counter()
     passes = await settle(controller, api)
     running = sum(1 for sj in api.sjs.values() if sj.status.get("phase") == "Running")
     print(f"settled in {passes} passes ({time.perf_counter() - started:.1f}s): {running} running, "
-          f"{len(api.sjs) - running} waiting, {len(api.nodes)} nodes", flush=True)
+          f"{len(api.sjs) - running} waiting, {len(api.nodes)} nodes; the garbage collector: {collections.take()} "
+          f"({'collector paused during passes' if PAUSED else 'collecting during passes'})", flush=True)
     calls = api.calls
     scenarios: list[tuple[str, Callable[[int], None]]] = [
         ("steady-state pass (nothing changed)", lambda i: None),
@@ -196,12 +235,13 @@ async def main(args: argparse.Namespace) -> None:
             view = api.view()
             clock[0] += timedelta(seconds=1)  # passes come one after another, as watch events arrive
             t0 = time.perf_counter()
-            await controller.reconcile(view)
+            await reconcile(controller, view)
             times.append((time.perf_counter() - t0) * 1000)
             await controller.settle()
         print(f"{what} over {len(api.sjs)} SJs and {len(api.nodes)} nodes, {args.passes} passes: {summary(times)}",
               flush=True)
-    print(f"API calls during the timed passes: {api.calls - calls} (none is expected)")
+    print(f"API calls during the timed passes: {api.calls - calls} (none is expected); the garbage collector: "
+          f"{collections.take()}")
     # Not steady: every running SJ's checkpoint period ends at once (they all started together), so one
     # pass decides a new period for each of them; most writes go to the background lane, whose simulated
     # calls run whenever the pass awaits, so they count in its time.
@@ -213,13 +253,15 @@ async def main(args: argparse.Namespace) -> None:
     await asyncio.sleep(0.01)
     holds.clear()
     t0 = time.perf_counter()
-    await controller.reconcile(view)
+    await reconcile(controller, view)
     took = (time.perf_counter() - t0) * 1000
     watcher.cancel()
     await controller.settle()
     print(f"pass after every running SJ's checkpoint period ended at once ({api.running} SJs): {took:.0f} ms until "
           f"it returned (the background lane's simulated calls included); {api.calls - calls} API calls; "
-          f"the loop held at most {max(holds, default=0) * 1000:.0f} ms at a stretch meanwhile")
+          f"the loop held at most {max(holds, default=0) * 1000:.0f} ms at a stretch meanwhile; the garbage collector: "
+          f"{collections.take()}")
+    collections.stop()
 
 
 if __name__ == "__main__":
@@ -228,4 +270,6 @@ if __name__ == "__main__":
     parser.add_argument("--running", type=int, default=1_000)
     parser.add_argument("--nodes", type=int, default=1_000)
     parser.add_argument("--passes", type=int, default=20)
+    parser.add_argument("--collect-during-passes", action="store_true",
+                        help="let the garbage collector run during passes (the operator pauses it)")
     asyncio.run(main(parser.parse_args()))

@@ -20,14 +20,18 @@ else lands there). It goes through the same cluster in turn:
    p99); the operator's API calls per SJ by operation; its peak RSS; the API server's CPU. Then the
    same stream of high-priority pods; an interrupted SJ lost the time since its checkpoint period
    began, for every pod of its gang (``policy.lifecycle.lost_work``, the operator's own estimate).
-3. **Kueue** (``--kueue``; ``make bench-scale`` passes it): the same burst as plain Jobs through Kueue's
+3. **The ceiling** (``--ceiling``, before the operator's run): the SJs created as for the operator, and
+   each one's plain Job created by the benchmark (as many threads again) once its SJ exists, with no
+   operator running. An operator must at least make the Job of every SJ it is given, so this is the most
+   any operator could reach here: the users' SJs plus the floor's Jobs.
+4. **Kueue** (``--kueue``; ``make bench-scale`` passes it): the same burst as plain Jobs through Kueue's
    manager (v0.17, built from its Go module by ``hack/build-binaries kueue``), running as its own process
    against the same cluster with a ClusterQueue whose quota is the operator's threshold of these nodes.
    Measured: from the first create until Kueue started (unsuspended) the last Job, each Job's time from
    create to started (p50, p99), Kueue's CPU and peak RSS, the API server's CPU. No stream: Kueue does
    not preempt for workloads outside its queues, so the default scheduler would pick the victims as for
    plain Jobs.
-4. Side by side: throughput as a ratio of the floor, and the work lost per high-priority pod.
+5. Side by side: throughput as a ratio of the floor, and the work lost per high-priority pod.
 
 Progress is printed as it goes; the result is a table, optionally a JSON file and a PNG plot
 (matplotlib). ``--profile FILE`` samples the operator with py-spy while it runs (its collapsed stacks go to
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import random
 import signal
 import socket
@@ -526,6 +531,8 @@ class Result:
     figures: dict[str, Any] = field(default_factory=dict)
     floor_created: list[float] = field(default_factory=list)
     """Seconds after the first create at which each plain Job existed."""
+    ceiling_created: list[float] = field(default_factory=list)
+    """Seconds after the first create at which each SJ and its plain Job existed (``--ceiling``)."""
     operator_jobs: list[float] = field(default_factory=list)
     """Seconds after the first SJ create at which a watch saw each SJ's Job."""
     latencies: list[float] = field(default_factory=list)
@@ -573,6 +580,55 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
         log(f"  {len(lost)} plain pods preempted, {sum(lost.values()):.0f} pod-seconds of work lost")
     finally:
         log("  deleting the floor's namespace")
+        delete_namespace(api, namespace, timeout=1800)
+
+
+def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result) -> None:
+    """The most any operator could do on this cluster: the SJs created as in the operator's run (``threads``
+    at a time), and each one's plain Job created as soon as its SJ exists, by as many threads again, with no
+    operator running: an operator that costs nothing and writes nothing but the Jobs. The API server's work
+    per unit is then the user's create plus the one write no operator can skip; the Jobs' pods follow as
+    they do for the floor. Nothing runs after the creates (no stream)."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    namespace = create_namespace(core)
+    log(f"the ceiling: {len(work.gangs)} SJs, each one's plain Job made once it exists, in {namespace} "
+        "(no operator)")
+    made: queue.Queue[int | None] = queue.Queue()
+    try:
+        cpu0 = process_cpu("bin/kube-apiserver")
+        start = time.monotonic()
+
+        def create_sj(i: int) -> None:
+            retrying(lambda: custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, scavenger_job(f"sj-{i:05d}", work.gangs[i], period)))
+            made.put(i)
+
+        def create_jobs() -> None:
+            while (i := made.get()) is not None:
+                retrying(lambda: batch.create_namespaced_job(namespace, plain_job(f"sj-{i:05d}-r1", work.gangs[i])))
+                result.ceiling_created.append(time.monotonic() - start)
+
+        workers = [threading.Thread(target=create_jobs, daemon=True) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        try:
+            in_parallel(create_sj, len(work.gangs), threads, "SJs created")
+        finally:
+            for _ in workers:
+                made.put(None)
+            for worker in workers:
+                worker.join()
+        took = time.monotonic() - start
+        cpu1 = process_cpu("bin/kube-apiserver")
+        result.figures["ceiling_seconds"] = took
+        result.figures["ceiling_per_second"] = len(work.gangs) / took
+        if cpu0 is not None and cpu1 is not None:
+            result.figures["ceiling_apiserver_cores"] = (cpu1 - cpu0) / took
+        log(f"  all {len(work.gangs)} SJs' Jobs created {took:.1f}s after the first SJ "
+            f"({len(work.gangs) / took:.0f} units/s)")
+    finally:
+        log("  deleting the ceiling's namespace")
         delete_namespace(api, namespace, timeout=1800)
 
 
@@ -882,6 +938,10 @@ def report(work: Workload, result: Result, nodes: int) -> None:
         ("throughput (units/s)", _figure(f, "floor_per_second", ".1f"), f"{f['operator_per_second']:.1f}",
          f"{f['operator_per_second'] / floor:.2f} of the floor" if floor else "no floor run (--no-floor)"),
         ("all Jobs exist after (s)", _figure(f, "floor_seconds", ".1f"), f"{f['operator_seconds']:.1f}", ""),
+        *([("the ceiling: SJ + its Job, no operator", "-", f"{f['ceiling_per_second']:.1f} units/s",
+            (f"{f['ceiling_per_second'] / floor:.2f} of the floor; " if floor else "")
+            + f"the operator reached {f['operator_per_second'] / f['ceiling_per_second']:.2f} of it")]
+          if "ceiling_per_second" in f else []),
         ("99.5% running after (s)", _figure(f, "floor_running_seconds", ".0f"),
          f"{f.get('operator_running_seconds', float('nan')):.0f}", "pods ready / SJs Running"),
         ("create -> Job p50 / p99 (s)", "-", f"{f['latency_p50']:.1f} / {f['latency_p99']:.1f}", ""),
@@ -945,6 +1005,9 @@ def plot(work: Workload, result: Result, path: Path) -> None:
     if result.floor_created:
         left.plot(sorted(result.floor_created), range(1, len(result.floor_created) + 1), label="plain Jobs (the floor)")
     left.plot(result.operator_jobs, range(1, len(result.operator_jobs) + 1), label="ScavengerJobs' Jobs")
+    if result.ceiling_created:
+        left.plot(sorted(result.ceiling_created), range(1, len(result.ceiling_created) + 1),
+                  label="SJ + Job, no operator (the ceiling)")
     if result.kueue_started:
         left.plot(result.kueue_started, range(1, len(result.kueue_started) + 1), label="Kueue: Jobs started")
     left.set(title=f"Jobs existing after a burst of {n}", xlabel="seconds after the first create", ylabel="Jobs")
@@ -983,6 +1046,9 @@ def main() -> int:
     parser.add_argument("--no-floor", action="store_true",
                         help="skip the floor and plain Jobs' run (the operator alone: at 10,000 units, deleting the "
                              "floor's 18,000 pods takes this cluster longer than the operator's run)")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="after the floor, each unit's SJ and its Job created by the benchmark with no operator: "
+                             "the most any operator could reach on this cluster")
     parser.add_argument("--plot", type=Path, help="write the plot (PNG) here")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--profile", type=Path,
@@ -1005,6 +1071,8 @@ def main() -> int:
         with priority_classes(client.SchedulingV1Api(api)):
             if not args.no_floor:
                 floor_run(api, work, args.threads, result, args.settle)
+            if args.ceiling:
+                ceiling_run(api, work, args.threads, args.period, result)
             operator_run(api, work, args.threads, args.period, result, args.settle, followed=args.kueue,
                          profile=args.profile)
             if args.kueue:

@@ -34,7 +34,7 @@ from sj_operator.observed import (
     sj_object,
     with_disrupted,
 )
-from sj_operator.pacing import watch_gc, watch_lag
+from sj_operator.pacing import collector_paused, watch_gc, watch_lag
 from sj_operator.webhook import WebhookServer, webhook_hosts
 
 log = logging.getLogger("sj_operator")
@@ -223,7 +223,8 @@ async def _decision_loop(memo: kopf.Memo) -> None:
         if not memo.elector.leading:
             continue
         try:
-            await controller.reconcile(_view(memo.shared))
+            with collector_paused():
+                await controller.reconcile(_view(memo.shared))
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-__all__ = ["GC_THRESHOLDS", "HOLD_BUDGET", "SLICE", "Pacer", "in_slices", "tune_gc", "watch_gc", "watch_lag"]
+__all__ = ["GC_THRESHOLDS", "HOLD_BUDGET", "SLICE", "Pacer", "collector_paused", "in_slices", "tune_gc", "watch_gc",
+           "watch_lag"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -100,3 +102,21 @@ def watch_gc(observe: Callable[[int, float], None], *,
 def tune_gc() -> None:
     """Sets ``GC_THRESHOLDS`` for this process (the operator's entry point does, tests do not)."""
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No automatic garbage collection while the block runs (a decision pass): what a pass builds (its
+    view, its caches' new entries, its decisions) is hundreds of thousands of container objects that all
+    live until it ends, so every collection during it walks them only to find them alive and move them a
+    generation older, where the next, larger collections walk them again. Reference counting frees them
+    when the pass ends either way. Cyclic garbage made meanwhile (by the pass or by the tasks it gives
+    turns to) waits for the first collection after it. Restores the collector as it found it."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

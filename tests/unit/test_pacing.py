@@ -124,3 +124,32 @@ def test_the_operator_process_collects_garbage_less_often_than_cpythons_defaults
         gc.set_threshold(*before)
     young, middle, old = GC_THRESHOLDS
     assert young > 700 and young * middle * old > 700 * 10 * 10
+
+
+def test_no_collection_runs_while_the_collector_is_paused_and_it_is_restored_as_it_was():
+    import gc
+
+    from sj_operator.pacing import collector_paused
+
+    assert gc.isenabled()
+    seen: list[tuple[int, float]] = []
+    stop = watch_gc(lambda generation, seconds: seen.append((generation, seconds)))
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+            keep = [[i] for i in range(5 * gc.get_threshold()[0])]  # enough new containers for a collection
+            assert seen == [], "no automatic collection while paused"
+        assert gc.isenabled()
+        del keep
+        with pytest.raises(RuntimeError), collector_paused():
+            raise RuntimeError("the pass failed")
+        assert gc.isenabled(), "enabled again after a pass that raised"
+        gc.disable()
+        try:
+            with collector_paused():
+                pass
+            assert not gc.isenabled(), "left disabled when it was disabled before"
+        finally:
+            gc.enable()
+    finally:
+        stop()
