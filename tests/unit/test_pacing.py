@@ -3,7 +3,7 @@ it for the budget, with the results one call would give; ``watch_lag`` measures 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -126,30 +126,85 @@ def test_the_operator_process_collects_garbage_less_often_than_cpythons_defaults
     assert young > 700 and young * middle * old > 700 * 10 * 10
 
 
+class Timers:
+    """``call_later`` for ``collector_paused``: keeps what was scheduled; the test says when time is up."""
+
+    def __init__(self) -> None:
+        self.scheduled: list[tuple[float, Callable[[], None]]] = []
+        self.cancelled = 0
+
+    def __call__(self, delay: float, callback: Callable[[], None]) -> Timers:
+        self.scheduled.append((delay, callback))
+        return self
+
+    def cancel(self) -> None:
+        self.cancelled += 1
+
+
 def test_no_collection_runs_while_the_collector_is_paused_and_it_is_restored_as_it_was():
     import gc
 
-    from sj_operator.pacing import collector_paused
+    from sj_operator.pacing import GC_PAUSE_LIMIT, collector_paused
 
     assert gc.isenabled()
+    timers = Timers()
     seen: list[tuple[int, float]] = []
     stop = watch_gc(lambda generation, seconds: seen.append((generation, seconds)))
     try:
-        with collector_paused():
+        with collector_paused(call_later=timers):
             assert not gc.isenabled()
             keep = [[i] for i in range(5 * gc.get_threshold()[0])]  # enough new containers for a collection
             assert seen == [], "no automatic collection while paused"
-        assert gc.isenabled()
+        assert gc.isenabled() and [d for d, _ in timers.scheduled] == [GC_PAUSE_LIMIT] and timers.cancelled == 1
         del keep
-        with pytest.raises(RuntimeError), collector_paused():
+        with pytest.raises(RuntimeError), collector_paused(call_later=timers):
             raise RuntimeError("the pass failed")
-        assert gc.isenabled(), "enabled again after a pass that raised"
+        assert gc.isenabled() and timers.cancelled == 2, "enabled again after a pass that raised"
         gc.disable()
         try:
-            with collector_paused():
+            with collector_paused(call_later=timers):
                 pass
-            assert not gc.isenabled(), "left disabled when it was disabled before"
+            assert not gc.isenabled() and len(timers.scheduled) == 2, "left disabled when it was disabled before"
         finally:
             gc.enable()
     finally:
         stop()
+
+
+def test_a_pass_longer_than_the_limit_collects_again_from_then_on():
+    import gc
+
+    from sj_operator.pacing import collector_paused
+
+    timers = Timers()
+    with collector_paused(limit=3.0, call_later=timers):
+        assert not gc.isenabled()
+        [(delay, time_is_up)] = timers.scheduled
+        assert delay == 3.0
+        time_is_up()  # the pass still waits on the API server
+        assert gc.isenabled(), "collecting again after the limit"
+    assert gc.isenabled()
+
+
+def test_the_limit_is_kept_by_the_running_loop():
+    import gc
+
+    from sj_operator.pacing import collector_paused
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        handles: list[asyncio.TimerHandle] = []
+        schedule = loop.call_later
+
+        def call_later(delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+            handles.append(schedule(delay, callback))
+            return handles[-1]
+
+        loop.call_later = call_later  # type: ignore[method-assign]
+        with collector_paused(limit=60):
+            assert not gc.isenabled()
+            [timer] = handles
+            assert timer.when() - loop.time() == pytest.approx(60, abs=1)
+        assert gc.isenabled() and timer.cancelled()
+
+    asyncio.run(go())
