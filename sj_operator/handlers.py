@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -34,7 +35,7 @@ from sj_operator.observed import (
     sj_object,
     with_disrupted,
 )
-from sj_operator.pacing import collector_paused, watch_gc, watch_lag
+from sj_operator.pacing import batch_window, collector_paused, watch_gc, watch_lag
 from sj_operator.webhook import WebhookServer, webhook_hosts
 
 log = logging.getLogger("sj_operator")
@@ -214,14 +215,16 @@ async def _decision_loop(memo: kopf.Memo) -> None:
     controller: Controller = memo.controller
     config: OperatorConfig = memo.config
     await memo.ready.wait()
+    last = 0.0  # how long the last pass took
     while True:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(memo.wake.wait(), timeout=config.tick.total_seconds())
-        await asyncio.sleep(0.05)  # let a burst of watch events land in one pass
+        await asyncio.sleep(batch_window(last))  # let a burst of watch events land in one pass
         memo.wake.clear()
         controller.metrics.set_leading(memo.elector.leading)
         if not memo.elector.leading:
             continue
+        started = time.perf_counter()
         try:
             with collector_paused():
                 await controller.reconcile(_view(memo.shared))
@@ -230,3 +233,5 @@ async def _decision_loop(memo: kopf.Memo) -> None:
         except Exception:
             log.exception("decision pass failed; retrying on the next tick")
             await asyncio.sleep(1)
+        finally:
+            last = time.perf_counter() - started

@@ -208,3 +208,16 @@ def test_the_limit_is_kept_by_the_running_loop():
         assert gc.isenabled() and timer.cancelled()
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize(("last_pass", "window"), [
+    (0.0, 0.05),    # the first pass, or a quiet one: events still gather for 50 ms
+    (0.02, 0.05),
+    (0.3, 0.3),     # a burst: as long as the last pass took
+    (0.999, 0.999),
+    (4.0, 1.0),     # never more than a second
+])
+def test_the_loop_waits_as_long_as_its_last_pass_took_within_bounds(last_pass, window):
+    from sj_operator.pacing import batch_window
+
+    assert batch_window(last_pass) == pytest.approx(window)
