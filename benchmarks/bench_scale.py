@@ -544,6 +544,16 @@ class Result:
     kueue_latencies: list[float] = field(default_factory=list)
 
 
+def creation_figures(result: Result, run: str, units: int, took: float, apiserver_cpu0: float | None) -> None:
+    """``run``'s creation figures: its seconds, units per second, and the API server's cores meanwhile (from
+    its CPU seconds at the start, ``apiserver_cpu0``, to now)."""
+    cpu1 = process_cpu("bin/kube-apiserver")
+    result.figures[f"{run}_seconds"] = took
+    result.figures[f"{run}_per_second"] = units / took
+    if apiserver_cpu0 is not None and cpu1 is not None:
+        result.figures[f"{run}_apiserver_cores"] = (cpu1 - apiserver_cpu0) / took
+
+
 def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Result, settle: float) -> None:
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     namespace = create_namespace(core)
@@ -557,11 +567,7 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
             result.floor_created.append(time.monotonic() - start)
 
         took = in_parallel(create, len(work.gangs), threads, "plain Jobs created")
-        cpu1 = process_cpu("bin/kube-apiserver")
-        result.figures["floor_seconds"] = took
-        result.figures["floor_per_second"] = len(work.gangs) / took
-        if cpu0 is not None and cpu1 is not None:
-            result.figures["floor_apiserver_cores"] = (cpu1 - cpu0) / took
+        creation_figures(result, "floor", len(work.gangs), took, cpu0)
         log(f"  all {len(work.gangs)} Jobs created in {took:.1f}s ({len(work.gangs) / took:.0f}/s)")
         wait_until("plain pods running", lambda: ((n := ready_pods(batch, namespace)) >= 0.995 * work.pods,
                                                   f"{n}/{work.pods}"), timeout=3600, every=15)
@@ -620,11 +626,7 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
             for worker in workers:
                 worker.join()
         took = time.monotonic() - start
-        cpu1 = process_cpu("bin/kube-apiserver")
-        result.figures["ceiling_seconds"] = took
-        result.figures["ceiling_per_second"] = len(work.gangs) / took
-        if cpu0 is not None and cpu1 is not None:
-            result.figures["ceiling_apiserver_cores"] = (cpu1 - cpu0) / took
+        creation_figures(result, "ceiling", len(work.gangs), took, cpu0)
         log(f"  all {len(work.gangs)} SJs' Jobs created {took:.1f}s after the first SJ "
             f"({len(work.gangs) / took:.0f} units/s)")
     finally:
