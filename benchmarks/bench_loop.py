@@ -164,20 +164,17 @@ class Collections:
         return taken
 
 
-PAUSED = True
-"""Whether a pass runs with the collector paused, as the operator runs it (``--collect-during-passes``)."""
-
-
-async def reconcile(controller: Controller, view: ClusterView) -> None:
-    """One pass as the operator's loop makes it: with the collector paused (unless ``--collect-during-passes``)."""
-    with collector_paused() if PAUSED else contextlib.nullcontext():
+async def reconcile(controller: Controller, view: ClusterView, paused: bool) -> None:
+    """One pass as the operator's loop makes it: with the collector ``paused`` (not with
+    ``--collect-during-passes``)."""
+    with collector_paused() if paused else contextlib.nullcontext():
         await controller.reconcile(view)
 
 
-async def settle(controller: Controller, api: SimulatedAPI, limit: int = 50) -> int:
+async def settle(controller: Controller, api: SimulatedAPI, paused: bool, limit: int = 50) -> int:
     for passes in range(1, limit + 1):
         before = api.calls
-        await reconcile(controller, api.view())
+        await reconcile(controller, api.view(), paused)
         await controller.settle()  # steering's writes and Events, in the background
         if api.calls == before:
             return passes
@@ -209,19 +206,18 @@ def other_pod(api: SimulatedAPI, i: int) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    global PAUSED
-    PAUSED = not args.collect_during_passes
+    paused = not args.collect_during_passes
     tune_gc()
     api = cluster(args.waiting, args.running, args.nodes)
     clock = [NOW]
     controller = Controller(api, OperatorConfig(), clock=lambda: clock[0])  # type: ignore[arg-type]
     collections = Collections()
     started = time.perf_counter()
-    passes = await settle(controller, api)
+    passes = await settle(controller, api, paused)
     running = sum(1 for sj in api.sjs.values() if sj.status.get("phase") == "Running")
     print(f"settled in {passes} passes ({time.perf_counter() - started:.1f}s): {running} running, "
           f"{len(api.sjs) - running} waiting, {len(api.nodes)} nodes; the garbage collector: {collections.take()} "
-          f"({'collector paused during passes' if PAUSED else 'collecting during passes'})", flush=True)
+          f"({'collector paused during passes' if paused else 'collecting during passes'})", flush=True)
     calls = api.calls
     scenarios: list[tuple[str, Callable[[int], None]]] = [
         ("steady-state pass (nothing changed)", lambda i: None),
@@ -235,7 +231,7 @@ async def main(args: argparse.Namespace) -> None:
             view = api.view()
             clock[0] += timedelta(seconds=1)  # passes come one after another, as watch events arrive
             t0 = time.perf_counter()
-            await reconcile(controller, view)
+            await reconcile(controller, view, paused)
             times.append((time.perf_counter() - t0) * 1000)
             await controller.settle()
         print(f"{what} over {len(api.sjs)} SJs and {len(api.nodes)} nodes, {args.passes} passes: {summary(times)}",
@@ -253,7 +249,7 @@ async def main(args: argparse.Namespace) -> None:
     await asyncio.sleep(0.01)
     holds.clear()
     t0 = time.perf_counter()
-    await reconcile(controller, view)
+    await reconcile(controller, view, paused)
     took = (time.perf_counter() - t0) * 1000
     watcher.cancel()
     await controller.settle()
