@@ -153,7 +153,7 @@ class Collections:
         self.seconds = 0.0
         self.stop = watch_gc(self._seen)
 
-    def _seen(self, generation: int, seconds: float) -> None:
+    def _seen(self, generation: int, seconds: float, collected: int) -> None:
         self.count += 1
         self.seconds += seconds
 

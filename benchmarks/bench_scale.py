@@ -393,7 +393,8 @@ def loop_lag(metrics: dict[str, float]) -> dict[str, float]:
     """From ``scavenger_event_loop_lag_seconds``: the bucket bound the longest lag fell under (how long a
     stretch of work held the operator's loop at most; inf past the last bound), and how often it was over
     a second, over the whole run; the same of the garbage collector's full collections
-    (``scavenger_gc_pause_seconds{generation="2"}``), and the seconds all its collections took."""
+    (``scavenger_gc_pause_seconds{generation="2"}``), and the seconds all its collections took, in all and by
+    generation (with how many there were and the objects they freed)."""
     figures: dict[str, float] = {}
     for name, prefix in (("loop_lag", 'scavenger_event_loop_lag_seconds_bucket{le="'),
                          ("gc_full", 'scavenger_gc_pause_seconds_bucket{generation="2",le="')):
@@ -403,6 +404,11 @@ def loop_lag(metrics: dict[str, float]) -> dict[str, float]:
             figures[f"{name}_worst_le"] = next(le for le, count in buckets if count >= total)
             figures[f"{name}_over_1s"] = total - dict(buckets).get(1.0, total)
     figures["gc_seconds"] = sum(v for k, v in metrics.items() if k.startswith("scavenger_gc_pause_seconds_sum"))
+    for generation in range(3):
+        label = f'{{generation="{generation}"}}'
+        figures[f"gc_seconds_gen{generation}"] = metrics.get(f"scavenger_gc_pause_seconds_sum{label}", 0.0)
+        figures[f"gc_count_gen{generation}"] = metrics.get(f"scavenger_gc_pause_seconds_count{label}", 0.0)
+        figures[f"gc_collected_gen{generation}"] = metrics.get(f"scavenger_gc_collected_objects_total{label}", 0.0)
     return figures
 
 
@@ -960,6 +966,9 @@ def report(work: Workload, result: Result, nodes: int) -> None:
          f"{_figure(f, 'loop_lag_over_1s', '.0f')} lags over 1 s (scavenger_event_loop_lag_seconds)"),
         ("operator's full GC pauses at most (s)", "-", f"<= {_figure(f, 'gc_full_worst_le', 'g')}",
          f"{_figure(f, 'gc_full_over_1s', '.0f')} over 1 s; {_figure(f, 'gc_seconds', '.1f')} s in all collections"),
+        ("operator's GC by generation (s in n)", "-", " / ".join(
+            f"{_figure(f, f'gc_seconds_gen{g}', '.1f')} in {_figure(f, f'gc_count_gen{g}', '.0f')}" for g in range(3)),
+         "young / middle / full; freed " + " / ".join(_figure(f, f"gc_collected_gen{g}", ".3g") for g in range(3))),
         ("pods preempted / SJ runs interrupted", f"{len(result.lost_plain)}" if floor else "-",
          f"{f['operator_interruptions']:.0f}", ""),
         ("work lost (pod-seconds)", f"{sum(result.lost_plain):.0f}" if floor else "-",

@@ -86,7 +86,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         asyncio.create_task(_decision_loop(memo), name="decision loop"),
         asyncio.create_task(watch_lag(metrics.loop_lag.observe), name="event loop lag"),
     ]
-    memo.unwatch_gc = watch_gc(lambda generation, seconds: metrics.gc_pause.labels(str(generation)).observe(seconds))
+    memo.unwatch_gc = watch_gc(metrics.gc_collection)
     if config.metrics_port:
         memo.metrics_server = await serve(metrics, config.metrics_port,
                                           healthy=lambda: not any(t.done() for t in memo.tasks))

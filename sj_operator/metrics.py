@@ -49,6 +49,10 @@ class Metrics:
                                   "Pauses of Python's garbage collector, by generation (2: a full collection); "
                                   "the event loop stops meanwhile", ["generation"], buckets=_LAG_BUCKETS,
                                   registry=r)
+        self.gc_collected = Counter("scavenger_gc_collected_objects_total",
+                                    "Objects Python's garbage collector found unreachable and freed (cyclic garbage, "
+                                    "which reference counting cannot free), by generation", ["generation"],
+                                    registry=r)
         self.lost_work = Counter("scavenger_lost_work_seconds_total",
                                  "Estimated work lost to interruptions: time since the run's checkpoint period began",
                                  registry=r)
@@ -74,6 +78,11 @@ class Metrics:
 
     def api_error(self, operation: str, code: int) -> None:
         self.api_errors.labels(operation, str(code)).inc()
+
+    def gc_collection(self, generation: int, seconds: float, collected: int) -> None:
+        """One collection of the garbage collector (``pacing.watch_gc``)."""
+        self.gc_pause.labels(str(generation)).observe(seconds)
+        self.gc_collected.labels(str(generation)).inc(collected)
 
     def api_request(self, operation: str) -> None:
         self.api_requests.labels(operation).inc()

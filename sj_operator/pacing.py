@@ -88,17 +88,18 @@ async def watch_lag(observe: Callable[[float], None], *, period: float = LAG_PER
         observe(max(0.0, clock() - due))
 
 
-def watch_gc(observe: Callable[[int, float], None], *,
+def watch_gc(observe: Callable[[int, float, int], None], *,
              clock: Callable[[], float] = time.perf_counter) -> Callable[[], None]:
-    """``observe(generation, seconds)`` for every collection the garbage collector makes from now on; returns
-    the function that stops it."""
+    """``observe(generation, seconds, collected)`` for every collection the garbage collector makes from now
+    on (``collected``: the unreachable objects it found and freed, cyclic garbage that reference counting
+    could not free); returns the function that stops it."""
     started = [0.0]
 
     def timed(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             started[0] = clock()
         else:
-            observe(info["generation"], clock() - started[0])
+            observe(info["generation"], clock() - started[0], info["collected"])
 
     gc.callbacks.append(timed)
     return lambda: gc.callbacks.remove(timed)

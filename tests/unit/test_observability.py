@@ -93,6 +93,18 @@ def test_a_follower_reports_no_state():
     assert not [k for k in m if k[0] in ("scavenger_pending_sjs", "scavenger_sjs", "scavenger_used_capacity_ratio")]
 
 
+def test_a_collection_is_timed_and_what_it_freed_counted_by_generation():
+    metrics = Metrics()
+    metrics.gc_collection(0, 0.002, 30)
+    metrics.gc_collection(0, 0.004, 0)
+    metrics.gc_collection(2, 0.5, 1200)
+    m = samples(metrics)
+    assert m[("scavenger_gc_pause_seconds_count", (("generation", "0"),))] == 2
+    assert m[("scavenger_gc_pause_seconds_sum", (("generation", "2"),))] == pytest.approx(0.5)
+    assert m[("scavenger_gc_collected_objects_total", (("generation", "0"),))] == 30
+    assert m[("scavenger_gc_collected_objects_total", (("generation", "2"),))] == 1200
+
+
 def _sj(name: str, **status) -> dict:
     return {"metadata": {"namespace": "ns", "name": name, "creationTimestamp": "2026-11-01T12:00:00Z"},
             "spec": {"image": "x", "duration": "1h"}, "status": status}

@@ -96,16 +96,22 @@ def test_the_loop_lag_is_how_much_later_than_asked_the_sleeper_woke():
     assert observed == [0.0, 0.25, 3.0]
 
 
-def test_every_collection_of_the_garbage_collector_is_timed_until_stopped():
+def test_every_collection_of_the_garbage_collector_is_timed_and_counted_until_stopped():
     import gc
 
-    seen: list[tuple[int, float]] = []
-    stop = watch_gc(lambda generation, seconds: seen.append((generation, seconds)))
+    seen: list[tuple[int, float, int]] = []
+    stop = watch_gc(lambda generation, seconds, collected: seen.append((generation, seconds, collected)))
     try:
+        gc.collect(2)  # whatever earlier tests left
+        seen.clear()
+        for _ in range(10):  # cyclic garbage: only the collector frees it
+            cycle: list[object] = []
+            cycle.append(cycle)
+        del cycle
         gc.collect(2)
     finally:
         stop()
-    assert (2, pytest.approx(seen[-1][1])) in seen and seen[-1][1] >= 0
+    assert [(g, c) for g, _, c in seen] == [(2, 10)] and seen[0][1] >= 0
     before = len(seen)
     gc.collect(2)
     assert len(seen) == before, "stopped"
@@ -149,7 +155,7 @@ def test_no_collection_runs_while_the_collector_is_paused_and_it_is_restored_as_
     assert gc.isenabled()
     timers = Timers()
     seen: list[tuple[int, float]] = []
-    stop = watch_gc(lambda generation, seconds: seen.append((generation, seconds)))
+    stop = watch_gc(lambda generation, seconds, _: seen.append((generation, seconds)))
     try:
         with collector_paused(call_later=timers):
             assert not gc.isenabled()
