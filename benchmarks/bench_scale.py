@@ -670,7 +670,8 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
             took = last - start
             cpu1 = process_cpu("bin/kube-apiserver")
             op1 = process_cpu("--peering bench-scale") or 0.0
-            calls = calls_by_operation(scrape(port))
+            metrics = scrape(port)
+            calls = calls_by_operation(metrics)
             result.operator_jobs = sorted(rec.job_seen[n] - start for n in names)
             result.latencies = sorted(rec.job_seen[n] - created[n] for n in names)
             writes = {op: n for op, n in calls.items() if op.startswith(WRITE_VERBS)}
@@ -684,6 +685,7 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                 "writes_per_sj_without_gang_services": (sum(writes.values())
                                                         - writes.get("create_namespaced_service", 0)) / len(names),
                 "gangs": gangs, "operator_cpu_seconds": op1 - op0,
+                "operator_gc_seconds_to_jobs": loop_lag(metrics)["gc_seconds"],
             })
             if cpu0 is not None and cpu1 is not None:
                 result.figures["operator_apiserver_cores"] = (cpu1 - cpu0) / took
@@ -957,6 +959,8 @@ def report(work: Workload, result: Result, nodes: int) -> None:
          "the Job controller's status.startTime"),
         ("API server CPU (cores)", _figure(f, "floor_apiserver_cores", ".2f"),
          f"{f.get('operator_apiserver_cores', float('nan')):.2f}", ""),
+        ("operator CPU until every Job exists (s)", "-", _figure(f, "operator_cpu_seconds", ".1f"),
+         f"{_figure(f, 'operator_gc_seconds_to_jobs', '.1f')} s of wall time in GC meanwhile"),
         ("client writes per unit", "1", f"1 + {f['writes_per_sj']:.2f} by the operator",
          f"{f['writes_per_sj_without_gang_services']:.2f} without gang Services"),
         ("operator writes per unit to 99.5% Running", "-", _figure(f, "writes_per_sj_to_running", ".2f"),
