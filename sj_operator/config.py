@@ -17,6 +17,7 @@ from sj_operator.api.fields import parse_duration
 from sj_operator.api.parse import check_min_duration
 from sj_operator.settings import (
     DEFAULT_AGING_STEP,
+    DEFAULT_CACHE_TIMEOUT,
     DEFAULT_MAX_PROTECTION,
     DEFAULT_MAX_RETRY_BACKOFF,
     DEFAULT_MAX_TERMINATION_GRACE,
@@ -60,6 +61,9 @@ class OperatorConfig(BaseModel):
     max_retry_backoff: timedelta = DEFAULT_MAX_RETRY_BACKOFF
     tick: timedelta = DEFAULT_TICK
     """The decision loop runs at least this often, and on every relevant change."""
+    cache_timeout: timedelta = DEFAULT_CACHE_TIMEOUT
+    """The watch caches must be complete this long after start; a process whose caches are not never campaigns
+    for the Lease, and reports itself unhealthy (``/healthz``) from then on, so that it is restarted."""
     namespaces: tuple[str, ...] = ()
     """Namespaces whose SJs this operator handles; empty means all."""
     protect_level: int = DEFAULT_PROTECT_LEVEL
@@ -121,7 +125,7 @@ class OperatorConfig(BaseModel):
     def _min_duration(cls, value: timedelta) -> timedelta:
         return check_min_duration(value)
 
-    @field_validator("start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after",
+    @field_validator("start_timeout", "tick", "cache_timeout", "retry_backoff", "max_retry_backoff", "starvation_after",
                      "max_protection", "max_thrash_backoff", "aging_step")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
@@ -157,6 +161,9 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
      "first wait before retrying an SJ whose run timed out; doubles each time (default 10s)"),
     ("--max-retry-backoff", "SJ_MAX_RETRY_BACKOFF", "max_retry_backoff", "cap of that wait (default 10m)"),
     ("--tick", "SJ_TICK", "tick", "the decision loop runs at least this often (default 5s)"),
+    ("--cache-timeout", "SJ_CACHE_TIMEOUT", "cache_timeout",
+     "how long the watch caches may take to fill at start; a process whose caches are not complete by then "
+     "never campaigns for the Lease and reports itself unhealthy on /healthz, so it is restarted (default 10m)"),
     ("--namespaces", "SJ_NAMESPACES", "namespaces",
      "comma-separated namespaces to handle SJs in; empty for all (default all)"),
     ("--protect-level", "SJ_PROTECT_LEVEL", "protect_level",
@@ -192,8 +199,8 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
      "Secret in the lease namespace holding the webhook's certificates (default scavenger-webhook-tls)"),
 )
 
-_DURATIONS = {"start_timeout", "tick", "retry_backoff", "max_retry_backoff", "starvation_after", "min_duration",
-              "max_protection", "thrash_backoff", "max_thrash_backoff", "aging_step"}
+_DURATIONS = {"start_timeout", "tick", "cache_timeout", "retry_backoff", "max_retry_backoff", "starvation_after",
+              "min_duration", "max_protection", "thrash_backoff", "max_thrash_backoff", "aging_step"}
 
 
 def _convert(field: str, raw: str) -> object:

@@ -22,7 +22,7 @@ from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView
 from sj_operator.kube import Kube
-from sj_operator.leader import LeaseElector
+from sj_operator.leader import LeaseElector, campaign_once_ready
 from sj_operator.metrics import Metrics, serve
 from sj_operator.names import GROUP, LABEL_SCAVENGE, LABEL_SJ, PLURAL, QUOTA_PLURAL, VERSION
 from sj_operator.observed import (
@@ -82,19 +82,29 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.elector = LeaseElector(memo.kube, name=config.peering, namespace=config.lease_namespace,
                                 identity=config.identity, on_change=memo.wake.set)
     memo.tasks = [
-        asyncio.create_task(memo.elector.run(), name="leader election"),
+        asyncio.create_task(campaign_once_ready(memo.ready, memo.elector.run, config.cache_timeout.total_seconds()),
+                            name="leader election"),
         asyncio.create_task(_decision_loop(memo), name="decision loop"),
         asyncio.create_task(watch_lag(metrics.loop_lag.observe), name="event loop lag"),
     ]
     memo.unwatch_gc = watch_gc(metrics.gc_collection)
     if config.metrics_port:
-        memo.metrics_server = await serve(metrics, config.metrics_port,
-                                          healthy=lambda: not any(t.done() for t in memo.tasks))
+        memo.metrics_server = await serve(metrics, config.metrics_port, unhealthy=lambda: stopped(memo.tasks))
     if config.webhook_port is not None:
         memo.tasks.append(asyncio.create_task(_webhook(memo.kube, config).run(), name="admission webhook"))
     log.info("scavenger operator starting (identity %s, threshold %.2f, start timeout %ss, tick %ss, namespaces %s)",
              config.identity, config.threshold, config.start_timeout.total_seconds(), config.tick.total_seconds(),
              ",".join(config.namespaces) or "all")
+
+
+def stopped(tasks: list[asyncio.Task[None]]) -> str | None:
+    """Why the process is unhealthy: the first of its long-running tasks that has ended, and how; None while
+    all of them run."""
+    for task in tasks:
+        if task.done():
+            error = None if task.cancelled() else task.exception()
+            return f"the {task.get_name()} task stopped" + (f": {error}" if error is not None else "")
+    return None
 
 
 def _webhook(kube: Kube, config: OperatorConfig) -> WebhookServer:

@@ -11,13 +11,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from sj_operator.kube import Conflict, Kube, KubeError, NotFound
 
 log = logging.getLogger("sj_operator.leader")
+
+
+class CachesIncomplete(RuntimeError):
+    """The watch caches were not complete in time: this process must not lead, and asks to be restarted."""
+
+
+async def campaign_once_ready(ready: asyncio.Event, campaign: Callable[[], Awaitable[None]], timeout: float, *,
+                              wait_for: Callable[[Awaitable[bool], float], Awaitable[bool]] = asyncio.wait_for,
+                              ) -> None:
+    """Runs ``campaign`` (the elector's loop) once ``ready`` is set: a replica competes for the Lease only
+    with complete watch caches, so one that never completes them cannot hold the Lease and decide nothing
+    while a healthy peer waits. Raises `CachesIncomplete` if ``ready`` is not set within ``timeout``
+    seconds: the task ends, and with it the process's health (``/healthz``)."""
+    try:
+        await wait_for(ready.wait(), timeout)
+    except TimeoutError:
+        log.error("the watch caches are not complete %gs after start; not campaigning for the Lease, and "
+                  "reporting unhealthy so that the process is restarted", timeout)
+        raise CachesIncomplete(f"watch caches not complete after {timeout:g}s") from None
+    await campaign()
 
 
 def _micro(now: datetime) -> str:

@@ -111,14 +111,16 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-async def serve(metrics: Metrics, port: int, healthy: Callable[[], bool]) -> web.AppRunner:
-    """Serves ``/metrics`` and ``/healthz`` (200 while ``healthy()``) over HTTP on ``port``."""
+async def serve(metrics: Metrics, port: int, unhealthy: Callable[[], str | None]) -> web.AppRunner:
+    """Serves ``/metrics`` and ``/healthz`` over HTTP on ``port``: 200, or 503 with why while ``unhealthy()``
+    says so."""
 
     async def scrape(_: web.Request) -> web.Response:
         return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok") if healthy() else web.Response(status=503, text="the decision loop stopped")
+        why = unhealthy()
+        return web.Response(text="ok") if why is None else web.Response(status=503, text=why)
 
     app = web.Application()
     app.router.add_get(METRICS_PATH, scrape)

@@ -67,3 +67,28 @@ def test_kopf_indexes_every_event_with_no_diff_base() -> None:
 
     asyncio.run(handle("DELETED", moved))
     assert run_pods() == ()
+
+
+def test_the_process_is_unhealthy_with_the_first_task_that_stopped_and_why() -> None:
+    async def run() -> list[str | None]:
+        async def forever() -> None:
+            await asyncio.Event().wait()
+
+        async def fails() -> None:
+            raise RuntimeError("watch caches not complete after 600s")
+
+        loop = asyncio.create_task(forever(), name="decision loop")
+        election = asyncio.create_task(fails(), name="leader election")
+        seen = [handlers.stopped([loop])]
+        await asyncio.gather(election, return_exceptions=True)
+        seen.append(handlers.stopped([loop, election]))
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        seen.append(handlers.stopped([loop, election]))
+        return seen
+
+    assert asyncio.run(run()) == [
+        None,
+        "the leader election task stopped: watch caches not complete after 600s",
+        "the decision loop task stopped",
+    ]
