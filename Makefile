@@ -11,7 +11,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup venv binaries mpi lint chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-loop bench-e2e bench-scale e2e-kind \
+.PHONY: setup venv binaries mpi lint chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-loop bench-events bench-e2e bench-scale e2e-kind \
 	mutation clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
@@ -109,6 +109,9 @@ bench: venv
 
 bench-loop: venv ## one pass of the decision loop at 11,000 SJs and 1,000 nodes, simulated API (a minute)
 	$(PY) benchmarks/bench_loop.py $(BENCH_ARGS)
+
+bench-events: venv ## kopf's CPU per watch event and the cyclic garbage it leaves, by collector settings (half a minute)
+	$(PY) benchmarks/bench_events.py $(BENCH_ARGS)
 
 bench-e2e: venv ## SJ creation -> Job latency, operator in-process, against the cluster in $$KUBECONFIG
 	@test -n "$${KUBECONFIG:-}" || { echo "bench-e2e: set KUBECONFIG to a running cluster (hack/cluster up prints it)" >&2; exit 1; }
