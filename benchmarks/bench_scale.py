@@ -17,7 +17,9 @@ else lands there). It goes through the same cluster in turn:
    burst by 8 client threads, the operator running as its own process with its default settings
    (threshold 70 %, victim steering at protect level 1). Measured: SJs launched per second, from the
    first create to the last Job; each SJ's time from its create call to a watch seeing its Job (p50,
-   p99); the operator's API calls per SJ by operation; its peak RSS; the API server's CPU. Then the
+   p99); the operator's API calls per SJ by operation; its CPU until every Job exists (and the wall time
+   its garbage collector took meanwhile); its peak RSS; its collections over the run by generation (seconds,
+   how many, objects freed); the API server's CPU. Then the
    same stream of high-priority pods; an interrupted SJ lost the time since its checkpoint period
    began, for every pod of its gang (``policy.lifecycle.lost_work``, the operator's own estimate).
 3. **The ceiling** (``--ceiling``, before the operator's run): the SJs created as for the operator, and
