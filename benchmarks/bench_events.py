@@ -61,7 +61,8 @@ POD: dict[str, Any] = {
 
 
 class Events:
-    """kopf's processing of pod watch events, with the operator's handlers and settings."""
+    """kopf's processing of pod watch events, with the operator's handlers and settings (also what
+    `tests/unit/test_handlers.py` drives kopf with)."""
 
     def __init__(self) -> None:
         self.registry = kopf.get_default_registry()
@@ -73,11 +74,12 @@ class Events:
         self.memo = kopf.Memo(wake=asyncio.Event(), shared={"disrupted": {}})
         self.pods = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
 
-    async def handle(self, body: dict[str, Any]) -> None:
+    async def handle(self, body: dict[str, Any], raw_type: str | None = "MODIFIED") -> None:
+        """One event of ``body`` (``raw_type`` None: seen in the initial listing)."""
         await processing.process_resource_event(
             lifecycle=kopf.lifecycles.all_at_once, indexers=self.indexers, registry=self.registry,
             settings=self.settings, memories=self.memories, memobase=self.memo, resource=self.pods,
-            raw_event={"type": "MODIFIED", "object": body}, event_queue=asyncio.Queue(), no_throttling=True)
+            raw_event={"type": raw_type, "object": body}, event_queue=asyncio.Queue(), no_throttling=True)
 
 
 def pods(n: int) -> list[dict[str, Any]]:

@@ -62,8 +62,9 @@ class OperatorConfig(BaseModel):
     tick: timedelta = DEFAULT_TICK
     """The decision loop runs at least this often, and on every relevant change."""
     cache_timeout: timedelta = DEFAULT_CACHE_TIMEOUT
-    """The watch caches must be complete this long after start; a process whose caches are not never campaigns
-    for the Lease, and reports itself unhealthy (``/healthz``) from then on, so that it is restarted."""
+    """The watch caches must be complete this long after start; a process whose caches are not complete by then
+    never campaigns for the Lease, and reports itself unhealthy (``/healthz``) from then on, so that it is
+    restarted."""
     namespaces: tuple[str, ...] = ()
     """Namespaces whose SJs this operator handles; empty means all."""
     protect_level: int = DEFAULT_PROTECT_LEVEL

@@ -11,10 +11,8 @@ import copy
 from typing import Any
 
 import kopf
-from kopf._cogs.structs import references
-from kopf._core.engines import indexing
-from kopf._core.reactor import inventory, processing
 
+from benchmarks.bench_events import Events
 from sj_operator import handlers
 from sj_operator.observed import PodView
 
@@ -35,37 +33,25 @@ def test_no_handler_detects_changes_so_the_diff_base_is_never_read() -> None:
 
 
 def test_kopf_indexes_every_event_with_no_diff_base() -> None:
-    registry = kopf.get_default_registry()
-    settings = kopf.OperatorSettings()
-    settings.persistence.diffbase_storage = handlers.NoDiffBase()
-    indexers = indexing.OperatorIndexers()
-    indexers.ensure(registry._indexing.get_all_handlers())
-    memories = inventory.ResourceMemories()
-    memo = kopf.Memo(wake=asyncio.Event(), shared={"disrupted": {}})
-    pods = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
-
-    async def handle(raw_type: str | None, body: dict[str, Any]) -> None:
-        await processing.process_resource_event(
-            lifecycle=kopf.lifecycles.all_at_once, indexers=indexers, registry=registry, settings=settings,
-            memories=memories, memobase=memo, resource=pods, raw_event={"type": raw_type, "object": body},
-            event_queue=asyncio.Queue(), no_throttling=True)
+    events = Events()  # kopf's processing with the operator's handlers and NoDiffBase
 
     def run_pods() -> tuple[PodView, ...]:
-        index = indexers.indices["pods"]
+        index = events.indexers.indices["pods"]
         return tuple(index.get(("run", "team", "sj-a-r1"), ()))
 
-    asyncio.run(handle(None, copy.deepcopy(POD)))
+    asyncio.run(events.handle(copy.deepcopy(POD), None))
     assert [p.node for p in run_pods()] == ["node-1"]
-    assert memo.wake.is_set()
-    assert settings.persistence.diffbase_storage.build(body=kopf.Body(POD)) == {}
+    assert events.memo.wake.is_set()
+    assert isinstance(events.settings.persistence.diffbase_storage, handlers.NoDiffBase)
+    assert events.settings.persistence.diffbase_storage.build(body=kopf.Body(POD)) == {}
 
     moved = copy.deepcopy(POD)
     moved["metadata"]["resourceVersion"] = "8"
     moved["status"]["phase"] = "Succeeded"
-    asyncio.run(handle("MODIFIED", moved))
+    asyncio.run(events.handle(moved, "MODIFIED"))
     assert [p.terminal for p in run_pods()] == [True]
 
-    asyncio.run(handle("DELETED", moved))
+    asyncio.run(events.handle(moved, "DELETED"))
     assert run_pods() == ()
 
 
