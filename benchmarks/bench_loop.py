@@ -16,6 +16,11 @@ every waiting SJ's reason may be written again); printed with the longest stretc
 The garbage collector is set as the operator sets it (``pacing.tune_gc``, no automatic collection during a
 pass: ``pacing.collector_paused``); ``--collect-during-passes`` lets it run during passes too, for
 comparison. The collections made and their time are printed for the settling and for all timed passes.
+
+``--memory`` measures instead what the loop keeps (``tracemalloc``, which slows everything, so nothing is timed):
+the bytes the controller holds per SJ once the cluster has settled and three more passes have run (its caches,
+parsed specs and statuses, decisions), beyond the view's own objects, and the source lines that allocated
+the most of it.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import statistics
 import time
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -260,6 +267,34 @@ async def main(args: argparse.Namespace) -> None:
     collections.stop()
 
 
+async def memory(args: argparse.Namespace, top: int = 8) -> None:
+    """What the controller keeps per SJ after settling (``--memory``)."""
+    api = cluster(args.waiting, args.running, args.nodes)
+    clock = [NOW]
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    controller = Controller(api, OperatorConfig(), clock=lambda: clock[0])  # type: ignore[arg-type]
+    await settle(controller, api, paused=True)
+    for _ in range(3):
+        clock[0] += timedelta(seconds=1)
+        await reconcile(controller, api.view(), paused=True)
+        await controller.settle()
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    sjs = len(api.sjs)
+    # The simulated API's own objects (the SJs' new versions and statuses it stores) are not the controller's.
+    mine = [d for d in after.compare_to(before, "lineno")
+            if not d.traceback[0].filename.endswith("bench_loop.py")]
+    kept = sum(d.size_diff for d in mine)
+    print(f"the controller keeps {kept / sjs:.0f} bytes per SJ ({kept / 2**20:.1f} MiB for {sjs} SJs: "
+          f"{args.running} running, {args.waiting} waiting, {len(api.nodes)} nodes); the most by source line:")
+    for d in mine[:top]:
+        frame = d.traceback[0]
+        print(f"  {d.size_diff / sjs:6.0f} B/SJ  {frame.filename.rsplit('site-packages/', 1)[-1]}:{frame.lineno}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--waiting", type=int, default=10_000)
@@ -268,4 +303,7 @@ if __name__ == "__main__":
     parser.add_argument("--passes", type=int, default=20)
     parser.add_argument("--collect-during-passes", action="store_true",
                         help="let the garbage collector run during passes (the operator pauses it)")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--memory", action="store_true",
+                        help="measure what the controller keeps per SJ instead of timing passes")
+    arguments = parser.parse_args()
+    asyncio.run(memory(arguments) if arguments.memory else main(arguments))

@@ -30,6 +30,7 @@ from sj_operator.api.fields import (
     invalid,
     qualified_name_error,
 )
+from sj_operator.api.frozen import FrozenModel
 from sj_operator.names import RESERVED_ENV_NAMES, RESERVED_LABEL_PREFIX
 from sj_operator.resources import parse_quantity
 
@@ -65,7 +66,7 @@ def _cel_list(values: frozenset[str] | tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{value}'" for value in sorted(values)) + "]"
 
 
-class _SpecModel(BaseModel):
+class _SpecModel(FrozenModel):
     """Base of the spec models: immutable, camelCase aliases, unknown fields rejected."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import ConfigDict, Field, StrictStr
 from pydantic.alias_generators import to_camel
 
 from sj_operator.api.fields import Timestamp
+from sj_operator.api.frozen import FrozenModel
 
 
 class Phase(StrEnum):
@@ -23,7 +24,7 @@ class Phase(StrEnum):
     SUSPENDED = "Suspended"
 
 
-class _StatusModel(BaseModel):
+class _StatusModel(FrozenModel):
     """Base of the status models: immutable, camelCase aliases, unknown fields ignored."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True)

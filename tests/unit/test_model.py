@@ -608,3 +608,40 @@ def test_status_is_tolerant() -> None:
 
 def test_status_not_a_mapping() -> None:
     assert parse_status("garbage") == ScavengerJobStatus()  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- shared records of given fields
+def test_models_given_the_same_fields_share_one_record_of_them() -> None:
+    """Statuses (and their conditions) and specs parsed from different objects with the same fields share
+    pydantic's set of given fields; a copy with changes gets the record of its own fields, and the
+    original's record is left as it was."""
+    first = parse_status({"phase": "Pending", "interruptedCount": 1, "conditions": [
+        {"type": "Admitted", "status": "False", "reason": "Threshold", "message": "a"}]})
+    second = parse_status({"phase": "Running", "interruptedCount": 4, "conditions": [
+        {"type": "Admitted", "status": "True", "reason": "Launched", "message": "b"}]})
+    assert first.model_fields_set == {"phase", "interrupted_count", "conditions"}
+    assert first.__pydantic_fields_set__ is second.__pydantic_fields_set__
+    assert first.conditions[0].__pydantic_fields_set__ is second.conditions[0].__pydantic_fields_set__
+    assert first.model_fields_set != first.conditions[0].model_fields_set
+    specs = [parse_spec(spec_with(parallelism=n, resources={"requests": {"cpu": "1"}})) for n in (2, 3)]
+    assert specs[0].__pydantic_fields_set__ is specs[1].__pydantic_fields_set__
+    assert specs[0].resources.__pydantic_fields_set__ is specs[1].resources.__pydantic_fields_set__
+
+    changed = first.model_copy(update={"job_name": "sj-a-r2"})
+    assert changed.model_fields_set == {"phase", "interrupted_count", "conditions", "job_name"}
+    assert first.model_fields_set == second.model_fields_set == {"phase", "interrupted_count", "conditions"}
+    assert changed.__pydantic_fields_set__ is first.model_copy(update={"job_name": "x"}).__pydantic_fields_set__
+    assert (changed.phase, changed.job_name, first.job_name) == (Phase.PENDING, "sj-a-r2", None)
+
+
+def test_only_so_many_records_of_given_fields_are_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past `SHARED_FIELD_SETS` distinct sets of given fields, a model keeps a record of its own."""
+    from sj_operator.api import frozen
+    monkeypatch.setattr(frozen, "_shared", {})
+    monkeypatch.setattr(frozen, "SHARED_FIELD_SETS", 1)
+    a, b = parse_status({"phase": "Pending"}), parse_status({"phase": "Pending"})
+    c, d = parse_status({"message": "x"}), parse_status({"message": "x"})
+    assert a.__pydantic_fields_set__ is b.__pydantic_fields_set__
+    assert c.__pydantic_fields_set__ is not d.__pydantic_fields_set__
+    assert c.model_fields_set == d.model_fields_set == {"message"}
+    assert len(frozen._shared) == 1
