@@ -25,7 +25,10 @@ else lands there). It goes through the same cluster in turn:
 3. **The ceiling** (``--ceiling``, before the operator's run): the SJs created as for the operator, and
    each one's plain Job created by the benchmark (as many threads again) once its SJ exists, with no
    operator running. An operator must at least make the Job of every SJ it is given, so this is the most
-   any operator could reach here: the users' SJs plus the floor's Jobs.
+   any operator could reach here: the users' SJs plus the floor's Jobs. With ``--standby``, the ceiling
+   again while a replica of the operator watches its namespace on standby (another identity holds its
+   Lease, so it decides and writes nothing): what watching costs, before any decision. Also measured: that
+   replica's CPU while the units are created.
 4. **Kueue** (``--kueue``; ``make bench-scale`` passes it): the same burst as plain Jobs through Kueue's
    manager (v0.17, built from its Go module by ``hack/build-binaries kueue``), running as its own process
    against the same cluster with a ClusterQueue whose quota is the operator's threshold of these nodes.
@@ -55,9 +58,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -262,16 +265,20 @@ def priority_classes(scheduling: client.SchedulingV1Api) -> Iterator[None]:
 
 def process_cpu(pattern: str) -> float | None:
     """CPU seconds (user + system) of the first process whose command line contains ``pattern``."""
-    tick = os.sysconf("SC_CLK_TCK")
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             if pattern in cmdline and "bench_scale" not in cmdline:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                return (int(fields[11]) + int(fields[12])) / tick
+                return pid_cpu(int(pid))
         except OSError:
             continue
     return None
+
+
+def pid_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -597,49 +604,86 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
         delete_namespace(api, namespace, timeout=1800)
 
 
-def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result) -> None:
+def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result, *,
+                standby: bool = False) -> None:
     """The most any operator could do on this cluster: the SJs created as in the operator's run (``threads``
     at a time), and each one's plain Job created as soon as its SJ exists, by as many threads again, with no
     operator running: an operator that costs nothing and writes nothing but the Jobs. The API server's work
     per unit is then the user's create plus the one write no operator can skip; the Jobs' pods follow as
-    they do for the floor. Nothing runs after the creates (no stream)."""
+    they do for the floor. Nothing runs after the creates (no stream).
+
+    ``standby``: the same with a replica of the operator watching the namespace as the operator does and
+    deciding nothing (`standby_replica`): what watching alone costs an operator, before any decision or
+    write of its own."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     custom = client.CustomObjectsApi(api)
     namespace = create_namespace(core)
-    log(f"the ceiling: {len(work.gangs)} SJs, each one's plain Job made once it exists, in {namespace} "
-        "(no operator)")
+    run = "ceiling_watched" if standby else "ceiling"
+    log(f"the ceiling{' watched' if standby else ''}: {len(work.gangs)} SJs, each one's plain Job made once it exists, "
+        f"in {namespace} ({'a standby replica of the operator watching' if standby else 'no operator'})")
     made: queue.Queue[int | None] = queue.Queue()
+    created = result.ceiling_created if not standby else []
     try:
-        cpu0 = process_cpu("bin/kube-apiserver")
-        start = time.monotonic()
+        with standby_replica(api, namespace) if standby else nullcontext() as replica:
+            cpu0 = process_cpu("bin/kube-apiserver")
+            replica_cpu0 = pid_cpu(replica.pid) if replica is not None else 0.0
+            start = time.monotonic()
 
-        def create_sj(i: int) -> None:
-            retrying(lambda: custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, scavenger_job(f"sj-{i:05d}", work.gangs[i], period)))
-            made.put(i)
+            def create_sj(i: int) -> None:
+                retrying(lambda: custom.create_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, scavenger_job(f"sj-{i:05d}", work.gangs[i], period)))
+                made.put(i)
 
-        def create_jobs() -> None:
-            while (i := made.get()) is not None:
-                retrying(lambda: batch.create_namespaced_job(namespace, plain_job(f"sj-{i:05d}-r1", work.gangs[i])))
-                result.ceiling_created.append(time.monotonic() - start)
+            def create_jobs() -> None:
+                while (i := made.get()) is not None:
+                    retrying(lambda: batch.create_namespaced_job(namespace, plain_job(f"sj-{i:05d}-r1",
+                                                                                      work.gangs[i])))
+                    created.append(time.monotonic() - start)
 
-        workers = [threading.Thread(target=create_jobs, daemon=True) for _ in range(threads)]
-        for worker in workers:
-            worker.start()
-        try:
-            in_parallel(create_sj, len(work.gangs), threads, "SJs created")
-        finally:
-            for _ in workers:
-                made.put(None)
+            workers = [threading.Thread(target=create_jobs, daemon=True) for _ in range(threads)]
             for worker in workers:
-                worker.join()
-        took = time.monotonic() - start
-        creation_figures(result, "ceiling", len(work.gangs), took, cpu0)
-        log(f"  all {len(work.gangs)} SJs' Jobs created {took:.1f}s after the first SJ "
-            f"({len(work.gangs) / took:.0f} units/s)")
+                worker.start()
+            try:
+                in_parallel(create_sj, len(work.gangs), threads, "SJs created")
+            finally:
+                for _ in workers:
+                    made.put(None)
+                for worker in workers:
+                    worker.join()
+            took = time.monotonic() - start
+            creation_figures(result, run, len(work.gangs), took, cpu0)
+            note = ""
+            if replica is not None:
+                result.figures["standby_cpu_seconds"] = pid_cpu(replica.pid) - replica_cpu0
+                note = f"; the standby replica's CPU meanwhile {result.figures['standby_cpu_seconds']:.1f}s"
+            log(f"  all {len(work.gangs)} SJs' Jobs created {took:.1f}s after the first SJ "
+                f"({len(work.gangs) / took:.0f} units/s){note}")
     finally:
-        log("  deleting the ceiling's namespace")
+        log(f"  deleting the ceiling{' watched' if standby else ''}'s namespace")
         delete_namespace(api, namespace, timeout=1800)
+
+
+@contextmanager
+def standby_replica(api: client.ApiClient, namespace: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A replica of the operator watching ``namespace`` with its caches complete, deciding nothing: the Lease
+    it campaigns for is held by another identity for an hour, so it stays on standby, as a second replica
+    of a deployment does."""
+    peering = unique("bench-standby")
+    coordination = client.CoordinationV1Api(api)
+    renewed = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    coordination.create_namespaced_lease("default", {
+        "metadata": {"name": peering},
+        "spec": {"holderIdentity": "bench-scale", "leaseDurationSeconds": 3600, "renewTime": renewed}})
+    logfile = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-scale-standby-{namespace}.log"
+    args = [sys.executable, "-m", "sj_operator", "--namespaces", namespace, "--metrics-port", str(free_port()),
+            "--peering", peering, "--lease-namespace", "default"]
+    try:
+        with process(args, logfile, lambda: "watch caches are complete" in logfile.read_text(),
+                     "the standby replica", 60, env={"MALLOC_ARENA_MAX": "2"}) as proc:
+            yield proc
+    finally:
+        with suppress(ApiException):
+            coordination.delete_namespaced_lease(peering, "default")
 
 
 def operator_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result,
@@ -954,6 +998,11 @@ def report(work: Workload, result: Result, nodes: int) -> None:
             (f"{f['ceiling_per_second'] / floor:.2f} of the floor; " if floor else "")
             + f"the operator reached {f['operator_per_second'] / f['ceiling_per_second']:.2f} of it")]
           if "ceiling_per_second" in f else []),
+        *([("the ceiling watched by a standby replica", "-", f"{f['ceiling_watched_per_second']:.1f} units/s",
+            (f"{f['ceiling_watched_per_second'] / floor:.2f} of the floor; " if floor else "")
+            + f"the replica's CPU {f['standby_cpu_seconds']:.1f} s; the operator reached "
+            f"{f['operator_per_second'] / f['ceiling_watched_per_second']:.2f} of it")]
+          if "ceiling_watched_per_second" in f else []),
         ("99.5% running after (s)", _figure(f, "floor_running_seconds", ".0f"),
          f"{f.get('operator_running_seconds', float('nan')):.0f}", "pods ready / SJs Running"),
         ("create -> Job p50 / p99 (s)", "-", f"{f['latency_p50']:.1f} / {f['latency_p99']:.1f}", ""),
@@ -1066,6 +1115,9 @@ def main() -> int:
     parser.add_argument("--ceiling", action="store_true",
                         help="after the floor, each unit's SJ and its Job created by the benchmark with no operator: "
                              "the most any operator could reach on this cluster")
+    parser.add_argument("--standby", action="store_true",
+                        help="then the ceiling again with a standby replica of the operator watching its namespace "
+                             "(deciding nothing): what watching alone costs")
     parser.add_argument("--plot", type=Path, help="write the plot (PNG) here")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--profile", type=Path,
@@ -1090,6 +1142,8 @@ def main() -> int:
                 floor_run(api, work, args.threads, result, args.settle)
             if args.ceiling:
                 ceiling_run(api, work, args.threads, args.period, result)
+            if args.standby:
+                ceiling_run(api, work, args.threads, args.period, result, standby=True)
             operator_run(api, work, args.threads, args.period, result, args.settle, followed=args.kueue,
                          profile=args.profile)
             if args.kueue:

@@ -1,10 +1,29 @@
-"""The operator as real processes: killed and restarted mid-run, and two at once."""
+"""The operator as real processes: killed and restarted, two at once, one that may not list a watched kind."""
 from __future__ import annotations
 
+import contextlib
+import socket
+import urllib.error
+import urllib.request
+from typing import Any
+
 import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tests.e2e.kube import unique, wait_for
-from tests.e2e.sj import OperatorProcess, create_sj, event_messages, events_for, jobs_of, sj_spec, status, wait_phase
+from tests.e2e.sj import (
+    REPO,
+    OperatorProcess,
+    create_sj,
+    event_messages,
+    events_for,
+    jobs_of,
+    sj_spec,
+    status,
+    wait_phase,
+)
 
 pytestmark = pytest.mark.kwok_only
 
@@ -62,3 +81,106 @@ def test_two_operators_launch_each_sj_exactly_once(api, namespace, crd, tmp_path
         st = status(api, namespace, name)
         assert st["attempt"] == 1 and len(st["runningTimestamps"]) == 1
         assert events_for(api, namespace, name).count("Launched") == 1
+
+
+CHART_RBAC = REPO / "deploy" / "chart" / "templates" / "rbac.yaml"
+
+
+def _chart_rules() -> list[dict[str, Any]]:
+    """The rules of the chart's ClusterRole (its template lines left out: labels, namespaces)."""
+    docs = yaml.safe_load_all("\n".join(line for line in CHART_RBAC.read_text().splitlines() if "{{" not in line))
+    return next(doc for doc in docs if doc and doc["kind"] == "ClusterRole")["rules"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _healthz(port: int) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _lease_holder(api: client.ApiClient, name: str) -> str | None:
+    try:
+        return client.CoordinationV1Api(api).read_namespaced_lease(name, "default").spec.holder_identity
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_a_replica_whose_caches_never_complete_never_takes_the_lease(api, namespace, crd, tmp_path):
+    """A replica whose ServiceAccount may not list one kind it watches (the chart's ClusterRole without
+    its ScavengerQuota rule) never completes its watch caches: it never campaigns for the Lease, and once
+    `--cache-timeout` has passed its /healthz answers 503 naming the stopped task, for its liveness probe
+    to restart it. The same replica given the whole role takes the Lease (so the refusal is the cause)."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    core = client.CoreV1Api(api)
+    name, lease = unique("e2e-rbac"), unique("e2e-caches")
+    rules = _chart_rules()
+    assert any("scavengerquotas" in rule["resources"] for rule in rules)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    rbac.create_cluster_role({"metadata": {"name": name},
+                              "rules": [rule for rule in rules if "scavengerquotas" not in rule["resources"]]})
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]})
+    replicas: list[OperatorProcess] = []
+    try:
+        token = core.create_namespaced_service_account_token(
+            name, namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+            "clusters": [{"name": "local", "cluster": {"server": api.configuration.host,
+                                                       "certificate-authority": api.configuration.ssl_ca_cert}}],
+            "users": [{"name": name, "user": {"token": token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "local", "user": name}}]}))
+        port = _free_port()
+        replicas.append(OperatorProcess(
+            *FAST, "--peering", lease, "--namespaces", namespace, "--cache-timeout", "10s",
+            "--metrics-port", str(port), log=tmp_path / "refused.log", env={"KUBECONFIG": str(kubeconfig)}).start())
+
+        def unhealthy() -> str | None:
+            answer = _healthz_or_none(port)
+            return answer[1] if answer is not None and answer[0] == 503 else None
+
+        why = wait_for("/healthz to answer 503", unhealthy, timeout=120)
+        log = (tmp_path / "refused.log").read_text()
+        assert why == "the leader election task stopped: watch caches not complete after 10s", why
+        assert "scavengerquotas.scavenger.dev is forbidden" in log, log[-3000:]
+        assert "watch caches are complete" not in log, log[-3000:]
+        assert _lease_holder(api, lease) is None, log[-3000:]
+        assert replicas[0].proc is not None and replicas[0].proc.poll() is None  # unhealthy, still serving
+
+        replicas[0].stop()
+        rbac.replace_cluster_role(name, {"metadata": {"name": name}, "rules": rules})
+        port = _free_port()
+        replicas.append(OperatorProcess(  # the default --cache-timeout: a busy cluster may take a while
+            *FAST, "--peering", lease, "--namespaces", namespace, "--metrics-port", str(port),
+            log=tmp_path / "allowed.log", env={"KUBECONFIG": str(kubeconfig)}).start())
+        wait_for("the replica with the whole role to take the Lease", lambda: _lease_holder(api, lease), timeout=120)
+        assert _healthz(port)[0] == 200
+    finally:
+        for replica in replicas:
+            replica.stop()
+        for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
+            with contextlib.suppress(ApiException):
+                delete(name)
+        with contextlib.suppress(ApiException):
+            client.CoordinationV1Api(api).delete_namespaced_lease(lease, "default")
+
+
+def _healthz_or_none(port: int) -> tuple[int, str] | None:
+    """/healthz's answer, or None while nothing listens yet."""
+    try:
+        return _healthz(port)
+    except OSError:
+        return None
