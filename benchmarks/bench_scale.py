@@ -26,8 +26,8 @@ else lands there). It goes through the same cluster in turn:
    each one's plain Job created by the benchmark (as many threads again) once its SJ exists, with no
    operator running. An operator must at least make the Job of every SJ it is given, so this is the most
    any operator could reach here: the users' SJs plus the floor's Jobs. With ``--standby``, the ceiling
-   again while a replica of the operator watches its namespace on standby (another identity holds its
-   Lease, so it decides and writes nothing): what watching costs, before any decision. Also measured: that
+   again while a replica of the operator watches on standby, as the operator does (another identity holds
+   its Lease, so it decides and writes nothing): what watching costs, before any decision. Also measured: that
    replica's CPU while the units are created.
 4. **Kueue** (``--kueue``; ``make bench-scale`` passes it): the same burst as plain Jobs through Kueue's
    manager (v0.17, built from its Go module by ``hack/build-binaries kueue``), running as its own process
@@ -612,8 +612,8 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
     per unit is then the user's create plus the one write no operator can skip; the Jobs' pods follow as
     they do for the floor. Nothing runs after the creates (no stream).
 
-    ``standby``: the same with a replica of the operator watching the namespace as the operator does and
-    deciding nothing (`standby_replica`): what watching alone costs an operator, before any decision or
+    ``standby``: the same with a replica of the operator watching as the operator does and deciding
+    nothing (`standby_replica`): what watching alone costs an operator, before any decision or
     write of its own."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     custom = client.CustomObjectsApi(api)
@@ -665,9 +665,10 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
 
 @contextmanager
 def standby_replica(api: client.ApiClient, namespace: str) -> Iterator[subprocess.Popen[bytes]]:
-    """A replica of the operator watching ``namespace`` with its caches complete, deciding nothing: the Lease
-    it campaigns for is held by another identity for an hour, so it stays on standby, as a second replica
-    of a deployment does."""
+    """A replica of the operator for ``namespace`` (it watches what the operator watches: the SJs, and the
+    Jobs, pods and nodes of every namespace), its caches complete, deciding nothing: the Lease it campaigns
+    for is held by another identity for an hour, so it stays on standby, as a second replica of a
+    deployment does."""
     peering = unique("bench-standby")
     coordination = client.CoordinationV1Api(api)
     renewed = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -1116,8 +1117,8 @@ def main() -> int:
                         help="after the floor, each unit's SJ and its Job created by the benchmark with no operator: "
                              "the most any operator could reach on this cluster")
     parser.add_argument("--standby", action="store_true",
-                        help="then the ceiling again with a standby replica of the operator watching its namespace "
-                             "(deciding nothing): what watching alone costs")
+                        help="then the ceiling again with a standby replica of the operator watching (deciding "
+                             "nothing): what watching alone costs")
     parser.add_argument("--plot", type=Path, help="write the plot (PNG) here")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--profile", type=Path,
