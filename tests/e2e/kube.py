@@ -7,6 +7,7 @@ tests left on the shared default nodes.
 from __future__ import annotations
 
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -44,6 +45,13 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60, inte
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for an operator's metrics or webhook server)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def unique(prefix: str) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -15,18 +14,11 @@ from kubernetes import client
 
 from sj_operator.names import GROUP, PLURAL, VERSION
 from sj_operator.webhook import CONFIGURATION_NAME
-from tests.e2e.kube import wait_for
+from tests.e2e.kube import free_port, wait_for
 from tests.e2e.sj import create_sj, custom, jobs_of, run_pods, sj_spec, status, wait_phase
 from tests.specgen import RandomPicker, invalid_spec
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-OPERATOR_CONFIG = {"webhook_port": _free_port(), "webhook_host": "127.0.0.1"}
+OPERATOR_CONFIG = {"webhook_port": free_port(), "webhook_host": "127.0.0.1"}
 SAMPLE = 240
 
 

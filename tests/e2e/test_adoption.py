@@ -2,7 +2,6 @@
 name; the Job ends as the SJ ended. On the local cluster, the operator in-process with its webhook."""
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,17 +9,10 @@ import pytest
 from kubernetes import client
 
 from sj_operator.webhook import ADOPTION_CONFIGURATION_NAME, CONFIGURATION_NAME
-from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
+from tests.e2e.kube import dedicated_node, free_port, sim_annotations, sim_container, wait_for
 from tests.e2e.sj import run_pods, status, wait_phase
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-OPERATOR_CONFIG = {"webhook_port": _free_port(), "webhook_host": "127.0.0.1"}
+OPERATOR_CONFIG = {"webhook_port": free_port(), "webhook_host": "127.0.0.1"}
 SCAVENGE = {"scavenger.dev/scavenge": "true"}
 
 

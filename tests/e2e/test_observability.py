@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.kube import dedicated_node, wait_for
+from tests.e2e.kube import dedicated_node, free_port, wait_for
 from tests.e2e.sj import InProcessOperator, create_sj, run_pods, sj_spec, status, wait_phase
 from tests.e2e.sj import test_config as operator_config
 
@@ -22,12 +21,6 @@ pytestmark = pytest.mark.kwok_only  # every test here runs on dedicated simulate
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO / ".venv/bin/kubectl-sj"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -45,7 +38,7 @@ def _seconds(stamp: str) -> float:
 @pytest.fixture
 def own_operator(namespace: str, crd: None) -> Iterator[int]:
     """An operator of this namespace alone, so its counters count only this test's SJs."""
-    port = _free_port()
+    port = free_port()
     op = InProcessOperator(operator_config(namespaces=(namespace,), metrics_port=port))
     op.start()
     yield port

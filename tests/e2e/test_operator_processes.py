@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import urllib.error
 import urllib.request
 from typing import Any
@@ -12,7 +11,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.kube import unique, wait_for
+from tests.e2e.kube import free_port, unique, wait_for
 from tests.e2e.sj import (
     REPO,
     OperatorProcess,
@@ -92,12 +91,6 @@ def _chart_rules() -> list[dict[str, Any]]:
     return next(doc for doc in docs if doc and doc["kind"] == "ClusterRole")["rules"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _healthz(port: int) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
@@ -143,7 +136,7 @@ def test_a_replica_whose_caches_never_complete_never_takes_the_lease(api, namesp
                                                        "certificate-authority": api.configuration.ssl_ca_cert}}],
             "users": [{"name": name, "user": {"token": token}}],
             "contexts": [{"name": "sa", "context": {"cluster": "local", "user": name}}]}))
-        port = _free_port()
+        port = free_port()
         replicas.append(OperatorProcess(
             *FAST, "--peering", lease, "--namespaces", namespace, "--cache-timeout", "10s",
             "--metrics-port", str(port), log=tmp_path / "refused.log", env={"KUBECONFIG": str(kubeconfig)}).start())
@@ -162,7 +155,7 @@ def test_a_replica_whose_caches_never_complete_never_takes_the_lease(api, namesp
 
         replicas[0].stop()
         rbac.replace_cluster_role(name, {"metadata": {"name": name}, "rules": rules})
-        port = _free_port()
+        port = free_port()
         replicas.append(OperatorProcess(  # the default --cache-timeout: a busy cluster may take a while
             *FAST, "--peering", lease, "--namespaces", namespace, "--metrics-port", str(port),
             log=tmp_path / "allowed.log", env={"KUBECONFIG": str(kubeconfig)}).start())
