@@ -69,7 +69,7 @@ def _cel_list(values: frozenset[str] | tuple[str, ...]) -> str:
 class _SpecModel(FrozenModel):
     """Base of the spec models: immutable, camelCase aliases, unknown fields rejected."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel)  # frozen: FrozenModel
 
 
 class EnvVar(_SpecModel):

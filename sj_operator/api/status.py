@@ -27,7 +27,7 @@ class Phase(StrEnum):
 class _StatusModel(FrozenModel):
     """Base of the status models: immutable, camelCase aliases, unknown fields ignored."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", alias_generator=to_camel, populate_by_name=True)  # frozen: FrozenModel
 
 
 class Condition(_StatusModel):
