@@ -2,14 +2,17 @@
 
 Run: ``python benchmarks/bench_events.py [--pods N]`` (about half a minute).
 
-Every watch event goes through kopf's processing (``process_resource_event``) with the operator's handlers
-registered (``sj_operator.handlers``: the indexes, the diff base that builds nothing). kopf wraps each event's
-object in a ``Body`` whose ``meta``/``spec``/``status`` views point back at it, and makes a ``Patch`` whose
-views do the same: reference cycles, so that object and everything it holds (the parsed JSON of the pod)
-is freed only by the garbage collector, not by reference counting. Printed:
+A pod's watch event goes to the operator's own pod cache (``sj_operator.pod_cache``: its line decoded, a
+slim view made and indexed); every other kind's (the SJs, their Jobs, the nodes) goes through kopf's
+processing (``process_resource_event``) with the operator's handlers registered (``sj_operator.handlers``:
+the indexes, the diff base that builds nothing). kopf wraps each event's object in a ``Body`` whose
+``meta``/``spec``/``status`` views point back at it, and makes a ``Patch`` whose views do the same:
+reference cycles, so that object and everything it holds (the parsed JSON of the Job) is freed only by the
+garbage collector, not by reference counting. Printed:
 
-* kopf's CPU per event (modified events of pods it has seen, the common case), and the cyclic garbage one
-  event leaves (objects, by type);
+* the pod cache's CPU per pod event, from the stream's line to the indexed view, and kopf's per Job event
+  (modified events of objects seen before, the common case), and the cyclic garbage one kopf event leaves
+  (objects, by type);
 * the CPU that young collections spend on that garbage per event, by how many events a collection
   gathers: a young collection walks every object allocated since the last one, and walking cold memory
   costs more per object, so the operator's collector thresholds (``pacing.GC_THRESHOLDS``) and its pause
@@ -27,6 +30,7 @@ import asyncio
 import collections
 import copy
 import gc
+import json
 import time
 from typing import Any
 
@@ -36,6 +40,8 @@ from kopf._core.engines import indexing
 from kopf._core.reactor import inventory, processing
 
 from sj_operator import handlers
+from sj_operator.observed import pod_view
+from sj_operator.pod_cache import PodCache
 
 POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",
@@ -60,11 +66,26 @@ POD: dict[str, Any] = {
 }
 
 
+JOB: dict[str, Any] = {
+    "apiVersion": "batch/v1", "kind": "Job",
+    "metadata": {"name": "sj-a-r1", "namespace": "team", "uid": "job-1", "resourceVersion": "7",
+                 "labels": {"scavenger.dev/job-name": "sj-a", "scavenger.dev/run": "sj-a-r1"},
+                 "annotations": {"scavenger.dev/config-index": "0"},
+                 "ownerReferences": [{"apiVersion": "scavenger.dev/v1alpha1", "kind": "ScavengerJob", "name": "sj-a",
+                                      "uid": "sj-1", "controller": True, "blockOwnerDeletion": True}]},
+    "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0,
+             "template": {"metadata": {"labels": {"scavenger.dev/job-name": "sj-a", "scavenger.dev/run": "sj-a-r1"}},
+                          "spec": POD["spec"]}},
+    "status": {"active": 1, "ready": 1, "startTime": "2026-11-26T10:00:00Z", "terminating": 0,
+               "uncountedTerminatedPods": {}},
+}
+
+
 class Events:
-    """kopf's processing of pod watch events, with the operator's handlers and settings (also what
+    """kopf's processing of watch events of one kind, with the operator's handlers and settings (also what
     `tests/unit/test_handlers.py` drives kopf with)."""
 
-    def __init__(self) -> None:
+    def __init__(self, resource: references.Resource) -> None:
         self.registry = kopf.get_default_registry()
         self.settings = kopf.OperatorSettings()
         self.settings.persistence.diffbase_storage = handlers.NoDiffBase()
@@ -72,29 +93,60 @@ class Events:
         self.indexers.ensure(self.registry._indexing.get_all_handlers())
         self.memories = inventory.ResourceMemories()
         self.memo = kopf.Memo(wake=asyncio.Event(), shared={"disrupted": {}})
-        self.pods = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
+        self.resource = resource
 
     async def handle(self, body: dict[str, Any], raw_type: str | None = "MODIFIED") -> None:
         """One event of ``body`` (``raw_type`` None: seen in the initial listing)."""
         await processing.process_resource_event(
             lifecycle=kopf.lifecycles.all_at_once, indexers=self.indexers, registry=self.registry,
-            settings=self.settings, memories=self.memories, memobase=self.memo, resource=self.pods,
+            settings=self.settings, memories=self.memories, memobase=self.memo, resource=self.resource,
             raw_event={"type": raw_type, "object": body}, event_queue=asyncio.Queue(), no_throttling=True)
 
 
-def pods(n: int) -> list[dict[str, Any]]:
+JOBS = references.Resource(group="batch", version="v1", plural="jobs", kind="Job", namespaced=True)
+
+
+def numbered(template: dict[str, Any], n: int, suffix: str = "") -> list[dict[str, Any]]:
     out = []
     for i in range(n):
-        pod = copy.deepcopy(POD)
-        pod["metadata"].update(name=f"sj-{i}-r1-x", uid=f"pod-{i}")
-        pod["metadata"]["labels"].update({"scavenger.dev/job-name": f"sj-{i}", "scavenger.dev/run": f"sj-{i}-r1"})
-        out.append(pod)
+        obj = copy.deepcopy(template)
+        obj["metadata"].update(name=f"sj-{i}-r1{suffix}", uid=f"{template['kind']}-{i}")
+        obj["metadata"]["labels"].update({"scavenger.dev/job-name": f"sj-{i}", "scavenger.dev/run": f"sj-{i}-r1"})
+        out.append(obj)
     return out
 
 
+def pods(n: int) -> list[dict[str, Any]]:
+    return numbered(POD, n, "-x")
+
+
+def pod_cache_per_event(bodies: list[dict[str, Any]]) -> float:
+    """The pod cache's CPU per modified event of pods it holds (seconds): the stream's line decoded, the view
+    made and indexed; each event changes the pod (Pending, then Running), so none is skipped as unchanged."""
+    cache = PodCache()
+    pending = [{**b, "status": {"phase": "Pending"}} for b in bodies]
+    cache.replace(pod_view(b) for b in pending)
+    lines = [json.dumps({"type": "MODIFIED", "object": b}).encode() for b in bodies]
+    gc.collect()
+    gc.disable()
+    try:
+        started = time.process_time()
+        for line in lines:
+            event = json.loads(line)
+            cache.apply(event["type"], event["object"])
+        return (time.process_time() - started) / len(lines)
+    finally:
+        gc.enable()
+
+
 async def main(args: argparse.Namespace) -> None:
-    events, bodies = Events(), pods(args.pods)
-    for body in bodies:  # kopf remembers each object from its first event on
+    bodies = pods(args.pods)
+    cache = pod_cache_per_event(bodies)
+    print(f"the pod cache: {cache * 1e6:.0f} us of CPU per pod event ({len(bodies)} pods; its line decoded, the "
+          "view made and indexed)", flush=True)
+    bodies = numbered(JOB, args.pods)
+    events = Events(JOBS)
+    for body in bodies:
         await events.handle(copy.deepcopy(body))
     copies = [copy.deepcopy(b) for b in bodies]
     gc.collect()
@@ -110,7 +162,7 @@ async def main(args: argparse.Namespace) -> None:
         garbage = collections.Counter(type(o).__qualname__ for o in gc.garbage)
         gc.set_debug(0)
         gc.garbage.clear()
-        print(f"kopf's processing: {per_event * 1e6:.0f} us of CPU per pod event ({len(bodies)} pods); each event "
+        print(f"kopf's processing: {per_event * 1e6:.0f} us of CPU per Job event ({len(bodies)} Jobs); each event "
               f"leaves {sum(garbage.values()) / len(bodies):.0f} objects of cyclic garbage: "
               + ", ".join(f"{name} {n / len(bodies):.1f}" for name, n in garbage.most_common(8)), flush=True)
         for every in args.every:

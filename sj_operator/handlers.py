@@ -4,7 +4,9 @@ Importing this module registers the handlers. The handlers only index slim views
 of what they see and wake the loop; all decisions happen in `controller.py`, all
 API writes in `kube.py`. kopf guarantees that non-index handlers run only after
 every index has its initial listing, so the loop starts on a complete cache: it is
-released by the first event of the `default` namespace, which every cluster has.
+released by the first event of the `default` namespace, which every cluster has, once
+the pod cache (`pod_cache.py`: pods are listed and watched outside kopf) has its
+first listing too.
 """
 from __future__ import annotations
 
@@ -29,13 +31,13 @@ from sj_operator.observed import (
     adopted_job,
     job_view,
     node_info,
-    pod_view,
     quota_view,
     remember_disrupted,
     sj_object,
     with_disrupted,
 )
 from sj_operator.pacing import batch_window, collector_paused, watch_gc, watch_lag
+from sj_operator.pod_cache import PodCache
 from sj_operator.webhook import WebhookServer, webhook_hosts
 
 log = logging.getLogger("sj_operator")
@@ -81,7 +83,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             log.info("created PriorityClass %s (value %s)", pc["metadata"]["name"], pc["value"])
     memo.elector = LeaseElector(memo.kube, name=config.peering, namespace=config.lease_namespace,
                                 identity=config.identity, on_change=memo.wake.set)
+    shared = memo.shared
+    memo.pods = PodCache(on_change=memo.wake.set, remember=lambda pod: remember_disrupted(shared["disrupted"], pod))
     memo.tasks = [
+        asyncio.create_task(memo.pods.run(memo.kube), name="pod cache"),
         asyncio.create_task(campaign_once_ready(memo.ready, memo.elector.run, config.cache_timeout.total_seconds()),
                             name="leader election"),
         asyncio.create_task(_decision_loop(memo), name="decision loop"),
@@ -134,6 +139,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await memo.metrics_server.cleanup()
     if memo.get("unwatch_gc") is not None:
         memo.unwatch_gc()
+    if memo.get("kube") is not None:
+        await memo.kube.close()
 
 
 # --- indexes: what the loop reads -------------------------------------------------------
@@ -158,21 +165,6 @@ async def adopted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[Any, Any]:
     return {(job.namespace, job.name): job}
 
 
-@kopf.index("", "v1", "pods")
-async def pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[Any, Any]:
-    pod = pod_view(body)
-    keys: dict[Any, Any] = {}
-    if pod.holds_resources:
-        keys["active"] = pod
-    if pod.run is not None:
-        keys[("run", pod.namespace, pod.run)] = pod
-        remember_disrupted(memo.shared["disrupted"], pod)
-        memo.wake.set()
-    elif pod.terminal or pod.deleting:
-        memo.wake.set()  # room may have been freed
-    return keys
-
-
 @kopf.index(GROUP, VERSION, QUOTA_PLURAL)
 async def quotas(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     memo.wake.set()
@@ -190,31 +182,26 @@ Indexes = kopf.Index[Any, Any]
 
 # kopf passes indexes as keyword arguments named after them, which its handler protocol cannot express.
 @kopf.on.event("", "v1", "namespaces", when=lambda name, **_: name == "default")  # type: ignore[arg-type]
-async def indexes_ready(sjs: Indexes, runs: Indexes, pods: Indexes, nodes: Indexes, quotas: Indexes,
+async def indexes_ready(sjs: Indexes, runs: Indexes, nodes: Indexes, quotas: Indexes,
                         adopted: Indexes, memo: kopf.Memo, **_: Any) -> None:
-    """Runs only once every index is populated: hands the indexes to the loop."""
+    """Runs only once every index is populated: hands the indexes to the loop once the pod cache's first
+    listing is in too."""
     if not memo.ready.is_set():
-        memo.shared["indexes"] = (sjs, runs, pods, nodes, quotas, adopted)
+        await memo.pods.ready.wait()
+        memo.shared["indexes"] = (sjs, runs, memo.pods, nodes, quotas, adopted)
         memo.ready.set()
         log.info("watch caches are complete; the decision loop starts")
 
 
 def _view(shared: dict[str, Any]) -> ClusterView:
-    sj_idx, job_idx, pod_idx, node_idx, quota_idx, adopted_idx = shared["indexes"]
-    run_pods: dict[tuple[str, str], tuple[Any, ...]] = {}
-    active: tuple[Any, ...] = ()
-    for key in list(pod_idx):
-        if key == "active":
-            active = tuple(pod_idx[key])
-        elif isinstance(key, tuple) and key[0] == "run":
-            run_pods[(key[1], key[2])] = tuple(pod_idx[key])
+    sj_idx, job_idx, pod_cache, node_idx, quota_idx, adopted_idx = shared["indexes"]
     jobs = {key: next(iter(store)) for key, store in list(job_idx.items()) if len(store)}
-    run_pods, shared["disrupted"] = with_disrupted(run_pods, shared["disrupted"], jobs)
+    run_pods, shared["disrupted"] = with_disrupted(pod_cache.runs(), shared["disrupted"], jobs)
     return ClusterView(
         sjs=tuple(sj_idx.get("sj", ())),
         jobs=jobs,
         run_pods=run_pods,
-        active_pods=active,
+        active_pods=pod_cache.active(),
         nodes=tuple(node_idx.get("node", ())),
         quotas=tuple(quota_idx.get("quota", ())),
         adopted=tuple(next(iter(store)) for store in list(adopted_idx.values()) if len(store)),

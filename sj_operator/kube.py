@@ -14,11 +14,13 @@ import contextvars
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
+import aiohttp
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -70,6 +72,10 @@ class Forbidden(KubeError):
     """Refused by authorization or an admission rule (Pod Security, a ResourceQuota, a policy)."""
 
 
+class Gone(KubeError):
+    """A watch's resourceVersion is older than the API server keeps (410): list again."""
+
+
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, ApiException):
         return exc.status in (0, 429, 500, 502, 503, 504)
@@ -82,8 +88,25 @@ def _typed(exc: ApiException) -> KubeError:
         message = json.loads(exc.body or "{}").get("message", "")
     except (ValueError, AttributeError):
         message = str(exc.body or "")
-    cls = {403: Forbidden, 404: NotFound, 409: Conflict, 422: Invalid}.get(exc.status, KubeError)
-    return cls(exc.status, exc.reason or "", message)
+    return _error(exc.status, exc.reason or "", message)
+
+
+def _error(status: int, reason: str, message: str) -> KubeError:
+    cls = {403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone, 422: Invalid}.get(status, KubeError)
+    return cls(status, reason, message)
+
+
+def split_lines(buffer: bytearray, chunk: bytes) -> list[bytes]:
+    """Appends ``chunk`` to ``buffer`` and takes the complete lines out of it (without their newlines,
+    empty ones skipped); an incomplete last line stays in ``buffer`` for the next chunk. A watch stream is
+    one JSON event per line, and a line is as long as its object (no limit, unlike a reader's readline)."""
+    buffer += chunk
+    end = buffer.rfind(b"\n")
+    if end < 0:
+        return []
+    lines = [line for line in bytes(buffer[:end]).split(b"\n") if line.strip()]
+    del buffer[:end + 1]
+    return lines
 
 
 def in_background() -> None:
@@ -139,6 +162,7 @@ class Kube:
         """Told of every failed attempt (operation, HTTP status; 0 without a response): the metrics."""
         self.on_request: Callable[[str], None] = lambda operation: None
         """Told of every attempt (operation): the metrics."""
+        self._session: aiohttp.ClientSession | None = None
 
     @classmethod
     def from_environment(cls) -> Kube:
@@ -178,6 +202,95 @@ class Kube:
             # the client uses for "no HTTP response").
             raise KubeError(0, type(exc).__name__, str(exc)) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- raw lists and watches (the pod cache) ------------------------------------
+    # The client's watch decodes every event into its models, and kopf's costs a worker's round per event;
+    # the pod cache, which sees every pod of the cluster change, reads the raw stream itself: one JSON
+    # decode per event, on the loop, with the client's own host and credentials.
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            conf = self.api.configuration
+            context = ssl.create_default_context(cafile=conf.ssl_ca_cert)
+            if conf.cert_file:
+                context.load_cert_chain(conf.cert_file, conf.key_file)
+            if not conf.verify_ssl:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            self._session = aiohttp.ClientSession(
+                base_url=conf.host, connector=aiohttp.TCPConnector(ssl=context, limit=4))
+        return self._session
+
+    def _headers(self) -> dict[str, str]:
+        """The client's credentials for a request now (a bearer token is read again as it rotates)."""
+        headers = {"Accept": "application/json"}
+        for setting in self.api.configuration.auth_settings().values():  # as the client's own requests do
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        return headers
+
+    async def _get(self, path: str, params: Mapping[str, str], timeout: float) -> aiohttp.ClientResponse:
+        operation = "list_raw" if "watch" not in params else "watch_raw"
+        self.on_request(operation)
+        try:
+            response = await self._http().get(path, params=params, headers=self._headers(),
+                                              timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=10))
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.on_error(operation, 0)
+            raise KubeError(0, type(exc).__name__, str(exc)) from exc
+        if response.status != 200:
+            self.on_error(operation, response.status)
+            try:
+                message = json.loads(await response.read()).get("message", "")
+            except (ValueError, AttributeError, aiohttp.ClientError):
+                message = ""
+            response.release()
+            raise _error(response.status, response.reason or "", message)
+        return response
+
+    async def list_raw(self, path: str, *, page: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every object at ``path`` (``/api/v1/pods``), as the API server's dicts, a page at a time; and the
+        list's resourceVersion, from which a watch continues."""
+        items: list[dict[str, Any]] = []
+        params = {"limit": str(page)}
+        while True:
+            response = await self._get(path, params, timeout=60)
+            try:
+                found = json.loads(await response.read())
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                raise KubeError(0, type(exc).__name__, str(exc)) from exc
+            finally:
+                response.release()
+            items.extend(found.get("items") or [])
+            meta = found.get("metadata") or {}
+            if not meta.get("continue"):
+                return items, str(meta.get("resourceVersion", ""))
+            params = {"limit": str(page), "continue": meta["continue"]}
+
+    async def watch_raw(self, path: str, resource_version: str, *,
+                        timeout: int = 270) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """The events at ``path`` after ``resource_version``, as (type, object) with bookmarks, until the
+        API server ends the watch (after about ``timeout`` seconds). Raises `Gone` when that version is too
+        old to continue from, and `KubeError` when the stream breaks."""
+        params = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+                  "timeoutSeconds": str(timeout)}
+        response = await self._get(path, params, timeout=timeout + 30)
+        buffer = bytearray()
+        try:
+            async for chunk in response.content.iter_any():
+                for line in split_lines(buffer, chunk):
+                    event = json.loads(line)
+                    kind, obj = event.get("type", ""), event.get("object") or {}
+                    if kind == "ERROR":
+                        raise _error(int(obj.get("code") or 0), obj.get("reason") or "", obj.get("message") or "")
+                    yield kind, obj
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise KubeError(0, type(exc).__name__, str(exc)) from exc
+        finally:
+            response.release()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
 
     # --- Leases (leader election) -----------------------------------------------
     async def read_lease(self, namespace: str, name: str) -> Any:

@@ -12,16 +12,16 @@ from typing import Any
 
 import kopf
 
-from benchmarks.bench_events import Events
+from benchmarks.bench_events import JOBS, Events
 from sj_operator import handlers
-from sj_operator.observed import PodView
+from sj_operator.observed import JobView
 
-POD: dict[str, Any] = {
-    "apiVersion": "v1", "kind": "Pod",
-    "metadata": {"name": "sj-a-r1-x", "namespace": "team", "uid": "pod-1", "resourceVersion": "7",
+JOB: dict[str, Any] = {
+    "apiVersion": "batch/v1", "kind": "Job",
+    "metadata": {"name": "sj-a-r1", "namespace": "team", "uid": "job-1", "resourceVersion": "7",
                  "labels": {"scavenger.dev/job-name": "sj-a", "scavenger.dev/run": "sj-a-r1"}},
-    "spec": {"nodeName": "node-1", "containers": [{"name": "main", "resources": {"requests": {"cpu": "100m"}}}]},
-    "status": {"phase": "Running"},
+    "spec": {"parallelism": 1},
+    "status": {"active": 1, "startTime": "2026-11-26T10:00:00Z"},
 }
 
 
@@ -29,30 +29,33 @@ def test_no_handler_detects_changes_so_the_diff_base_is_never_read() -> None:
     registry = kopf.get_default_registry()
     assert registry._changing.get_all_handlers() == []  # on.create/update/delete/resume/field
     assert registry._spawning.get_all_handlers() == []  # daemons and timers diff too
-    assert len(registry._indexing.get_all_handlers()) == 6
+    indexes = registry._indexing.get_all_handlers()
+    assert len(indexes) == 5
+    # Pods are the pod cache's (sj_operator.pod_cache), not kopf's: no kopf handler of any sort watches them.
+    assert not [h for h in indexes if "pods" in str(h.selector)]
 
 
 def test_kopf_indexes_every_event_with_no_diff_base() -> None:
-    events = Events()  # kopf's processing with the operator's handlers and NoDiffBase
+    events = Events(JOBS)  # kopf's processing with the operator's handlers and NoDiffBase
 
-    def run_pods() -> tuple[PodView, ...]:
-        index = events.indexers.indices["pods"]
-        return tuple(index.get(("run", "team", "sj-a-r1"), ()))
+    def runs() -> tuple[JobView, ...]:
+        index = events.indexers.indices["runs"]
+        return tuple(index.get(("team", "sj-a-r1"), ()))
 
-    asyncio.run(events.handle(copy.deepcopy(POD), None))
-    assert [p.node for p in run_pods()] == ["node-1"]
+    asyncio.run(events.handle(copy.deepcopy(JOB), None))
+    assert [(j.sj, j.failed) for j in runs()] == [("sj-a", False)]
     assert events.memo.wake.is_set()
     assert isinstance(events.settings.persistence.diffbase_storage, handlers.NoDiffBase)
-    assert events.settings.persistence.diffbase_storage.build(body=kopf.Body(POD)) == {}
+    assert events.settings.persistence.diffbase_storage.build(body=kopf.Body(JOB)) == {}
 
-    moved = copy.deepcopy(POD)
+    moved = copy.deepcopy(JOB)
     moved["metadata"]["resourceVersion"] = "8"
-    moved["status"]["phase"] = "Succeeded"
+    moved["status"]["conditions"] = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]
     asyncio.run(events.handle(moved, "MODIFIED"))
-    assert [p.terminal for p in run_pods()] == [True]
+    assert [j.failed for j in runs()] == [True]
 
     asyncio.run(events.handle(moved, "DELETED"))
-    assert run_pods() == ()
+    assert runs() == ()
 
 
 def test_the_process_is_unhealthy_with_the_first_task_that_stopped_and_why() -> None:

@@ -344,3 +344,36 @@ def test_an_event_is_stamped_with_when_it_happened() -> None:
                            api_version="scavenger.dev/v1alpha1", type_="Normal", reason="Launched",
                            message="run sj-r1 launched", at=at))
     assert bodies[0]["firstTimestamp"] == bodies[0]["lastTimestamp"] == "2026-11-25T12:00:01Z"
+
+
+# --- the raw list and watch's credentials -------------------------------------------------------------
+
+def _configured(**settings: Any) -> Kube:
+    configuration = client.Configuration(host="https://api.example:6443")
+    for name, value in settings.items():
+        setattr(configuration, name, value)
+    return Kube(client.ApiClient(configuration))
+
+
+@pytest.mark.parametrize(("settings", "expected"), [
+    # What load_kube_config and load_incluster_config leave for a token (the prefix is in the value).
+    ({"api_key": {"BearerToken": "Bearer abc"}}, {"authorization": "Bearer abc"}),
+    # A token kept apart from its prefix.
+    ({"api_key": {"BearerToken": "abc"}, "api_key_prefix": {"BearerToken": "Bearer"}},
+     {"authorization": "Bearer abc"}),
+    # Client certificates (the local cluster's kubeconfig): no header.
+    ({"cert_file": "/nonexistent.crt", "key_file": "/nonexistent.key"}, {}),
+])
+def test_the_raw_requests_carry_the_clients_credentials(settings: dict[str, Any], expected: dict[str, str]) -> None:
+    headers = _configured(**settings)._headers()
+    assert {k: v for k, v in headers.items() if k != "Accept"} == expected
+
+
+def test_a_rotated_token_is_read_again_for_each_request() -> None:
+    tokens = iter(["Bearer one", "Bearer two"])
+
+    def refresh(configuration: client.Configuration) -> None:
+        configuration.api_key["BearerToken"] = next(tokens)
+
+    kube = _configured(api_key={"BearerToken": "Bearer zero"}, refresh_api_key_hook=refresh)
+    assert [kube._headers()["authorization"] for _ in range(2)] == ["Bearer one", "Bearer two"]

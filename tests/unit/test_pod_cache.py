@@ -1,0 +1,228 @@
+"""The pod cache (sj_operator.pod_cache) and the raw watch's line splitting (sj_operator.kube.split_lines):
+what the loop reads after each kind of event, when it is woken, and how the list-and-watch cycle recovers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from sj_operator.kube import Gone, KubeError, split_lines
+from sj_operator.observed import PodView, pod_view, remember_disrupted
+from sj_operator.pod_cache import PodCache
+
+
+def raw(name: str, *, run: str | None = None, phase: str = "Running", node: str | None = "n1",
+        deleting: bool = False, disrupted: bool = False, rv: str = "1", cpu: str = "1") -> dict[str, Any]:
+    labels = {"scavenger.dev/job-name": "sj", "scavenger.dev/run": run} if run else {}
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels,
+                            "resourceVersion": rv}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status: dict[str, Any] = {"phase": phase}
+    if disrupted:
+        status["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.wakes = 0
+        self.disrupted: dict[Any, PodView] = {}
+
+    def cache(self) -> PodCache:
+        return PodCache(on_change=self.wake, remember=lambda pod: remember_disrupted(self.disrupted, pod))
+
+    def wake(self) -> None:
+        self.wakes += 1
+
+
+def names(pods: tuple[PodView, ...]) -> list[str]:
+    return sorted(p.name for p in pods)
+
+
+# (events applied in order, active pods after, runs after {run: members}, wakes)
+CASES: list[tuple[str, list[tuple[str, dict[str, Any]]], list[str], dict[str, list[str]], int]] = [
+    ("another workload's pod holds room and does not wake the loop",
+     [("ADDED", raw("web"))], ["web"], {}, 0),
+    ("a run member is indexed by its run and wakes the loop",
+     [("ADDED", raw("a-0", run="a-r1"))], ["a-0"], {"a-r1": ["a-0"]}, 1),
+    ("a member that finished holds no room but stays in its run",
+     [("ADDED", raw("a-0", run="a-r1")), ("MODIFIED", raw("a-0", run="a-r1", phase="Succeeded", rv="2"))],
+     [], {"a-r1": ["a-0"]}, 2),
+    ("a member moves between runs only by its labels",
+     [("ADDED", raw("a-0", run="a-r1")), ("MODIFIED", raw("a-0", run="a-r2", rv="2"))],
+     ["a-0"], {"a-r2": ["a-0"]}, 2),
+    ("a pod that stops frees room and wakes the loop",
+     [("ADDED", raw("web")), ("MODIFIED", raw("web", phase="Failed", rv="2"))], [], {}, 1),
+    ("a pod deleted while holding room wakes the loop",
+     [("ADDED", raw("web")), ("DELETED", raw("web", rv="2"))], [], {}, 1),
+    ("a stopped pod's deletion does not",
+     [("ADDED", raw("web", phase="Succeeded")), ("DELETED", raw("web", phase="Succeeded", rv="2"))], [], {}, 1),
+    ("a deleted member leaves its run",
+     [("ADDED", raw("a-0", run="a-r1")), ("ADDED", raw("a-1", run="a-r1")), ("DELETED", raw("a-0", run="a-r1"))],
+     ["a-1"], {"a-r1": ["a-1"]}, 3),
+    ("the same view again changes nothing and wakes nobody",
+     [("ADDED", raw("a-0", run="a-r1")), ("MODIFIED", raw("a-0", run="a-r1"))], ["a-0"], {"a-r1": ["a-0"]}, 1),
+    ("a bookmark changes nothing",
+     [("ADDED", raw("web")), ("BOOKMARK", {"metadata": {"resourceVersion": "9"}})], ["web"], {}, 0),
+]
+
+
+@pytest.mark.parametrize(("events", "active", "runs", "wakes"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_events(events: list[tuple[str, dict[str, Any]]], active: list[str], runs: dict[str, list[str]],
+                wakes: int) -> None:
+    rec = Recorder()
+    cache = rec.cache()
+    for kind, obj in events:
+        cache.apply(kind, obj)
+    assert names(cache.active()) == active
+    assert {run: names(members) for (_, run), members in cache.runs().items()} == runs
+    assert rec.wakes == wakes
+    assert cache.resource_version == events[-1][1]["metadata"]["resourceVersion"]
+
+
+def test_a_disrupted_member_is_remembered_even_when_only_its_deletion_is_seen() -> None:
+    rec = Recorder()
+    cache = rec.cache()
+    cache.apply("ADDED", raw("a-0", run="a-r1"))
+    assert rec.disrupted == {}
+    cache.apply("DELETED", raw("a-0", run="a-r1", disrupted=True, phase="Succeeded"))
+    assert list(rec.disrupted) == [("ns", "a-r1", "uid-a-0")]
+    assert cache.runs() == {}
+
+
+def test_the_active_tuple_is_the_same_object_until_an_active_pod_changes() -> None:
+    cache = Recorder().cache()
+    cache.apply("ADDED", raw("web"))
+    first = cache.active()
+    cache.apply("MODIFIED", raw("web", rv="2"))  # same view: nothing changed
+    assert cache.active() is first
+    cache.apply("MODIFIED", raw("web", cpu="2", rv="3"))
+    assert cache.active() is not first and cache.active()[0].requests["cpu"] == 2000
+
+
+def test_a_listing_replaces_the_cache_and_keeps_unchanged_views() -> None:
+    rec = Recorder()
+    cache = rec.cache()
+    for name in ("keep", "gone", "changed"):
+        cache.apply("ADDED", raw(name))
+    kept = cache.active()[0]
+    cache.replace([pod_view(raw("keep")), pod_view(raw("changed", cpu="3")), pod_view(raw("new"))])
+    assert names(cache.active()) == ["changed", "keep", "new"]
+    assert next(p for p in cache.active() if p.name == "keep") is kept
+    assert next(p for p in cache.active() if p.name == "changed").requests["cpu"] == 3000
+    assert len(cache) == 3
+    assert rec.wakes == 1  # the pod gone held room
+
+
+# --- split_lines -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("chunks", "lines", "left"), [
+    ([b'{"a":1}\n'], [[b'{"a":1}']], b""),
+    ([b'{"a":', b'1}\n{"b"', b':2}\n'], [[], [b'{"a":1}'], [b'{"b":2}']], b""),
+    ([b'{"a":1}\n{"b":2}\n{"c"'], [[b'{"a":1}', b'{"b":2}']], b'{"c"'),
+    ([b"\n\n{}\n"], [[b"{}"]], b""),
+    ([b"x" * 300_000, b"\n"], [[], [b"x" * 300_000]], b""),  # a line longer than any reader's buffer
+])
+def test_split_lines(chunks: list[bytes], lines: list[list[bytes]], left: bytes) -> None:
+    buffer = bytearray()
+    assert [split_lines(buffer, chunk) for chunk in chunks] == lines
+    assert bytes(buffer) == left
+
+
+# --- the list-and-watch cycle against a scripted API --------------------------------------------------
+
+class ScriptedKube:
+    """Answers lists and watches from a script; each entry is a listing (items, version), a watch's events
+    (a list, then the watch ends), or an exception raised by the next call."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = script
+        self.calls: list[str] = []
+
+    def _next(self, what: str) -> Any:
+        if not self.script:
+            raise asyncio.CancelledError
+        step = self.script.pop(0)
+        if isinstance(step, Exception):
+            self.calls.append(f"{what} failed")
+            raise step
+        return step
+
+    async def list_raw(self, path: str) -> tuple[list[dict[str, Any]], str]:
+        items, version = self._next("list")
+        self.calls.append(f"list -> {version}")
+        return list(items), version
+
+    async def watch_raw(self, path: str, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        events = self._next(f"watch {resource_version}")
+        self.calls.append(f"watch {resource_version}")
+        for event in events:
+            if isinstance(event, Exception):
+                raise event
+            yield event
+
+
+def run_cache(script: list[Any]) -> tuple[PodCache, ScriptedKube, list[float]]:
+    kube = ScriptedKube(script)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    async def main() -> PodCache:
+        cache = PodCache()
+        with pytest.raises(asyncio.CancelledError):
+            await cache.run(kube, sleep=sleep)  # type: ignore[arg-type]
+        return cache
+
+    return asyncio.run(main()), kube, slept
+
+
+def test_a_watch_the_server_ends_continues_from_the_last_version() -> None:
+    cache, kube, slept = run_cache([
+        ([raw("a")], "10"),
+        [("ADDED", raw("b", rv="11")), ("BOOKMARK", {"metadata": {"resourceVersion": "15"}})],
+        [("DELETED", raw("a", rv="16"))],
+    ])
+    assert kube.calls == ["list -> 10", "watch 10", "watch 15"]
+    assert names(cache.active()) == ["b"] and cache.ready.is_set() and slept == []
+
+
+def test_gone_lists_again_at_once() -> None:
+    cache, kube, slept = run_cache([
+        ([raw("a")], "10"),
+        [("ADDED", raw("b", rv="11")), Gone(410, "Expired", "too old")],
+        ([raw("c")], "20"),
+        [],
+    ])
+    assert kube.calls == ["list -> 10", "watch 10", "list -> 20", "watch 20"]
+    assert names(cache.active()) == ["c"] and slept == []
+
+
+def test_failures_back_off_retry_the_watch_then_list_again() -> None:
+    cache, kube, slept = run_cache([
+        KubeError(0, "ClientConnectorError"),
+        KubeError(403, "Forbidden"),
+        ([raw("a")], "10"),
+        KubeError(0, "ServerDisconnectedError"),
+        [("ADDED", raw("b", rv="12"))],
+        KubeError(500, "Internal"),
+        KubeError(0, "ServerDisconnectedError"),
+        ([raw("c")], "30"),
+    ])
+    assert kube.calls == ["list failed", "list failed", "list -> 10", "watch 10 failed", "watch 10",
+                          "watch 12 failed", "watch 12 failed", "list -> 30"]
+    assert slept == [1.0, 2.0, 1.0, 1.0, 2.0]
+    assert names(cache.active()) == ["c"]
+
+
+def test_ready_only_once_listed() -> None:
+    cache, _, slept = run_cache([KubeError(403, "Forbidden"), KubeError(403, "Forbidden")])
+    assert not cache.ready.is_set() and slept == [1.0, 2.0]
