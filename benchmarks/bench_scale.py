@@ -40,7 +40,8 @@ else lands there). It goes through the same cluster in turn:
 
 Progress is printed as it goes; the result is a table, optionally a JSON file and a PNG plot
 (matplotlib). ``--profile FILE`` samples the operator with py-spy while it runs (its collapsed stacks go to
-FILE; the shares by package, function and API operation are logged). Everything the run made (nodes,
+FILE; the shares by package, function and API operation are logged); with ``--profile-burst``, only until
+every SJ's Job exists. Everything the run made (nodes,
 namespaces, PriorityClasses) is deleted at the end.
 """
 from __future__ import annotations
@@ -458,13 +459,13 @@ def process(args: list[str], logfile: Path, ready: Callable[[], bool], what: str
 
 
 @contextmanager
-def profiled(pid: int, output: Path | None) -> Iterator[None]:
+def profiled(pid: int, output: Path | None) -> Iterator[Callable[[], None]]:
     """With ``output``: py-spy samples the process (50 Hz, all threads, without pausing it: so threads blocked
     in C, such as workers waiting for a response, count as busy) until the block ends, writes its stacks to
     ``output`` (collapsed: one stack and its samples per line; flamegraph tools read it), and logs
-    `profile_summary`."""
+    `profile_summary`. What it yields stops the sampling earlier (a second call does nothing)."""
     if output is None:
-        yield
+        yield lambda: None
         return
     spy = Path(sys.executable).with_name("py-spy")
     if not spy.exists():
@@ -474,9 +475,10 @@ def profiled(pid: int, output: Path | None) -> Iterator[None]:
     proc = subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "50", "--format", "raw",
                              "--output", str(output), "--nonblocking"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        yield
-    finally:
+
+    def stop() -> None:
+        if proc.returncode is not None:
+            return
         proc.send_signal(signal.SIGINT)
         try:
             _, err = proc.communicate(timeout=60)
@@ -488,6 +490,11 @@ def profiled(pid: int, output: Path | None) -> Iterator[None]:
         else:
             for line in profile_summary(output.read_text().splitlines()):
                 log(f"  {line}")
+
+    try:
+        yield stop
+    finally:
+        stop()
 
 
 def profile_summary(collapsed: list[str], top: int = 10) -> list[str]:
@@ -688,7 +695,8 @@ def standby_replica(api: client.ApiClient, namespace: str) -> Iterator[subproces
 
 
 def operator_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result,
-                 settle: float, *, followed: bool = False, profile: Path | None = None) -> None:
+                 settle: float, *, followed: bool = False, profile: Path | None = None,
+                 profile_burst: bool = False) -> None:
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
     namespace = create_namespace(core)
@@ -697,7 +705,7 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
     log(f"the operator: {len(work.gangs)} SJs ({work.pods} pods) in {namespace} (operator log {logfile})")
     rec = Recorder(namespace)
     try:
-        with operator_process(namespace, port, logfile) as proc, profiled(proc.pid, profile):
+        with operator_process(namespace, port, logfile) as proc, profiled(proc.pid, profile) as stop_profile:
             rec.start()
             cpu0 = process_cpu("bin/kube-apiserver")
             op0 = process_cpu("--peering bench-scale") or 0.0
@@ -714,6 +722,8 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
             log(f"  all {len(names)} SJs created in {took_create:.1f}s; waiting for their Jobs")
             rec.wait(f"Jobs of all {len(names)} SJs", lambda: len(rec.job_seen) >= len(names), 3600)
             last = max(rec.job_seen[n] for n in names)
+            if profile_burst:
+                stop_profile()
             took = last - start
             cpu1 = process_cpu("bin/kube-apiserver")
             op1 = process_cpu("--peering bench-scale") or 0.0
@@ -1123,9 +1133,13 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--profile", type=Path,
                         help="sample the operator with py-spy while it runs; its stacks go here (collapsed)")
+    parser.add_argument("--profile-burst", action="store_true",
+                        help="with --profile: sample only until every SJ's Job exists (the burst)")
     parser.add_argument("--kueue", action="store_true",
                         help=f"then the same burst through Kueue {KUEUE_VERSION} (hack/build-binaries kueue builds it)")
     args = parser.parse_args()
+    if args.profile_burst and args.profile is None:
+        parser.error("--profile-burst needs --profile FILE")
     if not os.environ.get("KUBECONFIG"):
         parser.error("no cluster: set KUBECONFIG (make bench-scale starts the local cluster)")
     config.load_kube_config()
@@ -1146,7 +1160,7 @@ def main() -> int:
             if args.standby:
                 ceiling_run(api, work, args.threads, args.period, result, standby=True)
             operator_run(api, work, args.threads, args.period, result, args.settle, followed=args.kueue,
-                         profile=args.profile)
+                         profile=args.profile, profile_burst=args.profile_burst)
             if args.kueue:
                 kueue_run(api, work, args.threads, result, args.nodes, args.node_cpu)
     finally:
