@@ -2,17 +2,17 @@
 
 Run: ``python benchmarks/bench_events.py [--pods N]`` (about half a minute).
 
-A pod's watch event goes to the operator's own pod cache (``sj_operator.pod_cache``: its line decoded, a
-slim view made and indexed); every other kind's (the SJs, their Jobs, the nodes) goes through kopf's
-processing (``process_resource_event``) with the operator's handlers registered (``sj_operator.handlers``:
-the indexes, the diff base that builds nothing). kopf wraps each event's object in a ``Body`` whose
-``meta``/``spec``/``status`` views point back at it, and makes a ``Patch`` whose views do the same:
-reference cycles, so that object and everything it holds (the parsed JSON of the Job) is freed only by the
-garbage collector, not by reference counting. Printed:
+A pod's or a run's Job's watch event goes to the operator's own watch caches (``sj_operator.caches``: its
+line decoded, a slim view made and indexed); the other kinds' (the SJs, the nodes, the quotas) go through
+kopf's processing (``process_resource_event``) with the operator's handlers registered
+(``sj_operator.handlers``: the indexes, the diff base that builds nothing). kopf wraps each event's object
+in a ``Body`` whose ``meta``/``spec``/``status`` views point back at it, and makes a ``Patch`` whose views
+do the same: reference cycles, so that object and everything it holds (the parsed JSON of the SJ) is freed
+only by the garbage collector, not by reference counting. Printed:
 
-* the pod cache's CPU per pod event, from the stream's line to the indexed view, and kopf's per Job event
-  (modified events of objects seen before, the common case), and the cyclic garbage one kopf event leaves
-  (objects, by type);
+* the watch caches' CPU per pod and per Job event, from the stream's line to the indexed view, and kopf's
+  per SJ event (modified events of objects seen before, the common case), and the cyclic garbage one kopf
+  event leaves (objects, by type);
 * the CPU that young collections spend on that garbage per event, by how many events a collection
   gathers: a young collection walks every object allocated since the last one, and walking cold memory
   costs more per object, so the operator's collector thresholds (``pacing.GC_THRESHOLDS``) and its pause
@@ -40,8 +40,8 @@ from kopf._core.engines import indexing
 from kopf._core.reactor import inventory, processing
 
 from sj_operator import handlers
-from sj_operator.observed import pod_view
-from sj_operator.pod_cache import PodCache
+from sj_operator.caches import JOBS_PATH, JobCache, PodCache, WatchCache
+from sj_operator.observed import job_view
 
 POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",
@@ -103,7 +103,17 @@ class Events:
             raw_event={"type": raw_type, "object": body}, event_queue=asyncio.Queue(), no_throttling=True)
 
 
-JOBS = references.Resource(group="batch", version="v1", plural="jobs", kind="Job", namespaced=True)
+SJS = references.Resource(group="scavenger.dev", version="v1alpha1", plural="scavengerjobs", kind="ScavengerJob",
+                          namespaced=True)
+SJ: dict[str, Any] = {
+    "apiVersion": "scavenger.dev/v1alpha1", "kind": "ScavengerJob",
+    "metadata": {"name": "sj-a", "namespace": "team", "uid": "sj-1", "resourceVersion": "7", "generation": 1,
+                 "creationTimestamp": "2026-11-26T10:00:00Z", "labels": {}},
+    "spec": {"template": {"spec": POD["spec"]}, "parallelism": 1, "checkpoint": {"period": "10m"}},
+    "status": {"phase": "Running", "attempts": 1, "runJob": "sj-a-r1", "level": 2,
+               "conditions": [{"type": "Admitted", "status": "True", "reason": "Launched",
+                               "lastTransitionTime": "2026-11-26T10:00:00Z"}]},
+}
 
 
 def numbered(template: dict[str, Any], n: int, suffix: str = "") -> list[dict[str, Any]]:
@@ -120,12 +130,11 @@ def pods(n: int) -> list[dict[str, Any]]:
     return numbered(POD, n, "-x")
 
 
-def pod_cache_per_event(bodies: list[dict[str, Any]]) -> float:
-    """The pod cache's CPU per modified event of pods it holds (seconds): the stream's line decoded, the view
-    made and indexed; each event changes the pod (Pending, then Running), so none is skipped as unchanged."""
-    cache = PodCache()
-    pending = [{**b, "status": {"phase": "Pending"}} for b in bodies]
-    cache.replace(pod_view(b) for b in pending)
+def cache_per_event(cache: WatchCache, bodies: list[dict[str, Any]]) -> float:
+    """A watch cache's CPU per modified event of objects it holds (seconds): the stream's line decoded, the
+    view made and indexed; each event changes the object (no status, then its status), so none is skipped
+    as unchanged."""
+    cache.replace([{**b, "status": {}} for b in bodies])
     lines = [json.dumps({"type": "MODIFIED", "object": b}).encode() for b in bodies]
     gc.collect()
     gc.disable()
@@ -140,12 +149,12 @@ def pod_cache_per_event(bodies: list[dict[str, Any]]) -> float:
 
 
 async def main(args: argparse.Namespace) -> None:
-    bodies = pods(args.pods)
-    cache = pod_cache_per_event(bodies)
-    print(f"the pod cache: {cache * 1e6:.0f} us of CPU per pod event ({len(bodies)} pods; its line decoded, the "
-          "view made and indexed)", flush=True)
-    bodies = numbered(JOB, args.pods)
-    events = Events(JOBS)
+    pod = cache_per_event(PodCache(), pods(args.pods))
+    job = cache_per_event(JobCache(path=JOBS_PATH, view=job_view), numbered(JOB, args.pods))
+    print(f"the watch caches: {pod * 1e6:.0f} us of CPU per pod event, {job * 1e6:.0f} per Job event ({args.pods} "
+          "of each; its line decoded, the view made and indexed)", flush=True)
+    bodies = numbered(SJ, args.pods)
+    events = Events(SJS)
     for body in bodies:
         await events.handle(copy.deepcopy(body))
     copies = [copy.deepcopy(b) for b in bodies]
@@ -162,7 +171,7 @@ async def main(args: argparse.Namespace) -> None:
         garbage = collections.Counter(type(o).__qualname__ for o in gc.garbage)
         gc.set_debug(0)
         gc.garbage.clear()
-        print(f"kopf's processing: {per_event * 1e6:.0f} us of CPU per Job event ({len(bodies)} Jobs); each event "
+        print(f"kopf's processing: {per_event * 1e6:.0f} us of CPU per SJ event ({len(bodies)} SJs); each event "
               f"leaves {sum(garbage.values()) / len(bodies):.0f} objects of cyclic garbage: "
               + ", ".join(f"{name} {n / len(bodies):.1f}" for name, n in garbage.most_common(8)), flush=True)
         for every in args.every:

@@ -5,8 +5,8 @@ of what they see and wake the loop; all decisions happen in `controller.py`, all
 API writes in `kube.py`. kopf guarantees that non-index handlers run only after
 every index has its initial listing, so the loop starts on a complete cache: it is
 released by the first event of the `default` namespace, which every cluster has, once
-the pod cache (`pod_cache.py`: pods are listed and watched outside kopf) has its
-first listing too.
+the operator's own watch caches (`caches.py`: pods and the runs' Jobs are listed and
+watched outside kopf) have their first listings too.
 """
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
 
 from sj_operator.builders.priority_classes import priority_class_objects
+from sj_operator.caches import JOBS_PATH, JobCache, PodCache, WatchCache
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView
@@ -28,6 +30,8 @@ from sj_operator.leader import LeaseElector, campaign_once_ready
 from sj_operator.metrics import Metrics, serve
 from sj_operator.names import GROUP, LABEL_SCAVENGE, LABEL_SJ, PLURAL, QUOTA_PLURAL, VERSION
 from sj_operator.observed import (
+    AdoptedJob,
+    JobView,
     adopted_job,
     job_view,
     node_info,
@@ -37,7 +41,6 @@ from sj_operator.observed import (
     with_disrupted,
 )
 from sj_operator.pacing import batch_window, collector_paused, watch_gc, watch_lag
-from sj_operator.pod_cache import PodCache
 from sj_operator.webhook import WebhookServer, webhook_hosts
 
 log = logging.getLogger("sj_operator")
@@ -84,9 +87,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.elector = LeaseElector(memo.kube, name=config.peering, namespace=config.lease_namespace,
                                 identity=config.identity, on_change=memo.wake.set)
     shared = memo.shared
-    memo.pods = PodCache(on_change=memo.wake.set, remember=lambda pod: remember_disrupted(shared["disrupted"], pod))
+    memo.caches = Caches(
+        pods=PodCache(on_change=memo.wake.set, remember=lambda pod: remember_disrupted(shared["disrupted"], pod)),
+        runs=JobCache(path=JOBS_PATH, selector=LABEL_SJ, on_change=memo.wake.set, view=job_view),
+        adopted=JobCache(path=JOBS_PATH, selector=f"{LABEL_SCAVENGE}=true", on_change=memo.wake.set,
+                         view=adopted_job))
     memo.tasks = [
-        asyncio.create_task(memo.pods.run(memo.kube), name="pod cache"),
+        *(asyncio.create_task(cache.run(memo.kube), name=str(cache)) for cache in memo.caches.all()),
         asyncio.create_task(campaign_once_ready(memo.ready, memo.elector.run, config.cache_timeout.total_seconds()),
                             name="leader election"),
         asyncio.create_task(_decision_loop(memo), name="decision loop"),
@@ -151,20 +158,6 @@ async def sjs(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     return {"sj": sj_object(body)}
 
 
-@kopf.index("batch", "v1", "jobs", labels={LABEL_SJ: kopf.PRESENT})
-async def runs(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[Any, Any]:
-    memo.wake.set()
-    job = job_view(body)
-    return {(job.namespace, job.name): job}
-
-
-@kopf.index("batch", "v1", "jobs", labels={LABEL_SCAVENGE: "true"})
-async def adopted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[Any, Any]:
-    memo.wake.set()
-    job = adopted_job(body)
-    return {(job.namespace, job.name): job}
-
-
 @kopf.index(GROUP, VERSION, QUOTA_PLURAL)
 async def quotas(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     memo.wake.set()
@@ -182,29 +175,43 @@ Indexes = kopf.Index[Any, Any]
 
 # kopf passes indexes as keyword arguments named after them, which its handler protocol cannot express.
 @kopf.on.event("", "v1", "namespaces", when=lambda name, **_: name == "default")  # type: ignore[arg-type]
-async def indexes_ready(sjs: Indexes, runs: Indexes, nodes: Indexes, quotas: Indexes,
-                        adopted: Indexes, memo: kopf.Memo, **_: Any) -> None:
-    """Runs only once every index is populated: hands the indexes to the loop once the pod cache's first
-    listing is in too."""
+async def indexes_ready(sjs: Indexes, nodes: Indexes, quotas: Indexes, memo: kopf.Memo, **_: Any) -> None:
+    """Runs only once every index is populated: hands the indexes to the loop once the operator's own watch
+    caches (`caches.py`) have their first listings too."""
     if not memo.ready.is_set():
-        await memo.pods.ready.wait()
-        memo.shared["indexes"] = (sjs, runs, memo.pods, nodes, quotas, adopted)
+        for cache in memo.caches.all():
+            await cache.ready.wait()
+        memo.shared["indexes"] = (sjs, nodes, quotas, memo.caches)
         memo.ready.set()
         log.info("watch caches are complete; the decision loop starts")
 
 
+@dataclass(frozen=True)
+class Caches:
+    """The watch caches this process keeps itself (`caches.py`), beside kopf's indexes."""
+
+    pods: PodCache
+    runs: JobCache[JobView]
+    """The Jobs carrying ``scavenger.dev/job-name``: the runs this operator made."""
+    adopted: JobCache[AdoptedJob]
+    """The Jobs labelled ``scavenger.dev/scavenge=true``: taken under the operator's care."""
+
+    def all(self) -> tuple[WatchCache, ...]:
+        return (self.pods, self.runs, self.adopted)
+
+
 def _view(shared: dict[str, Any]) -> ClusterView:
-    sj_idx, job_idx, pod_cache, node_idx, quota_idx, adopted_idx = shared["indexes"]
-    jobs = {key: next(iter(store)) for key, store in list(job_idx.items()) if len(store)}
-    run_pods, shared["disrupted"] = with_disrupted(pod_cache.runs(), shared["disrupted"], jobs)
+    sj_idx, node_idx, quota_idx, caches = shared["indexes"]
+    jobs = caches.runs.jobs()
+    run_pods, shared["disrupted"] = with_disrupted(caches.pods.runs(), shared["disrupted"], jobs)
     return ClusterView(
         sjs=tuple(sj_idx.get("sj", ())),
         jobs=jobs,
         run_pods=run_pods,
-        active_pods=pod_cache.active(),
+        active_pods=caches.pods.active(),
         nodes=tuple(node_idx.get("node", ())),
         quotas=tuple(quota_idx.get("quota", ())),
-        adopted=tuple(next(iter(store)) for store in list(adopted_idx.values()) if len(store)),
+        adopted=tuple(caches.adopted.jobs().values()),
     )
 
 

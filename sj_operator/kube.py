@@ -203,10 +203,10 @@ class Kube:
             raise KubeError(0, type(exc).__name__, str(exc)) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    # --- raw lists and watches (the pod cache) ------------------------------------
+    # --- raw lists and watches (the watch caches) ------------------------------------
     # The client's watch decodes every event into its models, and kopf's costs a worker's round per event;
-    # the pod cache, which sees every pod of the cluster change, reads the raw stream itself: one JSON
-    # decode per event, on the loop, with the client's own host and credentials.
+    # the watch caches (`caches.py`: every pod of the cluster, the runs' Jobs) read the raw stream
+    # themselves: one JSON decode per event, on the loop, with the client's own host and credentials.
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             conf = self.api.configuration
@@ -247,11 +247,13 @@ class Kube:
             raise _error(response.status, response.reason or "", message)
         return response
 
-    async def list_raw(self, path: str, *, page: int = 500) -> tuple[list[dict[str, Any]], str]:
-        """Every object at ``path`` (``/api/v1/pods``), as the API server's dicts, a page at a time; and the
-        list's resourceVersion, from which a watch continues."""
+    async def list_raw(self, path: str, *, selector: str | None = None,
+                       page: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every object at ``path`` (``/api/v1/pods``) with the labels ``selector`` asks for, as the API
+        server's dicts, a page at a time; and the list's resourceVersion, from which a watch continues."""
         items: list[dict[str, Any]] = []
-        params = {"limit": str(page)}
+        first = {"limit": str(page), **({"labelSelector": selector} if selector else {})}
+        params = first
         while True:
             response = await self._get(path, params, timeout=60)
             try:
@@ -264,15 +266,15 @@ class Kube:
             meta = found.get("metadata") or {}
             if not meta.get("continue"):
                 return items, str(meta.get("resourceVersion", ""))
-            params = {"limit": str(page), "continue": meta["continue"]}
+            params = {**first, "continue": meta["continue"]}
 
-    async def watch_raw(self, path: str, resource_version: str, *,
+    async def watch_raw(self, path: str, resource_version: str, *, selector: str | None = None,
                         timeout: int = 270) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """The events at ``path`` after ``resource_version``, as (type, object) with bookmarks, until the
         API server ends the watch (after about ``timeout`` seconds). Raises `Gone` when that version is too
         old to continue from, and `KubeError` when the stream breaks."""
         params = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
-                  "timeoutSeconds": str(timeout)}
+                  "timeoutSeconds": str(timeout), **({"labelSelector": selector} if selector else {})}
         response = await self._get(path, params, timeout=timeout + 30)
         buffer = bytearray()
         try:

@@ -8,21 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from typing import Any
 
 import kopf
 
-from benchmarks.bench_events import JOBS, Events
+from benchmarks.bench_events import SJ, SJS, Events
 from sj_operator import handlers
-from sj_operator.observed import JobView
-
-JOB: dict[str, Any] = {
-    "apiVersion": "batch/v1", "kind": "Job",
-    "metadata": {"name": "sj-a-r1", "namespace": "team", "uid": "job-1", "resourceVersion": "7",
-                 "labels": {"scavenger.dev/job-name": "sj-a", "scavenger.dev/run": "sj-a-r1"}},
-    "spec": {"parallelism": 1},
-    "status": {"active": 1, "startTime": "2026-11-26T10:00:00Z"},
-}
+from sj_operator.observed import SJObject
 
 
 def test_no_handler_detects_changes_so_the_diff_base_is_never_read() -> None:
@@ -30,32 +21,32 @@ def test_no_handler_detects_changes_so_the_diff_base_is_never_read() -> None:
     assert registry._changing.get_all_handlers() == []  # on.create/update/delete/resume/field
     assert registry._spawning.get_all_handlers() == []  # daemons and timers diff too
     indexes = registry._indexing.get_all_handlers()
-    assert len(indexes) == 5
-    # Pods are the pod cache's (sj_operator.pod_cache), not kopf's: no kopf handler of any sort watches them.
-    assert not [h for h in indexes if "pods" in str(h.selector)]
+    assert sorted(h.id for h in indexes) == ["nodes", "quotas", "sjs"]
+    # Pods and Jobs are the operator's own watch caches' (sj_operator.caches): no kopf handler watches them.
+    watched = [str(h.selector) for h in [*indexes, *registry._watching.get_all_handlers()]]
+    assert not [w for w in watched if "'pods'" in w or "'jobs'" in w], watched
 
 
 def test_kopf_indexes_every_event_with_no_diff_base() -> None:
-    events = Events(JOBS)  # kopf's processing with the operator's handlers and NoDiffBase
+    events = Events(SJS)  # kopf's processing with the operator's handlers and NoDiffBase
 
-    def runs() -> tuple[JobView, ...]:
-        index = events.indexers.indices["runs"]
-        return tuple(index.get(("team", "sj-a-r1"), ()))
+    def sjs() -> tuple[SJObject, ...]:
+        return tuple(events.indexers.indices["sjs"].get("sj", ()))
 
-    asyncio.run(events.handle(copy.deepcopy(JOB), None))
-    assert [(j.sj, j.failed) for j in runs()] == [("sj-a", False)]
+    asyncio.run(events.handle(copy.deepcopy(SJ), None))
+    assert [(s.name, s.status["phase"]) for s in sjs()] == [("sj-a", "Running")]
     assert events.memo.wake.is_set()
     assert isinstance(events.settings.persistence.diffbase_storage, handlers.NoDiffBase)
-    assert events.settings.persistence.diffbase_storage.build(body=kopf.Body(JOB)) == {}
+    assert events.settings.persistence.diffbase_storage.build(body=kopf.Body(SJ)) == {}
 
-    moved = copy.deepcopy(JOB)
+    moved = copy.deepcopy(SJ)
     moved["metadata"]["resourceVersion"] = "8"
-    moved["status"]["conditions"] = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]
+    moved["status"]["phase"] = "Succeeded"
     asyncio.run(events.handle(moved, "MODIFIED"))
-    assert [j.failed for j in runs()] == [True]
+    assert [s.status["phase"] for s in sjs()] == ["Succeeded"]
 
     asyncio.run(events.handle(moved, "DELETED"))
-    assert runs() == ()
+    assert sjs() == ()
 
 
 def test_the_process_is_unhealthy_with_the_first_task_that_stopped_and_why() -> None:

@@ -1,5 +1,6 @@
-"""The pod cache (sj_operator.pod_cache) and the raw watch's line splitting (sj_operator.kube.split_lines):
-what the loop reads after each kind of event, when it is woken, and how the list-and-watch cycle recovers."""
+"""The operator's own watch caches (sj_operator.caches) and the raw watch's line splitting
+(sj_operator.kube.split_lines): what the loop reads after each kind of event, when it is woken, and how the
+list-and-watch cycle recovers."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from sj_operator.caches import JOBS_PATH, JobCache, PodCache
 from sj_operator.kube import Gone, KubeError, split_lines
-from sj_operator.observed import PodView, pod_view, remember_disrupted
-from sj_operator.pod_cache import PodCache
+from sj_operator.observed import JobView, PodView, job_view, remember_disrupted
 
 
 def raw(name: str, *, run: str | None = None, phase: str = "Running", node: str | None = "n1",
@@ -113,12 +114,71 @@ def test_a_listing_replaces_the_cache_and_keeps_unchanged_views() -> None:
     for name in ("keep", "gone", "changed"):
         cache.apply("ADDED", raw(name))
     kept = cache.active()[0]
-    cache.replace([pod_view(raw("keep")), pod_view(raw("changed", cpu="3")), pod_view(raw("new"))])
+    cache.replace([raw("keep"), raw("changed", cpu="3"), raw("new")])
     assert names(cache.active()) == ["changed", "keep", "new"]
     assert next(p for p in cache.active() if p.name == "keep") is kept
     assert next(p for p in cache.active() if p.name == "changed").requests["cpu"] == 3000
     assert len(cache) == 3
     assert rec.wakes == 1  # the pod gone held room
+
+
+# --- Jobs ----------------------------------------------------------------------------------------------
+
+def raw_job(name: str, *, rv: str = "1", failed: bool = False) -> dict[str, Any]:
+    conditions = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}] if failed else []
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": rv,
+                         "labels": {"scavenger.dev/job-name": "sj"}},
+            "status": {"conditions": conditions}}
+
+
+def test_jobs_by_namespace_and_name_each_change_wakes_the_loop_and_a_pass_reads_a_copy() -> None:
+    rec = Recorder()
+    cache: JobCache[JobView] = JobCache(path=JOBS_PATH, selector="scavenger.dev/job-name", on_change=rec.wake,
+                                        view=job_view)
+    cache.apply("ADDED", raw_job("a-r1"))
+    cache.apply("ADDED", raw_job("b-r1"))
+    seen = cache.jobs()
+    cache.apply("MODIFIED", raw_job("a-r1", rv="2", failed=True))
+    cache.apply("MODIFIED", raw_job("b-r1", rv="3"))  # nothing a view keeps changed
+    cache.apply("DELETED", raw_job("b-r1", rv="4"))
+    cache.apply("DELETED", raw_job("b-r1", rv="5"))  # gone already
+    assert {k: v.failed for k, v in cache.jobs().items()} == {("ns", "a-r1"): True}
+    assert {k: v.failed for k, v in seen.items()} == {("ns", "a-r1"): False, ("ns", "b-r1"): False}
+    assert rec.wakes == 4 and cache.resource_version == "5" and len(cache) == 1
+
+    cache.replace([raw_job("c-r1"), raw_job("a-r1", failed=True)])
+    assert sorted(cache.jobs()) == [("ns", "a-r1"), ("ns", "c-r1")]
+    assert rec.wakes == 5  # c-r1 came; a-r1 is as it was
+
+
+def test_a_job_cache_without_its_view_says_so() -> None:
+    with pytest.raises(TypeError, match="needs its view"):
+        JobCache(path=JOBS_PATH).apply("ADDED", raw_job("a-r1"))
+
+
+def test_the_selector_goes_with_every_list_and_watch() -> None:
+    kube = ScriptedKube([([raw_job("a-r1")], "10"), []])
+    selectors: list[str | None] = []
+    list_raw, watch_raw = kube.list_raw, kube.watch_raw
+
+    async def listing(path: str, *, selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
+        selectors.append(selector)
+        return await list_raw(path, selector=selector)
+
+    def watching(path: str, resource_version: str, *,
+                 selector: str | None = None) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        selectors.append(selector)
+        return watch_raw(path, resource_version, selector=selector)
+
+    kube.list_raw, kube.watch_raw = listing, watching  # type: ignore[method-assign]
+    cache: JobCache[JobView] = JobCache(path=JOBS_PATH, selector="scavenger.dev/job-name", view=job_view)
+
+    async def main() -> None:
+        with pytest.raises(asyncio.CancelledError):
+            await cache.run(kube)  # type: ignore[arg-type]
+
+    asyncio.run(main())
+    assert selectors == ["scavenger.dev/job-name"] * 3 and len(cache) == 1
 
 
 # --- split_lines -------------------------------------------------------------------------------------
@@ -155,12 +215,13 @@ class ScriptedKube:
             raise step
         return step
 
-    async def list_raw(self, path: str) -> tuple[list[dict[str, Any]], str]:
+    async def list_raw(self, path: str, *, selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
         items, version = self._next("list")
         self.calls.append(f"list -> {version}")
         return list(items), version
 
-    async def watch_raw(self, path: str, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    async def watch_raw(self, path: str, resource_version: str, *,
+                        selector: str | None = None) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         events = self._next(f"watch {resource_version}")
         self.calls.append(f"watch {resource_version}")
         for event in events:

@@ -1,0 +1,243 @@
+"""The watch caches the operator keeps itself: every pod of the cluster, and the runs' and adopted Jobs.
+
+Pods are most of what the operator watches: a one-pod SJ's pod changes four or five times between its
+Job and Running, and every other pod of the cluster counts against the nodes' room; each run's Job changes
+several times more. Through kopf, each of those events costs a worker's round (its per-object memory, three
+loggers, the handler's keyword arguments: about 190 µs of CPU, `make bench-events`) for an index handler
+that keeps one slim view, and kopf watches every Job of the cluster to filter them itself. So these are
+listed and watched here, with `Kube.list_raw` and `Kube.watch_raw` (Jobs with a label selector, so the API
+server sends only theirs): each event is decoded once into its view and indexed at once.
+
+`WatchCache.run` is the list-and-watch cycle. `PodCache` keeps what kopf's pod index kept, with the same
+rules: the pods that hold resources (for the nodes' and namespaces' sums), each run's members, the
+disrupted members remembered (`observed.remember_disrupted`), and the decision loop woken for a run
+member's change or room freed. `JobCache` keeps Jobs by namespace and name and wakes the loop on every
+change. A cache's ``ready`` is set once its first listing is in; the loop starts only then, as it does for
+kopf's indexes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from sj_operator.kube import Gone, Kube, KubeError
+from sj_operator.observed import PodView, RunKey, pod_view
+
+__all__ = ["BACKOFFS", "JOBS_PATH", "PODS_PATH", "JobCache", "PodCache", "WatchCache"]
+
+log = logging.getLogger(__name__)
+PODS_PATH = "/api/v1/pods"
+JOBS_PATH = "/apis/batch/v1/jobs"
+BACKOFFS = (1.0, 2.0, 5.0, 10.0)
+"""Seconds between attempts after a failed list or watch, the last one repeated (kopf's, as configured for
+the other watches in `handlers.startup`)."""
+
+
+@dataclass
+class WatchCache(ABC):
+    """The objects at ``path`` (with ``selector``, a label selector), kept by a list and a watch; what an
+    object becomes is the subclass's (`apply`, `replace`)."""
+
+    path: str = PODS_PATH
+    selector: str | None = None
+    on_change: Callable[[], None] = lambda: None
+    """Wakes the decision loop."""
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the first listing is in the cache."""
+    resource_version: str = ""
+    """Where the watch continues from: the last event's or bookmark's, or the listing's."""
+
+    @abstractmethod
+    def apply(self, kind: str, obj: dict[str, Any]) -> None:
+        """One watch event: ADDED, MODIFIED, DELETED or BOOKMARK."""
+
+    @abstractmethod
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        """A listing: the cache becomes exactly ``items``."""
+
+    def _moved_to(self, obj: dict[str, Any]) -> None:
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.resource_version = str(version)
+
+    def __str__(self) -> str:
+        return f"watch cache {self.path}" + (f"?labelSelector={self.selector}" if self.selector else "")
+
+    async def run(self, kube: Kube, *, backoffs: Sequence[float] = BACKOFFS,
+                  sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+        """Lists, then watches from the listing on, until cancelled: a watch the API server ends is
+        continued from the last version seen; one too old to continue (410 Gone) lists again; a failed list
+        or watch is logged and tried again after ``backoffs``, a second failure in a row by listing again.
+        Never returns."""
+        failures = 0
+        listed = False
+        while True:
+            try:
+                if not listed:
+                    items, self.resource_version = await kube.list_raw(self.path, selector=self.selector)
+                    self.replace(items)
+                    listed, failures = True, 0
+                    if not self.ready.is_set():
+                        log.info("%s: %d listed; watching from version %s", self, len(items), self.resource_version)
+                        self.ready.set()
+                async for kind, obj in kube.watch_raw(self.path, self.resource_version, selector=self.selector):
+                    self.apply(kind, obj)
+                    failures = 0
+            except Gone:
+                log.info("%s: version %s is too old to watch from; listing again", self, self.resource_version)
+                listed = False
+                continue
+            except KubeError as exc:
+                delay = backoffs[min(failures, len(backoffs) - 1)]
+                failures += 1
+                log.warning("%s: %s failed (%s); again in %.0fs", self, "watching" if listed else "listing",
+                            exc, delay)
+                await sleep(delay)
+                listed = listed and failures < 2
+
+
+@dataclass
+class PodCache(WatchCache):
+    """The pod views by uid, with the two indexes the loop reads (`active`, `runs`). ``on_change``: a run
+    member changed, or a pod stopped or went and freed room."""
+
+    remember: Callable[[PodView], None] = lambda pod: None
+    """Told of every view of a run member (`observed.remember_disrupted` keeps the disrupted ones)."""
+    _pods: dict[str, PodView] = field(default_factory=dict)
+    _runs: dict[RunKey, dict[str, PodView]] = field(default_factory=dict)
+    _active: dict[str, PodView] = field(default_factory=dict)
+    _active_tuple: tuple[PodView, ...] | None = None
+
+    # --- what the loop reads ------------------------------------------------------------------
+    def active(self) -> tuple[PodView, ...]:
+        """The pods that hold resources; the same tuple until one of them changes (`memo.PodSums` skips
+        its walk over an unchanged one)."""
+        if self._active_tuple is None:
+            self._active_tuple = tuple(self._active.values())
+        return self._active_tuple
+
+    def runs(self) -> dict[RunKey, tuple[PodView, ...]]:
+        """Each run's members, by (namespace, Job name)."""
+        return {key: tuple(members.values()) for key, members in self._runs.items()}
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    # --- what the watch tells -------------------------------------------------------------------
+    def put(self, pod: PodView) -> None:
+        """A pod added or changed."""
+        old = self._pods.get(pod.uid)
+        if old is not None:
+            if old == pod:
+                return
+            self._unindex(old)
+        self._pods[pod.uid] = pod
+        if pod.holds_resources:
+            self._active[pod.uid] = pod
+            self._active_tuple = None
+        if pod.run is not None:
+            self._runs.setdefault((pod.namespace, pod.run), {})[pod.uid] = pod
+            self.remember(pod)
+            self.on_change()
+        elif pod.terminal or pod.deleting:
+            self.on_change()  # room may have been freed
+
+    def drop(self, pod: PodView) -> None:
+        """A pod gone (its last view)."""
+        old = self._pods.pop(pod.uid, None)
+        if old is not None:
+            self._unindex(old)
+        if pod.run is not None:
+            self.remember(pod)
+        if pod.run is not None or (old is not None and old.holds_resources):
+            self.on_change()
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        self.replace_views(pod_view(item) for item in items)
+
+    def replace_views(self, pods: Iterable[PodView]) -> None:
+        """The cache becomes exactly ``pods``: those not among them are gone; an unchanged pod keeps its
+        view."""
+        listed = {pod.uid: pod for pod in pods}
+        for uid in [uid for uid in self._pods if uid not in listed]:
+            self.drop(self._pods[uid])
+        for pod in listed.values():
+            self.put(pod)
+
+    def apply(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind in ("ADDED", "MODIFIED"):
+            self.put(pod_view(obj))
+        elif kind == "DELETED":
+            self.drop(pod_view(obj))
+        self._moved_to(obj)
+
+    def _unindex(self, pod: PodView) -> None:
+        if self._active.pop(pod.uid, None) is not None:
+            self._active_tuple = None
+        if pod.run is not None:
+            members = self._runs.get((pod.namespace, pod.run))
+            if members is not None:
+                members.pop(pod.uid, None)
+                if not members:
+                    del self._runs[(pod.namespace, pod.run)]
+
+
+class _Named(Protocol):
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+J = TypeVar("J", bound=_Named)
+
+
+@dataclass
+class JobCache(WatchCache, Generic[J]):
+    """Jobs as ``view`` makes them (`observed.job_view`, `observed.adopted_job`), by namespace and name.
+    ``on_change``: one of them changed, came or went."""
+
+    view: Callable[[dict[str, Any]], J] | None = None
+    _jobs: dict[tuple[str, str], J] = field(default_factory=dict)
+
+    def jobs(self) -> dict[tuple[str, str], J]:
+        """A copy: the cache goes on changing while a pass reads it."""
+        return dict(self._jobs)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def _view(self, obj: dict[str, Any]) -> J:
+        if self.view is None:
+            raise TypeError("a JobCache needs its view")
+        return self.view(obj)
+
+    def put(self, job: J) -> None:
+        key = (job.namespace, job.name)
+        if self._jobs.get(key) == job:
+            return
+        self._jobs[key] = job
+        self.on_change()
+
+    def drop(self, job: J) -> None:
+        if self._jobs.pop((job.namespace, job.name), None) is not None:
+            self.on_change()
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        listed = {(job.namespace, job.name): job for job in map(self._view, items)}
+        for key in [key for key in self._jobs if key not in listed]:
+            self.drop(self._jobs[key])
+        for job in listed.values():
+            self.put(job)
+
+    def apply(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind in ("ADDED", "MODIFIED"):
+            self.put(self._view(obj))
+        elif kind == "DELETED":
+            self.drop(self._view(obj))
+        self._moved_to(obj)
