@@ -150,7 +150,7 @@ def cache_per_event(cache: WatchCache, bodies: list[dict[str, Any]]) -> float:
 
 async def main(args: argparse.Namespace) -> None:
     pod = cache_per_event(PodCache(), pods(args.pods))
-    job = cache_per_event(JobCache(path=JOBS_PATH, view=job_view), numbered(JOB, args.pods))
+    job = cache_per_event(JobCache(path=JOBS_PATH, make=job_view), numbered(JOB, args.pods))
     print(f"the watch caches: {pod * 1e6:.0f} us of CPU per pod event, {job * 1e6:.0f} per Job event ({args.pods} "
           "of each; its line decoded, the view made and indexed)", flush=True)
     bodies = numbered(SJ, args.pods)

@@ -52,14 +52,27 @@ class WatchCache(ABC):
     """Where the watch continues from: the last event's or bookmark's, or the listing's."""
 
     @abstractmethod
-    def apply(self, kind: str, obj: dict[str, Any]) -> None:
-        """One watch event: ADDED, MODIFIED, DELETED or BOOKMARK."""
+    def view(self, obj: dict[str, Any]) -> Any:
+        """What the cache keeps of an object."""
+
+    @abstractmethod
+    def put(self, view: Any) -> None:
+        """An object added or changed."""
+
+    @abstractmethod
+    def drop(self, view: Any) -> None:
+        """An object gone (its last view)."""
 
     @abstractmethod
     def replace(self, items: list[dict[str, Any]]) -> None:
         """A listing: the cache becomes exactly ``items``."""
 
-    def _moved_to(self, obj: dict[str, Any]) -> None:
+    def apply(self, kind: str, obj: dict[str, Any]) -> None:
+        """One watch event: ADDED, MODIFIED, DELETED or BOOKMARK, and the resourceVersion it brings."""
+        if kind in ("ADDED", "MODIFIED"):
+            self.put(self.view(obj))
+        elif kind == "DELETED":
+            self.drop(self.view(obj))
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if version:
             self.resource_version = str(version)
@@ -168,12 +181,8 @@ class PodCache(WatchCache):
         for pod in listed.values():
             self.put(pod)
 
-    def apply(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind in ("ADDED", "MODIFIED"):
-            self.put(pod_view(obj))
-        elif kind == "DELETED":
-            self.drop(pod_view(obj))
-        self._moved_to(obj)
+    def view(self, obj: dict[str, Any]) -> PodView:
+        return pod_view(obj)
 
     def _unindex(self, pod: PodView) -> None:
         if self._active.pop(pod.uid, None) is not None:
@@ -199,10 +208,11 @@ J = TypeVar("J", bound=_Named)
 
 @dataclass
 class JobCache(WatchCache, Generic[J]):
-    """Jobs as ``view`` makes them (`observed.job_view`, `observed.adopted_job`), by namespace and name.
+    """Jobs as ``make`` makes them, by namespace and name.
     ``on_change``: one of them changed, came or went."""
 
-    view: Callable[[dict[str, Any]], J] | None = None
+    make: Callable[[dict[str, Any]], J] | None = None
+    """The view of a Job (`observed.job_view`, `observed.adopted_job`)."""
     _jobs: dict[tuple[str, str], J] = field(default_factory=dict)
 
     def jobs(self) -> dict[tuple[str, str], J]:
@@ -212,10 +222,10 @@ class JobCache(WatchCache, Generic[J]):
     def __len__(self) -> int:
         return len(self._jobs)
 
-    def _view(self, obj: dict[str, Any]) -> J:
-        if self.view is None:
-            raise TypeError("a JobCache needs its view")
-        return self.view(obj)
+    def view(self, obj: dict[str, Any]) -> J:
+        if self.make is None:
+            raise TypeError("a JobCache needs to be told how to make its views")
+        return self.make(obj)
 
     def put(self, job: J) -> None:
         key = (job.namespace, job.name)
@@ -229,15 +239,9 @@ class JobCache(WatchCache, Generic[J]):
             self.on_change()
 
     def replace(self, items: list[dict[str, Any]]) -> None:
-        listed = {(job.namespace, job.name): job for job in map(self._view, items)}
+        listed = {(job.namespace, job.name): job for job in map(self.view, items)}
         for key in [key for key in self._jobs if key not in listed]:
             self.drop(self._jobs[key])
         for job in listed.values():
             self.put(job)
 
-    def apply(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind in ("ADDED", "MODIFIED"):
-            self.put(self._view(obj))
-        elif kind == "DELETED":
-            self.drop(self._view(obj))
-        self._moved_to(obj)

@@ -89,9 +89,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     shared = memo.shared
     memo.caches = Caches(
         pods=PodCache(on_change=memo.wake.set, remember=lambda pod: remember_disrupted(shared["disrupted"], pod)),
-        runs=JobCache(path=JOBS_PATH, selector=LABEL_SJ, on_change=memo.wake.set, view=job_view),
+        runs=JobCache(path=JOBS_PATH, selector=LABEL_SJ, on_change=memo.wake.set, make=job_view),
         adopted=JobCache(path=JOBS_PATH, selector=f"{LABEL_SCAVENGE}=true", on_change=memo.wake.set,
-                         view=adopted_job))
+                         make=adopted_job))
     memo.tasks = [
         *(asyncio.create_task(cache.run(memo.kube), name=str(cache)) for cache in memo.caches.all()),
         asyncio.create_task(campaign_once_ready(memo.ready, memo.elector.run, config.cache_timeout.total_seconds()),

@@ -134,7 +134,7 @@ def raw_job(name: str, *, rv: str = "1", failed: bool = False) -> dict[str, Any]
 def test_jobs_by_namespace_and_name_each_change_wakes_the_loop_and_a_pass_reads_a_copy() -> None:
     rec = Recorder()
     cache: JobCache[JobView] = JobCache(path=JOBS_PATH, selector="scavenger.dev/job-name", on_change=rec.wake,
-                                        view=job_view)
+                                        make=job_view)
     cache.apply("ADDED", raw_job("a-r1"))
     cache.apply("ADDED", raw_job("b-r1"))
     seen = cache.jobs()
@@ -152,7 +152,7 @@ def test_jobs_by_namespace_and_name_each_change_wakes_the_loop_and_a_pass_reads_
 
 
 def test_a_job_cache_without_its_view_says_so() -> None:
-    with pytest.raises(TypeError, match="needs its view"):
+    with pytest.raises(TypeError, match="how to make its views"):
         JobCache(path=JOBS_PATH).apply("ADDED", raw_job("a-r1"))
 
 
@@ -171,7 +171,7 @@ def test_the_selector_goes_with_every_list_and_watch() -> None:
         return watch_raw(path, resource_version, selector=selector)
 
     kube.list_raw, kube.watch_raw = listing, watching  # type: ignore[method-assign]
-    cache: JobCache[JobView] = JobCache(path=JOBS_PATH, selector="scavenger.dev/job-name", view=job_view)
+    cache: JobCache[JobView] = JobCache(path=JOBS_PATH, selector="scavenger.dev/job-name", make=job_view)
 
     async def main() -> None:
         with pytest.raises(asyncio.CancelledError):
