@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -40,7 +40,7 @@ the other watches in `handlers.startup`)."""
 @dataclass
 class WatchCache(ABC):
     """The objects at ``path`` (with ``selector``, a label selector), kept by a list and a watch; what an
-    object becomes is the subclass's (`apply`, `replace`)."""
+    object becomes and how it is indexed is the subclass's (`view`, `key`, `put`, `drop`)."""
 
     path: str = PODS_PATH
     selector: str | None = None
@@ -64,8 +64,22 @@ class WatchCache(ABC):
         """An object gone (its last view)."""
 
     @abstractmethod
+    def key(self, view: Any) -> Hashable:
+        """Which object a view is of."""
+
+    @abstractmethod
+    def held(self) -> Mapping[Any, Any]:
+        """Every view the cache holds, by `key`."""
+
     def replace(self, items: list[dict[str, Any]]) -> None:
-        """A listing: the cache becomes exactly ``items``."""
+        """A listing: the cache becomes exactly ``items`` (those not listed are gone; an unchanged object
+        keeps its view)."""
+        listed = {self.key(view): view for view in map(self.view, items)}
+        held = self.held()
+        for key in [key for key in held if key not in listed]:
+            self.drop(held[key])
+        for view in listed.values():
+            self.put(view)
 
     def apply(self, kind: str, obj: dict[str, Any]) -> None:
         """One watch event: ADDED, MODIFIED, DELETED or BOOKMARK, and the resourceVersion it brings."""
@@ -169,20 +183,14 @@ class PodCache(WatchCache):
         if pod.run is not None or (old is not None and old.holds_resources):
             self.on_change()
 
-    def replace(self, items: list[dict[str, Any]]) -> None:
-        self.replace_views(pod_view(item) for item in items)
-
-    def replace_views(self, pods: Iterable[PodView]) -> None:
-        """The cache becomes exactly ``pods``: those not among them are gone; an unchanged pod keeps its
-        view."""
-        listed = {pod.uid: pod for pod in pods}
-        for uid in [uid for uid in self._pods if uid not in listed]:
-            self.drop(self._pods[uid])
-        for pod in listed.values():
-            self.put(pod)
-
     def view(self, obj: dict[str, Any]) -> PodView:
         return pod_view(obj)
+
+    def key(self, view: PodView) -> str:
+        return view.uid
+
+    def held(self) -> Mapping[str, PodView]:
+        return self._pods
 
     def _unindex(self, pod: PodView) -> None:
         if self._active.pop(pod.uid, None) is not None:
@@ -211,6 +219,7 @@ class JobCache(WatchCache, Generic[J]):
     """Jobs as ``make`` makes them, by namespace and name.
     ``on_change``: one of them changed, came or went."""
 
+    path: str = JOBS_PATH
     make: Callable[[dict[str, Any]], J] | None = None
     """The view of a Job (`observed.job_view`, `observed.adopted_job`)."""
     _jobs: dict[tuple[str, str], J] = field(default_factory=dict)
@@ -228,20 +237,19 @@ class JobCache(WatchCache, Generic[J]):
         return self.make(obj)
 
     def put(self, job: J) -> None:
-        key = (job.namespace, job.name)
+        key = self.key(job)
         if self._jobs.get(key) == job:
             return
         self._jobs[key] = job
         self.on_change()
 
     def drop(self, job: J) -> None:
-        if self._jobs.pop((job.namespace, job.name), None) is not None:
+        if self._jobs.pop(self.key(job), None) is not None:
             self.on_change()
 
-    def replace(self, items: list[dict[str, Any]]) -> None:
-        listed = {(job.namespace, job.name): job for job in map(self.view, items)}
-        for key in [key for key in self._jobs if key not in listed]:
-            self.drop(self._jobs[key])
-        for job in listed.values():
-            self.put(job)
+    def key(self, view: J) -> tuple[str, str]:
+        return (view.namespace, view.name)
+
+    def held(self) -> Mapping[tuple[str, str], J]:
+        return self._jobs
 

@@ -21,7 +21,7 @@ from typing import Any, cast
 import kopf
 
 from sj_operator.builders.priority_classes import priority_class_objects
-from sj_operator.caches import JOBS_PATH, JobCache, PodCache, WatchCache
+from sj_operator.caches import JobCache, PodCache, WatchCache
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView
@@ -89,8 +89,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     shared = memo.shared
     memo.caches = Caches(
         pods=PodCache(on_change=memo.wake.set, remember=lambda pod: remember_disrupted(shared["disrupted"], pod)),
-        runs=JobCache(path=JOBS_PATH, selector=LABEL_SJ, on_change=memo.wake.set, make=job_view),
-        adopted=JobCache(path=JOBS_PATH, selector=f"{LABEL_SCAVENGE}=true", on_change=memo.wake.set,
+        runs=JobCache(selector=LABEL_SJ, on_change=memo.wake.set, make=job_view),
+        adopted=JobCache(selector=f"{LABEL_SCAVENGE}=true", on_change=memo.wake.set,
                          make=adopted_job))
     memo.tasks = [
         *(asyncio.create_task(cache.run(memo.kube), name=str(cache)) for cache in memo.caches.all()),

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sj_operator.caches import JOBS_PATH, JobCache, PodCache
+from sj_operator.caches import JOBS_PATH, PODS_PATH, JobCache, PodCache
 from sj_operator.kube import Gone, KubeError, split_lines
 from sj_operator.observed import JobView, PodView, job_view, remember_disrupted
 
@@ -287,3 +287,7 @@ def test_failures_back_off_retry_the_watch_then_list_again() -> None:
 def test_ready_only_once_listed() -> None:
     cache, _, slept = run_cache([KubeError(403, "Forbidden"), KubeError(403, "Forbidden")])
     assert not cache.ready.is_set() and slept == [1.0, 2.0]
+
+
+def test_each_cache_watches_its_own_kind_by_default() -> None:
+    assert (PodCache().path, JobCache(make=job_view).path) == (PODS_PATH, JOBS_PATH)
