@@ -15,13 +15,13 @@ Restarting the operator at any moment therefore converges without duplicates.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from itertools import chain
 from typing import Any, TypeVar
 
 from gang.ssh import generate_ssh_keypair
@@ -46,7 +46,7 @@ from sj_operator.memo import PassMemo, forget_uids
 from sj_operator.metrics import Metrics
 from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
 from sj_operator.observed import JobView, NodeInfo, SJObject, job_view
-from sj_operator.pacing import HOLD_BUDGET, SLICE, Pacer, in_slices
+from sj_operator.pacing import HOLD_BUDGET, SLICE, Pacer, event_wait, in_slices
 from sj_operator.policy.admission import AdmissionPass, PolicyConfig, Waiting
 from sj_operator.policy.conditions import WAIT_REASONS, admitted_condition, wait_changed
 from sj_operator.policy.lifecycle import (
@@ -96,6 +96,10 @@ STEERING_REASONS = frozenset({"Protected", "Unprotected"})
 newer state is the one that holds; the message says how many were replaced), so a recorder that falls behind
 a checkpoint period's toggles does not fill the backlog with states already gone."""
 EVENT_WORKERS = 4
+LAUNCH_WORKERS = 24
+"""Launches under way at once (`Controller._launch`): a pass queues its admitted SJs' launches and goes on; these
+workers make their runs meanwhile, so SJs created during a burst of launches are decided while the Jobs of
+the ones before them are still being made."""
 """Events recorded at once, each worker one step's Events after another."""
 DRY_RUN_TTL = 30.0
 """Seconds a namespace's acceptance of a dry-run pod stands for the runs launched after it whose pods have
@@ -200,6 +204,8 @@ class _Unrecorded:
     sj: tuple[str, str, str]
     events: tuple[Event, ...]
     at: datetime
+    queued: float
+    """When it was queued (monotonic seconds): how long it has waited for launches (`pacing.event_wait`)."""
     replaced: int = 0
 
 
@@ -210,6 +216,15 @@ class _Launched:
     at: float
     job: JobView
     """The Job as made, standing in for it until the watch shows it."""
+
+
+@dataclass
+class _Launching:
+    """An admitted SJ whose launch is queued or under way: its key (for the gauges) and its run as it will be
+    launched (its room is spoken for until the launch is done)."""
+    key: str
+    run_key: tuple[str, str]
+    run: InFlightRun
 
 
 @dataclass
@@ -249,6 +264,18 @@ class Controller:
     _steering_unrecorded: dict[str, _Unrecorded] = field(default_factory=dict)
     """By SJ uid: its waiting step of steering Events only (`STEERING_REASONS`), which a newer one replaces."""
     _event_workers: list[asyncio.Task[None]] = field(default_factory=list)
+    launching: dict[str, _Launching] = field(default_factory=dict)
+    """SJs (by uid) whose launch is queued or under way: no pass decides them until it is done."""
+    _launch_queue: deque[tuple[_Waiting, int, datetime]] = field(default_factory=deque)
+    """Admitted SJs waiting for a launch worker, in the order admitted, with the configuration chosen and when
+    the pass admitted them."""
+    _launch_workers: list[asyncio.Task[None]] = field(default_factory=list)
+    _last_launch: float | None = None
+    """When (monotonic) this process last made a run: Events wait while runs are being launched."""
+    _flushing: bool = False
+    """While `settle` waits: Events are recorded at once, whatever is being launched."""
+    _held_events: set[asyncio.Future[None]] = field(default_factory=set)
+    """Event workers waiting for launches: `settle` lets them go."""
     _drop_warned: float = 0.0
     _capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
     hold_budget: float = HOLD_BUDGET
@@ -331,9 +358,11 @@ class Controller:
         # A new SJ admitted at first sight is not written as queued: its launch writes nothing (a later pass
         # records the run), a refused launch writes its outcome.
         at_once = {a.key for a in admitted.admitted}
+        launching = self.launching
         writing = await in_slices(decided, lambda part: [
             d for d in part if _writes(d) and not (at_once and _first_sight(d) and d.observed.sj.key in at_once)
-            and not (held and d.observed.sj.uid in held)], pacer)
+            and not (held and d.observed.sj.uid in held) and not (launching and d.observed.sj.uid in launching)],
+            pacer)
         # Steering's bookkeeping goes out in the background: the pass goes on to launches and transitions.
         steering: list[Decided] = []
         foreground: list[Decided] = []
@@ -352,11 +381,10 @@ class Controller:
         applied = dict(zip((id(d) for d in first),
                            await self._concurrently(self._apply(d.observed, d.step) for d in first), strict=True))
         await self._delete_strays(view, observation.known_runs)
-        launching = [(w, a.config_index) for a in admitted.admitted if applied.get(id(d := by_key[a.key]), True)
-                     and (w := self._waiting(d)) is not None]
-        await self._concurrently(chain((self.launch(w, now, index) for w, index in launching),
-                                       (self._apply(d.observed, d.step) for d in rest)))
-        return decided, {w.sj.key for w, _ in launching}
+        self._launch(now, ((w, a.config_index) for a in admitted.admitted if applied.get(id(d := by_key[a.key]), True)
+                     and (w := self._waiting(d)) is not None))
+        await self._concurrently(self._apply(d.observed, d.step) for d in rest)
+        return decided, {entry.key for entry in self.launching.values()}
 
     async def _report(self, view: ClusterView, decided: list[Decided], launching: set[str]) -> None:
         """The gauges after a pass: SJs by phase and why the waiting ones wait; capacity in use."""
@@ -472,7 +500,9 @@ class Controller:
         return replace(view, jobs={**view.jobs, **unseen}) if unseen else view
 
     def _add_launched(self, view: ClusterView, runs: dict[tuple[str, str], InFlightRun]) -> None:
-        """Runs this process launched that the cache does not show as Starting yet."""
+        """Runs this process launched that the cache does not show as Starting yet, and those being launched."""
+        for launching in self.launching.values():
+            runs.setdefault(launching.run_key, launching.run)
         for key, entry in list(self.launched.items()):
             if self.monotonic() - entry.at > LAUNCHED_TTL:
                 del self.launched[key]
@@ -580,7 +610,7 @@ class Controller:
             self._steering_unrecorded.pop(sj.uid, None)
         elif (waiting := self._steering_unrecorded.get(sj.uid)) is not None:
             waiting.replaced += 1
-            waiting.events, waiting.at = events, datetime.now(UTC)
+            waiting.events, waiting.at, waiting.queued = events, datetime.now(UTC), self.monotonic()
             self.metrics.events_replaced.inc()
             return
         if len(self._event_queue) >= EVENT_BACKLOG:
@@ -590,7 +620,7 @@ class Controller:
                 log.warning("Events are dropped: %d are waiting to be recorded (scavenger_events_dropped_total)",
                             len(self._event_queue))
             return
-        entry = _Unrecorded((sj.namespace, sj.name, sj.uid), events, datetime.now(UTC))
+        entry = _Unrecorded((sj.namespace, sj.name, sj.uid), events, datetime.now(UTC), self.monotonic())
         self._event_queue.append(entry)
         if steering:
             self._steering_unrecorded[sj.uid] = entry
@@ -599,10 +629,22 @@ class Controller:
             self._event_workers.append(asyncio.create_task(self._post_events(), name="events"))
 
     async def _post_events(self) -> None:
-        """Records queued Events until none is left (a step's Events one after another)."""
+        """Records queued Events until none is left (a step's Events one after another), each once no run has
+        been launched for a moment or it has waited long enough (`pacing.event_wait`)."""
         in_background()
         queue = self._event_queue
         while queue:
+            while not self._flushing and (
+                    wait := event_wait(self.monotonic(), queue[0].queued, self._last_launch)) > 0:
+                held = asyncio.get_running_loop().create_future()
+                self._held_events.add(held)
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(held, timeout=wait)
+                finally:
+                    self._held_events.discard(held)
+                if not queue:
+                    return
             entry = queue.popleft()
             (namespace, name, uid), at = entry.sj, entry.at
             if self._steering_unrecorded.get(uid) is entry:
@@ -614,12 +656,21 @@ class Controller:
                                       message=ev.message + note, at=at)
 
     async def settle(self) -> None:
-        """Waits until the background lane is idle: no steering write under way, no Event left to record."""
-        while True:
-            pending = [t for t in (*self._steering_tasks, *self._event_workers) if not t.done()]
-            if not pending:
-                return
-            await asyncio.wait(pending)
+        """Waits until no launch is queued or under way and the background lane is idle: no steering write under
+        way, no Event left to record (the Events waiting for launches are recorded at once)."""
+        self._flushing = True
+        for held in self._held_events:
+            if not held.done():
+                held.set_result(None)
+        try:
+            while True:
+                pending = [t for t in (*self._launch_workers, *self._steering_tasks, *self._event_workers)
+                           if not t.done()]
+                if not pending:
+                    return
+                await asyncio.wait(pending)
+        finally:
+            self._flushing = False
 
     # --- runs ------------------------------------------------------------------------
     async def delete_run(self, namespace: str, job_name: str, reason: str) -> None:
@@ -667,6 +718,44 @@ class Controller:
                   len(view.nodes), len(admission.admitted), (time.perf_counter() - started) * 1000)
         return admission
 
+    def _launch(self, now: datetime, admitted: Iterable[tuple[_Waiting, int]]) -> None:
+        """Queues the admitted SJs' launches (each with the configuration the admission chose) for the launch
+        workers; their room stays spoken for, and no pass decides them, until each launch is done."""
+        queue = self._launch_queue
+        for w, index in admitted:
+            spec = w.spec.config(index)
+            job_name = run_job_name(w.sj.name, w.status.attempt + 1)
+            self.launching[w.sj.uid] = _Launching(w.sj.key, (w.sj.namespace, job_name), in_flight(w.sj, spec, 0))
+            queue.append((w, index, now))
+        self._launch_workers = [t for t in self._launch_workers if not t.done()]
+        for _ in range(min(LAUNCH_WORKERS - len(self._launch_workers), len(queue))):
+            self._launch_workers.append(asyncio.create_task(self._launch_queued(), name="launches"))
+
+    async def _launch_queued(self) -> None:
+        """Launches queued SJs until none is left; then wakes the loop (a launch retried later is decided
+        again)."""
+        queue = self._launch_queue
+        while queue:
+            w, index, now = queue.popleft()
+            try:
+                await self.launch(w, now, index)
+            except Exception:
+                log.exception("launching %s failed; deciding again", w.sj.key)
+            finally:
+                self.launching.pop(w.sj.uid, None)
+        self.wake()
+
+    async def launches_done(self) -> None:
+        """Waits until no launch is queued or under way."""
+        while pending := [t for t in self._launch_workers if not t.done()]:
+            await asyncio.wait(pending)
+
+    def drop_launches(self) -> None:
+        """Forgets the launches not begun yet (this process no longer decides: another replica leads)."""
+        for w, _, _ in self._launch_queue:
+            self.launching.pop(w.sj.uid, None)
+        self._launch_queue.clear()
+
     async def launch(self, w: _Waiting, now: datetime, config_index: int = 0) -> None:
         """Creates the next run of an admitted SJ (idempotent) in the configuration the admission chose,
         then records what the state machine says: its Event (the run itself is written into the status
@@ -708,6 +797,7 @@ class Controller:
         # before it when API calls were retried).
         made_at = self.clock()
         made = job_view({**job, "metadata": {**job["metadata"], "creationTimestamp": made_at.isoformat()}})
+        self._last_launch = self.monotonic()
         self.launched[(sj.namespace, job_name)] = _Launched(in_flight(sj, spec, 0), self.monotonic(), made)
         if not made_now:
             # Another decider (or an earlier try of this one whose answer was lost) made it: its Event and

@@ -227,6 +227,7 @@ async def _decision_loop(memo: kopf.Memo) -> None:
         memo.wake.clear()
         controller.metrics.set_leading(memo.elector.leading)
         if not memo.elector.leading:
+            controller.drop_launches()
             continue
         started = time.perf_counter()
         try:

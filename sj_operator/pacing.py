@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-__all__ = ["BATCH_WINDOW", "GC_PAUSE_LIMIT", "GC_THRESHOLDS", "HOLD_BUDGET", "SLICE", "Pacer", "batch_window",
-           "collector_paused", "in_slices", "tune_gc", "watch_gc", "watch_lag"]
+__all__ = ["BATCH_WINDOW", "EVENT_DEFERRAL", "EVENT_QUIET", "GC_PAUSE_LIMIT", "GC_THRESHOLDS", "HOLD_BUDGET", "SLICE",
+           "Pacer", "batch_window", "collector_paused", "event_wait", "in_slices", "tune_gc", "watch_gc", "watch_lag"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -39,6 +39,10 @@ GC_PAUSE_LIMIT = 5.0
 about 0.1 s and a burst's about a second; one that waits longer on the API server collects again."""
 BATCH_WINDOW = (0.05, 1.0)
 """Seconds the loop lets watch events gather before a pass, at least and at most (``batch_window``)."""
+EVENT_QUIET = 1.0
+"""Seconds without a launch after which waiting Events are recorded (``event_wait``)."""
+EVENT_DEFERRAL = 30.0
+"""Seconds an Event waits for launches at most, from when it happened (``event_wait``)."""
 LAG_PERIOD = 0.5
 """Seconds ``watch_lag`` sleeps between two measurements."""
 
@@ -145,3 +149,17 @@ def batch_window(last_pass: float, bounds: tuple[float, float] = BATCH_WINDOW) -
     per change. The cost is at most a second more from an event to the pass that acts on it."""
     low, high = bounds
     return min(high, max(low, last_pass))
+
+
+def event_wait(now: float, happened: float, last_launch: float | None, *, quiet: float = EVENT_QUIET,
+               most: float = EVENT_DEFERRAL) -> float:
+    """Seconds an Event that ``happened`` (monotonic) should still wait before it is recorded; 0 when it goes
+    now. Nothing waits for an Event, while every launch is work that waits for its Job: when runs are being
+    launched (the last one less than ``quiet`` seconds ago), Events hold back and leave the API server to
+    the launches; none waits more than ``most`` seconds after it happened. In a burst of thousands of new
+    SJs their Events are recorded after the burst's Jobs instead of between them; on a quiet cluster an
+    Event waits at most ``quiet`` seconds after the launch before it."""
+    if last_launch is None:
+        return 0.0
+    return max(0.0, min(last_launch + quiet, happened + most) - now)
+

@@ -540,6 +540,56 @@ class Gated(FakeKube):
             await self.gate.wait()
         await super().event(**kw)
 
+    async def create_job(self, job):
+        if "job" in self.held:
+            await self.gate.wait()
+        await super().create_job(job)
+
+
+def test_a_pass_does_not_wait_for_its_launches_and_the_next_one_leaves_them_and_their_room_alone():
+    """"big" (2 of the node's 8 CPU, 5.6 usable) is admitted and its Job is slow to make: the pass returns
+    meanwhile. The next pass, which sees no Job yet, neither launches "big" again (there would be room for
+    it twice), nor writes it as queued, nor gives its room to "later" (4 more CPU would pass the threshold).
+    Once made, the loop is woken."""
+    kube, woken = Gated("job"), []
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, wake=lambda: woken.append(1))  # type: ignore[arg-type]
+    v = view(sj(name="big", cpu="2", created=NOW - timedelta(minutes=1)), sj(name="later", cpu="4"))
+
+    async def passes() -> tuple[set[str], list[str]]:
+        await controller.reconcile(v)
+        under_way = {entry.key for entry in controller.launching.values()}
+        await controller.reconcile(v)
+        during = launched(kube)
+        kube.gate.set()
+        await controller.launches_done()
+        return under_way, during
+
+    under_way, during = asyncio.run(passes())
+    assert under_way == {"ns/big"} and during == []
+    assert launched(kube) == ["big-r1"] and not controller.launching and woken
+    assert [name for kind, name in kube.calls if kind == "event"] == ["Queued"] and ("later", "Queued") in kube.events
+    assert controller.metrics.launched._value.get() == 1
+
+
+def test_launches_not_begun_are_dropped_when_another_replica_leads(monkeypatch):
+    """One launch worker: "a" is being made when leadership is lost; "b", still queued, is forgotten (the
+    leader decides it), "a" is finished."""
+    monkeypatch.setattr("sj_operator.controller.LAUNCH_WORKERS", 1)
+    kube = Gated("job")
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+
+    async def passes() -> set[str]:
+        await controller.reconcile(view(sj(name="a", created=NOW - timedelta(minutes=1)), sj(name="b")))
+        await asyncio.sleep(0)
+        controller.drop_launches()
+        left = {entry.key for entry in controller.launching.values()}
+        kube.gate.set()
+        await controller.launches_done()
+        return left
+
+    assert asyncio.run(passes()) == {"ns/a"}
+    assert launched(kube) == ["a-r1"] and not controller.launching
+
 
 def _steering_view(*ago_minutes: tuple[str, int]) -> ClusterView:
     runs = [_running_sj(name, NOW - timedelta(minutes=ago)) for name, ago in ago_minutes]
@@ -615,6 +665,44 @@ def test_events_past_the_backlog_are_dropped_and_counted(monkeypatch):
     assert controller.metrics.events_dropped._value.get() == 1
 
 
+def test_events_wait_while_runs_are_launched_and_go_once_launches_pause():
+    """The launch's Event waits (the API server's room goes to the runs); a second after the last launch, the
+    next Event recorded takes the waiting one with it, in order."""
+    kube = FakeKube()
+    t = [100.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW,  # type: ignore[arg-type]
+                            monotonic=lambda: t[0])
+
+    async def passes() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        await controller.reconcile(view(sj(name="a")))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        during = list(kube.events)
+        t[0] += 1.5
+        controller._record(sj(name="b"), [Event("Normal", "Note", "after the launches")])
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return during, list(kube.events)
+
+    during, after = asyncio.run(passes())
+    assert launched(kube) == ["a-r1"] and during == []
+    assert after == [("a", "Launched"), ("b", "Note")]
+
+
+def test_settle_records_the_events_waiting_for_launches_at_once():
+    """At shutdown nothing is launched any more: the waiting Events go without their wait."""
+    kube = FakeKube()
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW,  # type: ignore[arg-type]
+                            monotonic=lambda: 100.0)
+
+    async def passes() -> None:
+        await controller.reconcile(view(sj(name="a"), sj(name="b")))
+        await asyncio.wait_for(controller.settle(), timeout=0.5)
+
+    asyncio.run(passes())
+    assert launched(kube) == ["a-r1", "b-r1"] and kube.events == [("a", "Launched"), ("b", "Launched")]
+
+
 def test_a_waiting_steering_event_is_replaced_by_the_sjs_next_toggle():
     """While the recorder is behind, an SJ's protection toggles replace each other in the backlog (the message
     says how many); any other Event of the SJ stays in its place, and a toggle after it comes after it."""
@@ -658,6 +746,7 @@ def test_an_sjs_events_are_stamped_when_they_happened_not_when_they_are_recorded
 
     async def passes() -> None:
         await controller.reconcile(view(sj()))
+        await controller.launches_done()
         job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j",
                                      "labels": {"scavenger.dev/job-name": "work"}}})
         await controller.reconcile(view(sj(stored_status(kube), rv=str(kube.rv)), jobs={("ns", "work-r1"): job},
@@ -685,6 +774,7 @@ def test_events_waiting_to_be_recorded_do_not_keep_old_versions_of_the_sj_alive(
 
     async def passes() -> None:
         await controller.reconcile(view(first.pop()))
+        await controller.launches_done()
         job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j",
                                      "labels": {"scavenger.dev/job-name": "work"}}})
         await controller.reconcile(view(sj(stored_status(kube), rv=str(kube.rv)), jobs={("ns", "work-r1"): job},

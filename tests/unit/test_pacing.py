@@ -227,3 +227,17 @@ def test_the_loop_waits_as_long_as_its_last_pass_took_within_bounds(last_pass, w
     from sj_operator.pacing import batch_window
 
     assert batch_window(last_pass) == pytest.approx(window)
+
+
+@pytest.mark.parametrize(("now", "happened", "last_launch", "wait"), [
+    (10.0, 9.0, None, 0.0),     # nothing launched since the start: at once
+    (10.0, 9.0, 5.0, 0.0),      # the last launch 5 s ago: the launches are over
+    (10.0, 9.9, 9.8, 0.8),      # a launch 0.2 s ago: until a second after it
+    (10.0, 9.9, 10.0, 1.0),     # a launch just now
+    (40.0, 10.5, 40.0, 0.5),    # launches for 30 s on end: until 30 s after it happened
+    (41.0, 10.5, 41.0, 0.0),    # ... and no longer
+])
+def test_events_wait_while_runs_are_launched_for_at_most_thirty_seconds(now, happened, last_launch, wait):
+    from sj_operator.pacing import event_wait
+
+    assert event_wait(now, happened, last_launch) == pytest.approx(wait)
