@@ -371,9 +371,9 @@ class Controller:
         if steering:
             self._steer(steering)
             writing = foreground
-        # The admitted SJs' own writes go first (a launch writes over them); then the launches, and the rest of
-        # the pass's writes as workers come free: in a burst a launch does not wait behind hundreds of other
-        # SJs' transitions and reasons.
+        # The admitted SJs' own writes go first (a launch writes over them); then their launches are queued for
+        # the launch workers, and the pass writes the rest meanwhile: in a burst a launch does not wait behind
+        # hundreds of other SJs' transitions and reasons, nor the next pass behind the launches.
         by_key = {d.observed.sj.key: d for d in decided} if admitted.admitted else {}
         admitted_ids = {id(by_key[a.key]) for a in admitted.admitted}
         first = [d for d in writing if id(d) in admitted_ids] if admitted_ids else []
