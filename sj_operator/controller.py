@@ -96,11 +96,11 @@ STEERING_REASONS = frozenset({"Protected", "Unprotected"})
 newer state is the one that holds; the message says how many were replaced), so a recorder that falls behind
 a checkpoint period's toggles does not fill the backlog with states already gone."""
 EVENT_WORKERS = 4
+"""Events recorded at once, each worker one step's Events after another."""
 LAUNCH_WORKERS = 24
 """Launches under way at once (`Controller._launch`): a pass queues its admitted SJs' launches and goes on; these
 workers make their runs meanwhile, so SJs created during a burst of launches are decided while the Jobs of
 the ones before them are still being made."""
-"""Events recorded at once, each worker one step's Events after another."""
 DRY_RUN_TTL = 30.0
 """Seconds a namespace's acceptance of a dry-run pod stands for the runs launched after it whose pods have
 the same shape (`builders.job.admission_shape`: the same pod but for the names of the SJ and run): in a
@@ -172,6 +172,13 @@ def _says(status: ScavengerJobStatus, why: Waiting) -> bool:
     """The SJ's Admitted condition gives exactly this reason and message."""
     cond = admitted_condition(status.conditions)
     return cond is not None and (cond.status, cond.reason, cond.message) == ("False", why.reason, why.message)
+
+
+async def _idle(tasks: Callable[[], Iterable[asyncio.Task[None]]]) -> None:
+    """Waits until every task of ``tasks()`` is done, asked again after each wait (workers started meanwhile
+    are waited for too)."""
+    while pending := [t for t in tasks() if not t.done()]:
+        await asyncio.wait(pending)
 
 
 def utcnow() -> datetime:
@@ -663,12 +670,7 @@ class Controller:
             if not held.done():
                 held.set_result(None)
         try:
-            while True:
-                pending = [t for t in (*self._launch_workers, *self._steering_tasks, *self._event_workers)
-                           if not t.done()]
-                if not pending:
-                    return
-                await asyncio.wait(pending)
+            await _idle(lambda: (*self._launch_workers, *self._steering_tasks, *self._event_workers))
         finally:
             self._flushing = False
 
@@ -747,8 +749,7 @@ class Controller:
 
     async def launches_done(self) -> None:
         """Waits until no launch is queued or under way."""
-        while pending := [t for t in self._launch_workers if not t.done()]:
-            await asyncio.wait(pending)
+        await _idle(lambda: self._launch_workers)
 
     def drop_launches(self) -> None:
         """Forgets the launches not begun yet (this process no longer decides: another replica leads)."""
