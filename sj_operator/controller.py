@@ -46,7 +46,7 @@ from sj_operator.memo import PassMemo, forget_uids
 from sj_operator.metrics import Metrics
 from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
 from sj_operator.observed import JobView, NodeInfo, SJObject, job_view
-from sj_operator.pacing import HOLD_BUDGET, SLICE, Pacer, event_wait, in_slices
+from sj_operator.pacing import EVENT_DEFERRAL, HOLD_BUDGET, SLICE, Pacer, Timer, event_wait, in_slices
 from sj_operator.policy.admission import AdmissionPass, PolicyConfig, Waiting
 from sj_operator.policy.conditions import WAIT_REASONS, admitted_condition, wait_changed
 from sj_operator.policy.lifecycle import (
@@ -73,6 +73,7 @@ __all__ = ["ClusterView", "Controller", "utcnow"]
 
 log = logging.getLogger("sj_operator.controller")
 Clock = Callable[[], datetime]
+
 T = TypeVar("T")
 API_CONCURRENCY = 24
 """SJs whose writes are in flight at once; the client has `kube.API_THREADS` threads, some left for the
@@ -155,6 +156,15 @@ def _run_size(o: Observed) -> int:
     """The pods of the SJ's current run: its gang (a running SJ's observed spec is already the configuration
     the run was launched in, `decide.observe_one`), never fewer than the pods seen."""
     return max(len(o.run.pods), o.spec.parallelism if isinstance(o.spec, ScavengerJobSpec) else 1)
+
+
+def _records_run(d: Decided) -> bool:
+    """A decision that only writes a waiting SJ's new run into its status (`lifecycle._record`: Starting or
+    Running, with its Event), and nothing else: no interruption, no end, no action."""
+    before, after = d.observed.status, d.step.status
+    return (not d.step.actions and d.observed.run.job is not None
+            and before.phase in (None, Phase.PENDING, Phase.INTERRUPTED)
+            and after.phase in (Phase.STARTING, Phase.RUNNING) and after.attempt == before.attempt + 1)
 
 
 def _steering_order(d: Decided) -> bool:
@@ -283,6 +293,11 @@ class Controller:
     """While `settle` waits: Events are recorded at once, whatever is being launched."""
     _held_events: set[asyncio.Future[None]] = field(default_factory=set)
     """Event workers waiting for launches: `settle` lets them go."""
+    call_later: Callable[[float, Callable[[], None]], Timer] | None = None
+    """Schedules a call in so many seconds (None: the running loop's ``call_later``)."""
+    _wake_timer: tuple[float, Timer] | None = None
+    """The pass asked for when the records of new runs held back for launches are due (`_hold_records`):
+    when (monotonic) and its timer."""
     _drop_warned: float = 0.0
     _capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
     hold_budget: float = HOLD_BUDGET
@@ -378,6 +393,8 @@ class Controller:
         if steering:
             self._steer(steering)
             writing = foreground
+        if launching or self._last_launch is not None:
+            writing = self._hold_records(writing, now)
         # The admitted SJs' own writes go first (a launch writes over them); then their launches are queued for
         # the launch workers, and the pass writes the rest meanwhile: in a burst a launch does not wait behind
         # hundreds of other SJs' transitions and reasons, nor the next pass behind the launches.
@@ -392,6 +409,45 @@ class Controller:
                      and (w := self._waiting(d)) is not None))
         await self._concurrently(self._apply(d.observed, d.step) for d in rest)
         return decided, {entry.key for entry in self.launching.values()}
+
+    def _hold_records(self, writing: list[Decided], now: datetime) -> list[Decided]:
+        """``writing`` but for the new runs whose records wait for launches: while runs are being launched (one is
+        under way, or the last was made less than `pacing.EVENT_QUIET` ago), a run is written into its SJ's
+        status (Starting or Running, `lifecycle._record`) once the launches pause, at most `EVENT_DEFERRAL`
+        seconds after its Job was made, as Events wait (`pacing.event_wait`). In a burst the API server serves
+        the launches first; the run holds its room meanwhile (its decision is the record, so it counts as in
+        flight), and the gauges count it as Starting. A pass is asked for when the first record is due."""
+        clock = self.monotonic()
+        busy = clock if self.launching else self._last_launch
+        if busy is None:
+            return writing
+        kept: list[Decided] = []
+        due: float | None = None
+        for d in writing:
+            if _records_run(d):
+                job = d.observed.run.job
+                assert job is not None
+                age = max(0.0, (now - job.created).total_seconds()) if job.created is not None else 0.0
+                wait = event_wait(clock, clock - age, busy, most=EVENT_DEFERRAL)
+                if wait > 0:
+                    due = wait if due is None else min(due, wait)
+                    continue
+            kept.append(d)
+        if due is not None:
+            self._wake_in(due)
+        return kept
+
+    def _wake_in(self, seconds: float) -> None:
+        """Asks for a pass in ``seconds`` (unless one is asked for sooner already)."""
+        now = self.monotonic()
+        at = now + seconds
+        if self._wake_timer is not None:
+            earlier, timer = self._wake_timer
+            if now < earlier <= at:
+                return
+            timer.cancel()
+        call_later = self.call_later or asyncio.get_running_loop().call_later
+        self._wake_timer = (at, call_later(seconds, self.wake))
 
     async def _report(self, view: ClusterView, decided: list[Decided], launching: set[str]) -> None:
         """The gauges after a pass: SJs by phase and why the waiting ones wait; capacity in use."""

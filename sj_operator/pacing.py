@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 __all__ = ["BATCH_WINDOW", "EVENT_DEFERRAL", "EVENT_QUIET", "GC_PAUSE_LIMIT", "GC_THRESHOLDS", "HOLD_BUDGET", "SLICE",
-           "Pacer", "batch_window", "collector_paused", "event_wait", "in_slices", "tune_gc", "watch_gc", "watch_lag"]
+           "Pacer", "Timer", "batch_window", "collector_paused", "event_wait", "in_slices", "tune_gc", "watch_gc",
+           "watch_lag"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -40,9 +41,11 @@ about 0.1 s and a burst's about a second; one that waits longer on the API serve
 BATCH_WINDOW = (0.05, 1.0)
 """Seconds the loop lets watch events gather before a pass, at least and at most (``batch_window``)."""
 EVENT_QUIET = 1.0
-"""Seconds without a launch after which waiting Events are recorded (``event_wait``)."""
+"""Seconds without a launch after which waiting Events, and new runs' records in their SJs' statuses, are
+written (``event_wait``)."""
 EVENT_DEFERRAL = 30.0
-"""Seconds an Event waits for launches at most, from when it happened (``event_wait``)."""
+"""Seconds an Event waits for launches at most, from when it happened (a new run's record: from when its Job
+was made) (``event_wait``)."""
 LAG_PERIOD = 0.5
 """Seconds ``watch_lag`` sleeps between two measurements."""
 
@@ -114,13 +117,15 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-class _Timer(Protocol):
+class Timer(Protocol):
+    """A call scheduled for later (``asyncio.TimerHandle``)."""
+
     def cancel(self) -> None: ...
 
 
 @contextmanager
 def collector_paused(limit: float = GC_PAUSE_LIMIT, *,
-                     call_later: Callable[[float, Callable[[], None]], _Timer] | None = None) -> Iterator[None]:
+                     call_later: Callable[[float, Callable[[], None]], Timer] | None = None) -> Iterator[None]:
     """No automatic garbage collection while the block runs (a decision pass), for ``limit`` seconds at
     most. What a pass builds (its view, its caches' new entries, its decisions) is hundreds of thousands of
     container objects that all live until it ends, so every collection during it walks them only to find

@@ -14,6 +14,7 @@ from sj_operator.controller import BUDGET_REFRESH, Controller
 from sj_operator.decide import ClusterView
 from sj_operator.kube import Conflict, KubeError
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view
+from sj_operator.pacing import EVENT_DEFERRAL, EVENT_QUIET
 from sj_operator.policy.outcomes import Event
 from tests.unit.helpers import settled_pass
 
@@ -143,10 +144,12 @@ def controller(kube: FakeKube) -> Controller:
     return Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
 
 
-def test_new_sj_that_fits_is_launched_at_first_sight_and_runs_after_four_writes(controller, kube):
+def test_new_sj_that_fits_is_launched_at_first_sight_and_runs_after_four_writes(kube):
     """Four writes (and the pods' dry run) from a new SJ to Running: its Job and the Launched Event; once its
-    pod runs, its status (straight to Running: the run is recorded with what its pods show) and the Running
-    Event. No budget yet: that is made when the run is first protected."""
+    pod runs and launches have paused, its status (straight to Running: the run is recorded with what its
+    pods show) and the Running Event. No budget yet: that is made when the run is first protected."""
+    t = [100.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: t[0])  # type: ignore[arg-type]
     run(controller, view(sj()))
     assert kube.calls == [("job", "work-r1"), ("event", "Launched")] and len(kube.dry_runs) == 1
     # The watch has not shown the Job yet: the run this process made stands for it (not launched again).
@@ -155,7 +158,11 @@ def test_new_sj_that_fits_is_launched_at_first_sight_and_runs_after_four_writes(
     made = kube.job("work-r1", created=NOW)
     pod = PodView(namespace="ns", name="work-r1-0", uid="p", sj="work", run="work-r1", node="n1", phase="Running",
                   deleting=False, all_running=True, requests={"cpu": 1000})
-    run(controller, view(sj(), jobs={("ns", "work-r1"): made}, run_pods={("ns", "work-r1"): (pod,)}, active=(pod,)))
+    ran = view(sj(), jobs={("ns", "work-r1"): made}, run_pods={("ns", "work-r1"): (pod,)}, active=(pod,))
+    run(controller, ran)  # a run was launched less than EVENT_QUIET ago: the record waits for launches to pause
+    assert kube.kinds() == ["job", "event"]
+    t[0] += EVENT_QUIET
+    run(controller, ran)
     assert kube.kinds() == ["job", "event", "status", "event"] and kube.calls[3] == ("event", "Running")
     written = kube.calls[2][1]
     assert (written["phase"], written["jobName"], written["attempt"]) == ("Running", "work-r1", 1)
@@ -449,9 +456,11 @@ def test_the_start_timeout_counts_from_the_jobs_creation_not_from_the_pass(kube)
         current[0] = next(times, current[0])
         return current[0]
 
-    controller = Controller(kube, OperatorConfig(), clock=clock)  # type: ignore[arg-type]
+    t = [100.0]
+    controller = Controller(kube, OperatorConfig(), clock=clock, monotonic=lambda: t[0])  # type: ignore[arg-type]
     run(controller, view(sj()))
     assert "status" not in kube.kinds()
+    t[0] += EVENT_QUIET  # no launch since
     for _ in times:  # the clock stops at NOW + 55 s
         pass
     # Until the watch shows the Job, the run this process made stands for it, stamped when it was made: past
@@ -569,6 +578,67 @@ def test_a_pass_does_not_wait_for_its_launches_and_the_next_one_leaves_them_and_
     assert launched(kube) == ["big-r1"] and not controller.launching and woken
     assert [name for kind, name in kube.calls if kind == "event"] == ["Queued"] and ("later", "Queued") in kube.events
     assert controller.metrics.launched._value.get() == 1
+
+
+def _made_elsewhere(name: str, created: datetime) -> JobView:
+    """The run of SJ ``name`` as another replica made it (this process has no record of launching it)."""
+    return job_view({"metadata": {"namespace": "ns", "name": f"{name}-r1", "uid": f"j-{name}",
+                                  "labels": {"scavenger.dev/job-name": name},
+                                  "creationTimestamp": created.isoformat()}})
+
+
+def _records(kube: FakeKube, job_name: str) -> list[str]:
+    return [status["phase"] for kind, status in kube.calls if kind == "status" and status.get("jobName") == job_name]
+
+
+def test_a_new_runs_record_waits_while_runs_are_launched_holding_its_room_and_goes_once_they_pause():
+    """"a"'s run (4 of the node's 5.6 usable CPU) was made 15 s ago and its pod has not started: it is due to be
+    recorded as Starting. While "b"'s launch is under way the record waits, a pass is asked for in
+    EVENT_QUIET, and "a" keeps its room ("c", 4 CPU, is not admitted). Once launches have paused it is
+    written."""
+    kube, timers = Gated("job"), []
+    t = [100.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: t[0],  # type: ignore[arg-type]
+                            call_later=lambda delay, fn: timers.append((delay, fn)) or asyncio.get_running_loop()
+                            .call_later(3600, fn))
+    a = sj(name="a", cpu="4", created=NOW - timedelta(minutes=2),
+           status={"phase": "Pending", "attempt": 0})
+    jobs = {("ns", "a-r1"): _made_elsewhere("a", NOW - timedelta(seconds=15))}
+    b = sj(name="b", created=NOW - timedelta(minutes=1))
+
+    async def passes() -> list[str]:
+        await controller.reconcile(view(b))
+        await controller.reconcile(view(a, b, sj(name="c", cpu="4"), jobs=jobs))
+        during = _records(kube, "a-r1")
+        kube.gate.set()
+        await controller.launches_done()
+        t[0] += EVENT_QUIET
+        await controller.reconcile(view(a, b, sj(name="c", cpu="4"), jobs=jobs))
+        await controller.settle()
+        return during
+
+    during = asyncio.run(passes())
+    assert during == [] and [delay for delay, _ in timers] == [EVENT_QUIET]
+    assert _records(kube, "a-r1") == ["Starting"]
+    assert launched(kube) == ["b-r1"]
+
+
+def test_a_new_runs_record_waits_for_launches_at_most_event_deferral_after_its_job_was_made():
+    kube = Gated("job")
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: 100.0)  # type: ignore[arg-type]
+    a = sj(name="a", created=NOW - timedelta(minutes=2), status={"phase": "Pending", "attempt": 0})
+    b = sj(name="b", created=NOW - timedelta(minutes=1))
+    made = NOW - timedelta(seconds=EVENT_DEFERRAL + 1)
+
+    async def passes() -> list[str]:
+        await controller.reconcile(view(b))
+        await controller.reconcile(view(a, b, jobs={("ns", "a-r1"): _made_elsewhere("a", made)}))
+        during = _records(kube, "a-r1")
+        kube.gate.set()
+        await controller.settle()
+        return during
+
+    assert asyncio.run(passes()) == ["Starting"]
 
 
 def test_launches_not_begun_are_dropped_when_another_replica_leads(monkeypatch):
@@ -740,13 +810,15 @@ def test_an_sjs_events_are_stamped_when_they_happened_not_when_they_are_recorded
     """The launch's Event is still waiting when the next pass sees the run's pod running: whichever is
     recorded first, "Launched" carries the earlier time."""
     kube = Gated("event")
-    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    t = [100.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: t[0])  # type: ignore[arg-type]
     pod = PodView(namespace="ns", name="work-r1-0", uid="p", sj="work", run="work-r1", node="n1", phase="Running",
                   deleting=False, requests={"cpu": 1000}, all_running=True, index=0, protected=False)
 
     async def passes() -> None:
         await controller.reconcile(view(sj()))
         await controller.launches_done()
+        t[0] += EVENT_QUIET  # launches have paused: the run is recorded (its Events still wait at the gate)
         job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j",
                                      "labels": {"scavenger.dev/job-name": "work"}}})
         await controller.reconcile(view(sj(stored_status(kube), rv=str(kube.rv)), jobs={("ns", "work-r1"): job},
@@ -766,7 +838,8 @@ def test_events_waiting_to_be_recorded_do_not_keep_old_versions_of_the_sj_alive(
     import weakref
 
     kube = Gated("event")
-    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    t = [100.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: t[0])  # type: ignore[arg-type]
     pod = PodView(namespace="ns", name="work-r1-0", uid="p", sj="work", run="work-r1", node="n1", phase="Running",
                   deleting=False, requests={"cpu": 1000}, all_running=True, index=0, protected=False)
     first = [sj()]
@@ -775,6 +848,7 @@ def test_events_waiting_to_be_recorded_do_not_keep_old_versions_of_the_sj_alive(
     async def passes() -> None:
         await controller.reconcile(view(first.pop()))
         await controller.launches_done()
+        t[0] += EVENT_QUIET  # launches have paused: the run is recorded (its Events still wait at the gate)
         job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j",
                                      "labels": {"scavenger.dev/job-name": "work"}}})
         await controller.reconcile(view(sj(stored_status(kube), rv=str(kube.rv)), jobs={("ns", "work-r1"): job},
