@@ -394,10 +394,19 @@ class _PassState:
     def reserve_in_flight(
         self, pods: int, need: _Need, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
     ) -> None:
-        """Count a launched run's unscheduled pods against the threshold and reserve room for those that fit."""
+        """Count a launched run's unscheduled pods against the threshold and reserve room for those that fit.
+
+        Where one node holds them all, that is the first such node (`gang.placement.place_identical`'s first
+        step), found from the first-fit cursor without working out every node's capacity: in a burst there
+        are hundreds of runs in flight, most of them one pod each."""
         if pods < 1:
             return
-        capacities = self._capacities(need, self._mask(node_selector, tolerations)[1], self._free)
+        key, mask = self._mask(node_selector, tolerations)
+        index = self._first_holding(need, key, mask, pods)
+        if index is not None:
+            self.commit((self._names[index],) * pods, need)
+            return
+        capacities = self._capacities(need, mask, self._free)
         placeable = min(pods, sum(filter((0).__lt__, capacities)))
         self._charge(need, pods - placeable, self._pools[0])  # pods that find no room count in the default pool
         if placeable:
