@@ -73,7 +73,6 @@ __all__ = ["ClusterView", "Controller", "utcnow"]
 
 log = logging.getLogger("sj_operator.controller")
 Clock = Callable[[], datetime]
-
 T = TypeVar("T")
 API_CONCURRENCY = 24
 """SJs whose writes are in flight at once; the client has `kube.API_THREADS` threads, some left for the
