@@ -50,6 +50,7 @@ from sj_operator.pacing import EVENT_DEFERRAL, HOLD_BUDGET, SLICE, Pacer, Timer,
 from sj_operator.policy.admission import AdmissionPass, PolicyConfig, Waiting
 from sj_operator.policy.conditions import WAIT_REASONS, admitted_condition, wait_changed
 from sj_operator.policy.lifecycle import (
+    WAITING,
     DeleteRun,
     Event,
     LifecycleConfig,
@@ -162,7 +163,7 @@ def _records_run(d: Decided) -> bool:
     Running, with its Event), and nothing else: no interruption, no end, no action."""
     before, after = d.observed.status, d.step.status
     return (not d.step.actions and d.observed.run.job is not None
-            and before.phase in (None, Phase.PENDING, Phase.INTERRUPTED)
+            and (before.phase is None or before.phase in WAITING)
             and after.phase in (Phase.STARTING, Phase.RUNNING) and after.attempt == before.attempt + 1)
 
 
@@ -392,8 +393,7 @@ class Controller:
         if steering:
             self._steer(steering)
             writing = foreground
-        if launching or self._last_launch is not None:
-            writing = self._hold_records(writing, now)
+        writing = self._hold_records(writing, now)
         # The admitted SJs' own writes go first (a launch writes over them); then their launches are queued for
         # the launch workers, and the pass writes the rest meanwhile: in a burst a launch does not wait behind
         # hundreds of other SJs' transitions and reasons, nor the next pass behind the launches.
