@@ -263,7 +263,7 @@ class PassMemo:
             if seen is None or seen.observed is not o:
                 continue
             quiet = not (d.step.events or d.step.actions) and d.step.status == o.status
-            seen.until = quiet_until(o.spec, o.status, now, run=o.run, cfg=cfg) if quiet else None
+            seen.until = quiet_until(o.spec, o.status, now, run=o.run, cfg=cfg, sj_name=o.sj.name) if quiet else None
             seen.decided = d if seen.until is not None else None
             seen.flags = (o.sj.key in exempt, on_draining(o, draining))
         # None left: its decision failed (reported through on_error).

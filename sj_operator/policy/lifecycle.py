@@ -249,21 +249,29 @@ FOREVER = datetime.max.replace(tzinfo=UTC)
 
 
 def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus, now: datetime, *,
-                run: Run | None = None, cfg: LifecycleConfig | None = None) -> datetime | None:
+                run: Run | None = None, cfg: LifecycleConfig | None = None,
+                sj_name: str | None = None) -> datetime | None:
     """Until when (exclusive) ``step``, having found nothing to do for these inputs at ``now``, finds the
     same as time goes on: ``FOREVER`` when only a change of the inputs can change it; None when the answer
     moves with time in ways not tracked here (a starting run's start timeout, a run the watch does not
     show yet), so it is computed at every pass. A running SJ (given its ``run`` and ``cfg``) is quiet
     until its level, its period or its protection's expiry moves (``priority.steady_until``), for the
-    same ``exempt`` and ``draining``. A decision loop may reuse the quiet result until then."""
+    same ``exempt`` and ``draining``. A waiting SJ whose next run exists but is not written into its status
+    yet (given its ``run``, ``cfg`` and ``sj_name``) is quiet until `record_grace` has passed since the run
+    was made (`_record`; its start timeout is longer). A decision loop may reuse the quiet result until then."""
     if isinstance(spec, InvalidSpec):
         return FOREVER if status.phase == Phase.FAILED else None
     phase = status.phase
     if phase in TERMINAL or spec.suspend or phase == Phase.SUSPENDED:
         return FOREVER
-    if phase in WAITING:
-        if run is not None and run.job is not None:
-            return None  # a run to record (the launch this process just made, or one to adopt)
+    if phase is None or phase in WAITING:
+        if run is not None and (job := run.job) is not None:
+            # A run to record (the launch this process just made, or one to adopt). Another run (an old
+            # one still stopping) is decided at every pass.
+            if (cfg is not None and sj_name is not None and job.created is not None and not job.deleting
+                    and job.name == run_job_name(sj_name, status.attempt + 1)):
+                return job.created + record_grace(cfg)
+            return None
         # Waiting with no run to adopt: the only clock is the backoff, which makes it eligible.
         return status.not_before if status.not_before is not None and status.not_before > now else FOREVER
     if (phase == Phase.RUNNING and run is not None and run.job is not None and cfg is not None

@@ -19,9 +19,10 @@ from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView, Decided, admission_snapshot, decide, node_views, observe
 from sj_operator.memo import PassMemo, PodSums
+from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject
 from sj_operator.policy.admission import decide_pass, settled_until
-from sj_operator.policy.lifecycle import FOREVER, LifecycleConfig, Run, quiet_until, step
+from sj_operator.policy.lifecycle import FOREVER, LifecycleConfig, Run, quiet_until, record_grace, step
 from sj_operator.policy.priority import steady_until
 from sj_operator.policy.queue import PolicyConfig
 from sj_operator.policy.snapshot import QueuedSJ, Shape
@@ -96,6 +97,53 @@ def test_a_quiet_step_gives_the_same_result_until_quiet_until(
         at = NOW + minutes * M
         if at < until:
             assert step(spec_, status_, run, at, CFG, sj_name=SJ) == first
+
+
+# --- a waiting SJ's next run, not written into its status yet: quiet until the record grace ends ---
+
+RECORD_PODS = st.lists(st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "unplaced", "unbound",
+                                        "deleting"]), min_size=0, max_size=3)
+
+
+def _record_pod(index: int, kind: str, run: str, made: datetime) -> PodView:
+    """Member ``index`` of ``run``: ``Pending`` on a node, ``unbound`` (the scheduler found no room),
+    ``unplaced`` (not looked at yet), ``deleting``, or in that phase."""
+    if kind in ("Pending", "unbound", "unplaced"):
+        return replace(pod(index, "Pending", run=run), node="node-1" if kind == "Pending" else None,
+                       placed=None if kind == "unplaced" else made)
+    if kind == "deleting":
+        return pod(index, "Running", run=run, deleting=True)
+    return pod(index, kind, run=run, exit_code=1 if kind == "Failed" else None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(phase=st.sampled_from([None, Phase.PENDING, Phase.INTERRUPTED]), made=st.integers(-20_000, 20_000),
+       kinds=RECORD_PODS, name=st.sampled_from([run_job_name(SJ, 1), run_job_name(SJ, 2)]),
+       deleting=st.booleans(), start_timeout=st.sampled_from([4, 20, 300]),
+       later=st.lists(st.integers(0, 30_000), min_size=1, max_size=6))
+def test_an_unrecorded_runs_quiet_step_is_the_same_until_quiet_until_and_moves_there(
+        phase: Phase | None, made: int, kinds: list[str], name: str, deleting: bool, start_timeout: int,
+        later: list[int]) -> None:
+    """A waiting SJ with a run of its (next, or another) attempt, made ``made`` ms from now, its pods in any
+    state: when the step has nothing to do and ``quiet_until`` gives a moment, every step before it is the
+    very same, and at that moment the run is written in (as Starting)."""
+    cfg = replace(CFG, start_timeout=timedelta(seconds=start_timeout))
+    created = NOW + timedelta(milliseconds=made)
+    spec_ = spec(parallelism=max(1, len(kinds)))
+    status_ = ScavengerJobStatus() if phase is None else status(phase)
+    run = run_of(job(name, created=created, deleting=deleting),
+                 *(_record_pod(i, kind, name, created) for i, kind in enumerate(kinds)))
+    first = step(spec_, status_, run, NOW, cfg, sj_name=SJ)
+    until = quiet_until(spec_, status_, NOW, run=run, cfg=cfg, sj_name=SJ)
+    if first.events or first.actions or first.status != status_ or until is None:
+        return
+    assert until == created + record_grace(cfg)
+    for offset in later:
+        at = NOW + timedelta(milliseconds=offset)
+        if at < until:
+            assert step(spec_, status_, run, at, cfg, sj_name=SJ) == first
+    moved = step(spec_, status_, run, until, cfg, sj_name=SJ)
+    assert moved.status.phase is Phase.STARTING and [e.reason for e in moved.events] == ["Starting"]
 
 
 # --- a running SJ: quiet until its level, its period or its protection's expiry moves -----------
@@ -404,6 +452,41 @@ def test_running_sjs_reused_between_levels_are_decided_as_the_pure_functions(dra
                     name = d.observed.sj.name
                     sjs[name] = replace(sjs[name], resource_version=str(k + 2), status=d.step.status.to_patch())
     assert reused > 60, "quiet runs between levels are not stepped again"
+
+
+def test_waiting_sjs_with_unrecorded_runs_are_reused_until_the_record_grace_ends() -> None:
+    """Pending SJs whose next runs were made 0 to 4 s ago and whose pods are bound but not running yet
+    (a burst on a busy cluster): passes every 0.5 s decide as the pure functions do; each SJ is stepped
+    once, then not again until its run is due to be written in as Starting."""
+    memo, cfg = PassMemo(DEFAULT_LIMITS), LifecycleConfig()
+    names = [f"sj{i}" for i in range(5)]
+    sjs = {name: an_sj(i, 1, {"phase": "Pending"}) for i, name in enumerate(names)}
+    made = {name: NOW + i * timedelta(seconds=1) for i, name in enumerate(names)}
+    runs = {name: run_job_name(name, 1) for name in names}
+    jobs = {("ns", runs[n]): JobView(namespace="ns", name=runs[n], uid=f"j{n}", sj=n, deleting=False,
+                                     complete=False, failed=False, created=made[n]) for n in names}
+    pods = {("ns", runs[n]): (replace(run_pod(n, "Pending", 0), run=runs[n]),) for n in names}
+    view = ClusterView(sjs=tuple(sjs.values()), jobs=jobs, run_pods=pods,
+                       active_pods=tuple(p for ps in pods.values() for p in ps), nodes=NODES)
+
+    def failed(o: Any, exc: Exception) -> None:
+        raise exc
+
+    stepped_at: dict[str, list[int]] = {n: [] for n in names}
+    with mock.patch("sj_operator.memo.decide", wraps=decide) as stepped:
+        for k in range(4 * 2, 40):  # from 4 s on: every run is made
+            now = NOW + k * timedelta(milliseconds=500)
+            stepped.reset_mock()
+            mine = memo.observe(view, handles=lambda ns: True, fresh=lambda sj: (sj.resource_version, sj.status))
+            decided = memo.decide(mine.sjs, now, cfg, on_error=failed, draining=frozenset())
+            assert decided == decide(mine.sjs, now, cfg, on_error=failed), f"pass {k}"
+            for o in (o for c in stepped.call_args_list for o in c.args[0]):
+                stepped_at[o.sj.name].append(k)
+            for d in decided:
+                due = now >= made[d.observed.sj.name] + record_grace(cfg)
+                assert (d.step.status.phase is Phase.STARTING) == due, f"pass {k}"
+    # Stepped at the first pass, then from the pass at which its grace ended (the result moved: written).
+    assert stepped_at == {n: [8, *range(20 + 2 * i, 40)] for i, n in enumerate(names)}
 
 
 # --- the controller: a steady pass does no per-SJ work ------------------------------------------------

@@ -1085,8 +1085,10 @@ def test_a_new_run_is_recorded_with_what_its_pods_show(
     assert (st.phase, tuple(e.reason for e in result.events), result.waiting) == (phase, events, waiting)
     if phase in (None, Phase.PENDING):
         assert st is before, "nothing written within the grace"
-        assert quiet_until(spec(), before, now, run=run_of(job(RUN1, created=NOW), *pods)) is None, \
-            "decided again at every pass while its run is unrecorded"
+        run = run_of(job(RUN1, created=NOW), *pods)
+        assert quiet_until(spec(), before, now, run=run, cfg=CFG, sj_name=SJ) == NOW + record_grace(CFG), \
+            "the same until the grace has passed"
+        assert quiet_until(spec(), before, now, run=run) is None, "without its config and name: at every pass"
         return
     assert (st.attempt, st.job_name, st.launched_timestamp, st.priority_class_name) == (
         1, RUN1, NOW, launch_class(0))
