@@ -1,20 +1,24 @@
-"""Retries and typed errors of the API adapter (sj_operator.kube.Kube._call), without a cluster.
+"""Retries and typed errors of the API adapter (sj_operator.kube.Kube), without a cluster.
 
 `_call` is given plain callables that fail a set number of times with what the kubernetes client
-raises (ApiException with a status and a JSON Status body, or a connection error) before succeeding.
+raises (ApiException with a status and a JSON Status body, or a connection error) before succeeding;
+`_send`'s requests go to a small HTTP server on 127.0.0.1 that answers as the API server would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import urllib3
+from aiohttp import web
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from tenacity import stop_after_attempt
@@ -330,20 +334,211 @@ def test_a_refused_write_whose_body_is_not_read_still_names_the_reason() -> None
 
 def test_an_event_is_stamped_with_when_it_happened() -> None:
     """Events go out in the background, maybe seconds after the decision: they carry its time."""
-    bodies: list[dict[str, Any]] = []
-
-    class Core:
-        def create_namespaced_event(self, namespace: str, body: dict[str, Any], **_: Any) -> Unread:
-            bodies.append(body)
-            return Unread()
-
-    kube = Kube(api=client.ApiClient(), stop=stop_after_attempt(1), sleep=Sleeps())
-    kube.core = Core()  # type: ignore[assignment]
     at = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
-    asyncio.run(kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob",
-                           api_version="scavenger.dev/v1alpha1", type_="Normal", reason="Launched",
-                           message="run sj-r1 launched", at=at))
-    assert bodies[0]["firstTimestamp"] == bodies[0]["lastTimestamp"] == "2026-11-25T12:00:01Z"
+    with ApiServer() as server:
+        asyncio.run(server.run(lambda kube: kube.event(
+            namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="scavenger.dev/v1alpha1",
+            type_="Normal", reason="Launched", message="run sj-r1 launched", at=at)))
+    body = server.requests[0].body
+    assert body["firstTimestamp"] == body["lastTimestamp"] == "2026-11-25T12:00:01Z"
+
+
+# --- _send: the writes made for every SJ, on the loop -------------------------------------------------
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    content_type: str
+    authorization: str
+    body: Any
+
+
+class ApiServer:
+    """An HTTP server on 127.0.0.1 that records each request and answers with the next of ``answers``
+    ((status, JSON body); then 200 with ``{"ok": true}``), for a Kube whose client points at it."""
+
+    def __init__(self, *answers: tuple[int, Any]) -> None:
+        self.answers = list(answers)
+        self.requests: list[Request] = []
+        self.port = 0
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        self.requests.append(Request(request.method, request.path, dict(request.query), request.content_type,
+                                     request.headers.get("authorization", ""), json.loads(raw) if raw else None))
+        status, body = self.answers.pop(0) if self.answers else (200, {"ok": True})
+        return web.json_response(body, status=status)
+
+    def __enter__(self) -> ApiServer:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def kube(self, attempts: int = 5) -> Kube:
+        configuration = client.Configuration(host=f"http://127.0.0.1:{self.port}")
+        configuration.api_key = {"BearerToken": "Bearer t0ken"}
+        return Kube(client.ApiClient(configuration), stop=stop_after_attempt(attempts), sleep=Sleeps())
+
+    async def run(self, use: Callable[[Kube], Any], kube: Kube | None = None) -> Any:
+        """``use(kube)`` while the server answers; the Kube's sessions closed after it."""
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", self.port).start()
+        kube = kube or self.kube()
+        try:
+            return await use(kube)
+        finally:
+            await kube.close()
+            await runner.cleanup()
+
+
+def _status(status: int, message: str) -> tuple[int, dict[str, Any]]:
+    return status, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": status}
+
+
+JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sj-r1", "namespace": "ns"}, "spec": {}}
+MERGE = "application/merge-patch+json"
+
+
+@pytest.mark.parametrize(("use", "method", "path", "query", "content_type", "body"), [
+    pytest.param(lambda k: k.create_job(JOB), "POST", "/apis/batch/v1/namespaces/ns/jobs", {}, "application/json",
+                 JOB, id="create-job"),
+    pytest.param(lambda k: k.delete_job("ns", "sj-r1"), "DELETE", "/apis/batch/v1/namespaces/ns/jobs/sj-r1",
+                 {"propagationPolicy": "Background"}, "application/json", None, id="delete-job"),
+    pytest.param(lambda k: k.create_service({"metadata": {"name": "sj-r1", "namespace": "ns"}}), "POST",
+                 "/api/v1/namespaces/ns/services", {}, "application/json",
+                 {"metadata": {"name": "sj-r1", "namespace": "ns"}}, id="create-service"),
+    pytest.param(lambda k: k.delete_service("ns", "sj-r1"), "DELETE", "/api/v1/namespaces/ns/services/sj-r1", {},
+                 "application/json", None, id="delete-service"),
+    pytest.param(lambda k: k.patch_sj_status("ns", "sj", {"phase": "Running"}, "42"), "PATCH",
+                 "/apis/scavenger.dev/v1alpha1/namespaces/ns/scavengerjobs/sj/status", {}, MERGE,
+                 {"status": {"phase": "Running"}, "metadata": {"resourceVersion": "42"}}, id="patch-status"),
+    pytest.param(lambda k: k.label_pod("ns", "p", {"a": "true", "b": None}), "PATCH", "/api/v1/namespaces/ns/pods/p",
+                 {}, MERGE, {"metadata": {"labels": {"a": "true", "b": None}}}, id="label-pod"),
+    pytest.param(lambda k: k.dry_run_pod({"metadata": {"namespace": "ns"}, "spec": {}}), "POST",
+                 "/api/v1/namespaces/ns/pods", {"dryRun": "All"}, "application/json",
+                 {"metadata": {"namespace": "ns"}, "spec": {}}, id="dry-run-pod"),
+    pytest.param(lambda k: k.resource_quotas("ns"), "GET", "/api/v1/namespaces/ns/resourcequotas", {},
+                 "application/json", None, id="resource-quotas"),
+])
+def test_each_send_goes_to_its_path_with_the_clients_credentials_and_its_body(
+        use: Callable[[Kube], Any], method: str, path: str, query: dict[str, str], content_type: str,
+        body: Any) -> None:
+    with ApiServer() as server:
+        asyncio.run(server.run(use))
+    assert server.requests == [Request(method, path, query, content_type, "Bearer t0ken", body)]
+
+
+def test_what_is_read_is_the_decoded_answer() -> None:
+    patched = {"metadata": {"resourceVersion": "43"}, "status": {"phase": "Running"}}
+    quotas = {"kind": "ResourceQuotaList", "items": [{"metadata": {"name": "q"}, "spec": {"hard": {"cpu": "4"}}}]}
+    async def use(kube: Kube) -> list[Any]:
+        return [await kube.patch_sj_status("ns", "sj", {"phase": "Running"}, None), await kube.resource_quotas("ns")]
+
+    with ApiServer((200, patched), (200, quotas)) as server:
+        answers = asyncio.run(server.run(use))
+    assert answers == [patched, quotas["items"]]
+
+
+def test_dates_in_a_body_go_as_the_clients_serialization_sends_them() -> None:
+    at = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
+    with ApiServer() as server:
+        asyncio.run(server.run(lambda k: k.patch_sj_status("ns", "sj", {"launchedTimestamp": at}, None)))
+    assert server.requests[0].body == {"status": {"launchedTimestamp": "2026-11-25T12:00:01+00:00"}}
+
+
+@pytest.mark.parametrize(("answer", "cls"), [
+    (_status(409, 'jobs.batch "sj-r1" already exists'), Conflict),
+    (_status(422, 'Job.batch "sj-r1" is invalid: spec.template: Required value'), Invalid),
+    (_status(403, 'pods "x" is forbidden: exceeded quota: q'), Forbidden),
+    (_status(404, 'namespaces "ns" not found'), NotFound),
+    (_status(400, "the body is not JSON"), KubeError),
+])
+def test_a_refused_send_is_typed_at_once_with_the_servers_message(answer: tuple[int, Any],
+                                                                   cls: type[KubeError]) -> None:
+    errors: list[tuple[str, int]] = []
+
+    async def use(kube: Kube) -> None:
+        kube.on_error = lambda operation, status: errors.append((operation, status))
+        await kube.create_job(JOB)
+
+    with ApiServer(answer) as server, pytest.raises(cls) as info:
+        asyncio.run(server.run(use))
+    assert type(info.value) is cls and info.value.status == answer[0]
+    assert info.value.message == answer[1]["message"]
+    assert len(server.requests) == 1 and errors == [("create_namespaced_job", answer[0])]
+
+
+def test_an_existing_run_is_kept_and_a_missing_one_is_not_an_error_to_delete() -> None:
+    with ApiServer(_status(409, "already exists"), _status(404, "not found"), _status(404, "not found")) as server:
+        made = asyncio.run(server.run(lambda k: k.create_or_keep(lambda: k.create_job(JOB))))
+        asyncio.run(server.run(lambda k: asyncio.gather(k.delete_job("ns", "sj-r1"), k.delete_service("ns", "sj-r1"))))
+    assert made is False and len(server.requests) == 3
+
+
+def test_a_send_answered_429_or_5xx_is_retried_with_backoff_until_it_succeeds() -> None:
+    calls: list[str] = []
+    errors: list[tuple[str, int]] = []
+    with ApiServer(_status(503, "unavailable"), _status(429, "slow down"), _status(500, "etcd timeout"),
+                   (201, JOB)) as server:
+        kube = server.kube()
+        kube.on_request, kube.on_error = calls.append, lambda operation, status: errors.append((operation, status))
+        asyncio.run(server.run(lambda k: k.create_job(JOB), kube))
+    assert len(server.requests) == 4 and calls == ["create_namespaced_job"] * 4
+    assert [status for _, status in errors] == [503, 429, 500]
+    assert len(kube.sleep) == 3 and kube.sleep == sorted(kube.sleep)  # type: ignore[arg-type]
+
+
+def test_a_send_refused_with_5xx_until_the_retries_run_out_is_a_kube_error_with_its_status() -> None:
+    with ApiServer(*[_status(503, "unavailable")] * 3) as server, pytest.raises(KubeError) as info:
+        asyncio.run(server.run(lambda k: k.create_job(JOB), server.kube(attempts=3)))
+    assert (info.value.status, info.value.message, len(server.requests)) == (503, "unavailable", 3)
+
+
+def test_a_send_with_no_server_is_retried_then_a_kube_error_with_status_0() -> None:
+    errors: list[int] = []
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    kube = Kube(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")),
+                stop=stop_after_attempt(3), sleep=Sleeps())
+    kube.on_error = lambda operation, status: errors.append(status)
+
+    async def use() -> None:
+        try:
+            await kube.create_job(JOB)
+        finally:
+            await kube.close()
+
+    with pytest.raises(KubeError) as info:
+        asyncio.run(use())
+    assert info.value.status == 0 and errors == [0, 0, 0]
+
+
+def test_each_lane_sends_on_connections_of_its_own() -> None:
+    async def use(kube: Kube) -> tuple[Any, Any, int, int]:
+        async def background() -> Any:
+            in_background()
+            await kube.create_job(JOB)
+            return kube._sender()
+
+        foreground = kube._sender()
+        await kube.create_job(JOB)
+        other = await asyncio.create_task(background())
+        return foreground, other, foreground.connector.limit, other.connector.limit
+
+    with ApiServer() as server:
+        foreground, background, limit, background_limit = asyncio.run(server.run(use))
+    assert foreground is not background and (limit, background_limit) == (API_THREADS, BACKGROUND_THREADS)
+    assert len(server.requests) == 2
 
 
 # --- the raw list and watch's credentials -------------------------------------------------------------
