@@ -289,6 +289,9 @@ class Controller:
     _launch_workers: list[asyncio.Task[None]] = field(default_factory=list)
     _last_launch: float | None = None
     """When (monotonic) this process last made a run: Events wait while runs are being launched."""
+    _in_flight_made: dict[str, tuple[ScavengerJobSpec, int, InFlightRun]] = field(default_factory=dict)
+    """By SJ uid: the last pass's entry for its Starting run in flight (`_in_flight`), with the spec and the
+    scheduled pods it was made for."""
     _flushing: bool = False
     """While `settle` waits: Events are recorded at once, whatever is being launched."""
     _held_events: set[asyncio.Future[None]] = field(default_factory=set)
@@ -494,8 +497,10 @@ class Controller:
             m.finished.labels(after.phase.value).inc()
 
     def _in_flight(self, decided: list[Decided]) -> dict[tuple[str, str], InFlightRun]:
-        """Runs that are Starting and not fully scheduled: their pods' room is spoken for."""
+        """Runs that are Starting and not fully scheduled: their pods' room is spoken for. A run's entry is
+        the last pass's while its spec and scheduled pods are (in a burst, a pass has hundreds of them)."""
         runs: dict[tuple[str, str], InFlightRun] = {}
+        made, kept = self._in_flight_made, {}
         starting = Phase.STARTING
         for d in decided:
             st = d.step.status
@@ -503,7 +508,12 @@ class Controller:
                 continue
             scheduled = sum(1 for p in o.run.pods if p.node)
             if scheduled < o.spec.parallelism:
-                runs[(o.sj.namespace, st.job_name)] = in_flight(o.sj, o.spec, scheduled)
+                last = made.get(o.sj.uid)
+                run = (last[2] if last is not None and last[0] is o.spec and last[1] == scheduled
+                       else in_flight(o.sj, o.spec, scheduled))
+                kept[o.sj.uid] = (o.spec, scheduled, run)
+                runs[(o.sj.namespace, st.job_name)] = run
+        self._in_flight_made = kept
         return runs
 
     def _waiting(self, d: Decided) -> _Waiting | None:
@@ -565,14 +575,16 @@ class Controller:
         """Runs this process launched that the cache does not show as Starting yet, and those being launched."""
         for launching in self.launching.values():
             runs.setdefault(launching.run_key, launching.run)
+        now = self.monotonic()
         for key, entry in list(self.launched.items()):
-            if self.monotonic() - entry.at > LAUNCHED_TTL:
+            if now - entry.at > LAUNCHED_TTL:
                 del self.launched[key]
                 continue
             if key not in runs:
                 scheduled = sum(1 for p in view.run_pods.get(key, ()) if p.node)
                 if scheduled < entry.run.pods:
-                    runs[key] = replace(entry.run, scheduled_pods=scheduled)
+                    runs[key] = (entry.run if scheduled == entry.run.scheduled_pods
+                                 else replace(entry.run, scheduled_pods=scheduled))
 
     async def _apply(self, o: Observed, result: Step) -> bool:
         """Writes the new status (if any), then records Events and runs actions. False on conflict."""

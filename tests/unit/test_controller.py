@@ -943,3 +943,31 @@ def test_in_a_namespace_with_a_resource_quota_every_run_is_tried_as_a_dry_run(co
                                                               "used": {"requests.cpu": "1"}}}]
     run(controller, view(sj(name="a"), sj(name="b")))
     assert [p["metadata"]["generateName"] for p in kube.dry_runs] == ["a-r1-", "b-r1-"]
+
+
+def test_a_starting_runs_room_in_flight_follows_its_scheduled_pods_and_is_the_same_entry_while_they_do(controller):
+    """A Starting gang of three whose pods are scheduled one by one: each pass counts the pods not scheduled
+    yet as in flight; a pass that sees the same pods and spec keeps the last pass's entry."""
+    status = {"phase": "Starting", "attempt": 1, "jobName": "work-r1", "launchedTimestamp": NOW.isoformat()}
+    gang = sj(status, parallelism=3)
+    job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j-work",
+                                 "creationTimestamp": NOW.isoformat(), "labels": {"scavenger.dev/job-name": "work"}}})
+
+    def member(i: int, node: str | None) -> PodView:
+        return PodView(namespace="ns", name=f"work-r1-{i}", uid=f"p{i}", sj="work", run="work-r1", node=node,
+                       phase="Pending", deleting=False, requests={"cpu": 1000}, all_running=False, index=i)
+
+    def in_flight(scheduled: int) -> Any:
+        pods = tuple(member(i, "n1" if i < scheduled else None) for i in range(3))
+        v = view(gang, jobs={("ns", "work-r1"): job}, run_pods={("ns", "work-r1"): pods})
+        observation = controller.memo.observe(v, handles=None, fresh=lambda s: (s.resource_version, s.status))
+        decided = controller.memo.decide(observation.sjs, NOW, controller.lifecycle_config, on_error=None,
+                                         draining=frozenset())
+        return controller._in_flight(decided).get(("ns", "work-r1"))
+
+    first, again = in_flight(0), in_flight(0)
+    assert first is not None and (first.key, first.pods, first.scheduled_pods) == ("ns/work", 3, 0)
+    assert again is first, "the same pods and spec: the last pass's entry"
+    one, two = in_flight(1), in_flight(2)
+    assert (one.scheduled_pods, two.scheduled_pods) == (1, 2) and one.request == first.request
+    assert in_flight(3) is None, "every pod scheduled: its room is counted on its node"
