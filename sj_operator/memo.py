@@ -8,7 +8,9 @@ object as last pass" means "unchanged". On that:
 * an SJ whose object, status and run are the ones of the last pass is observed as it was then; when the
   state machine found nothing to do for it, that quiet result is kept until time alone could change it
   (``lifecycle.quiet_until``: a backoff's end, a running SJ's next level or period), so a queue of
-  thousands and runs between two levels cost no state machine step per pass;
+  thousands and runs between two levels cost no state machine step per pass; a new run's record, which the
+  controller may hold back while runs are launched, is kept with the moments it first stamped until its
+  start timeout could come (``lifecycle.recorded_until``);
 * what the active pods request, per node, per namespace and in all, is kept up to date by the pods that
   changed (``PodSums``), and the admission's node views are rebuilt only for nodes whose pods or
   object changed;
@@ -41,7 +43,7 @@ from sj_operator.decide import (
 )
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject
 from sj_operator.policy.admission import AdmissionPass, PolicyConfig, decide_pass, settled_until
-from sj_operator.policy.lifecycle import LifecycleConfig, quiet_until
+from sj_operator.policy.lifecycle import LifecycleConfig, quiet_until, recorded_until
 from sj_operator.policy.queue import queue_order
 from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Resources, Taint
 from sj_operator.resources import freeze
@@ -231,10 +233,10 @@ class PassMemo:
     def decide(self, observed: Sequence[Observed], now: datetime, cfg: LifecycleConfig, *,
                on_error: Callable[[Observed, Exception], None], draining: frozenset[str],
                exempt: frozenset[str] | None = None) -> list[Decided]:
-        """``decide.decide``, reusing each quiet decision while its SJ is observed as it was, its
-        ``quiet_until`` has not come and steering and drains treat it as they did; the others are decided
-        afresh. Steering itself is worked out over all running SJs at every pass (``exempt``: worked out
-        by the caller when ``observed`` is a slice of them)."""
+        """``decide.decide``, reusing each quiet decision (and each new run's record) while its SJ is observed
+        as it was, its ``quiet_until`` (``recorded_until``) has not come and steering and drains treat it as
+        they did; the others are decided afresh. Steering itself is worked out over all running SJs at every
+        pass (``exempt``: worked out by the caller when ``observed`` is a slice of them)."""
         # Steering looks at every running SJ, reused or not; a reused decision was made with the same
         # exemption and drain as now.
         if exempt is None:
@@ -263,7 +265,8 @@ class PassMemo:
             if seen is None or seen.observed is not o:
                 continue
             quiet = not (d.step.events or d.step.actions) and d.step.status == o.status
-            seen.until = quiet_until(o.spec, o.status, now, run=o.run, cfg=cfg, sj_name=o.sj.name) if quiet else None
+            seen.until = (quiet_until(o.spec, o.status, now, run=o.run, cfg=cfg, sj_name=o.sj.name) if quiet
+                          else recorded_until(o.spec, o.status, d.step, run=o.run, cfg=cfg, sj_name=o.sj.name))
             seen.decided = d if seen.until is not None else None
             seen.flags = (o.sj.key in exempt, on_draining(o, draining))
         # None left: its decision failed (reported through on_error).

@@ -79,6 +79,7 @@ __all__ = [
     "launched",
     "quiet_until",
     "record_grace",
+    "recorded_until",
     "retry_delay",
     "step",
     "waiting_phase",
@@ -279,6 +280,23 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
         return steady_until(now, status.priority_start_over_timestamp, spec.duration, spec.priority_levels,
                             cfg.protect_level, cfg.max_protection)
     return None
+
+
+def recorded_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus, result: Step, *, run: Run,
+                   cfg: LifecycleConfig, sj_name: str) -> datetime | None:
+    """Until when (exclusive) ``result``, which writes a waiting SJ's new run into its status (Starting or
+    Running, `_record`) and does nothing else, is what ``step`` gives for the same inputs but for the moments
+    it stamps (the conditions' transitions; for Running, its first running time and period start): those of
+    the first step stand for the later ones, as when its pods were first seen running. The run's start
+    timeout is the first thing time alone changes (`_starting` counts from the run's creation at the
+    earliest). A decision loop that holds such a record back may reuse it until then; None for any other
+    result."""
+    job = run.job
+    if (isinstance(spec, InvalidSpec) or not (status.phase is None or status.phase in WAITING) or job is None
+            or job.created is None or job.deleting or job.name != run_job_name(sj_name, status.attempt + 1)
+            or result.actions or result.status.phase not in (Phase.STARTING, Phase.RUNNING)):
+        return None
+    return job.created + cfg.start_timeout
 
 
 def _invalid_spec(b: _Builder, spec: InvalidSpec, run: Run) -> Step:

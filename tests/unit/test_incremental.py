@@ -11,7 +11,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sj_operator.api import DEFAULT_LIMITS, InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus
@@ -22,7 +22,16 @@ from sj_operator.memo import PassMemo, PodSums
 from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject
 from sj_operator.policy.admission import decide_pass, settled_until
-from sj_operator.policy.lifecycle import FOREVER, LifecycleConfig, Run, quiet_until, record_grace, step
+from sj_operator.policy.lifecycle import (
+    FOREVER,
+    LifecycleConfig,
+    Run,
+    Step,
+    quiet_until,
+    record_grace,
+    recorded_until,
+    step,
+)
 from sj_operator.policy.priority import steady_until
 from sj_operator.policy.queue import PolicyConfig
 from sj_operator.policy.snapshot import QueuedSJ, Shape
@@ -116,6 +125,18 @@ def _record_pod(index: int, kind: str, run: str, made: datetime) -> PodView:
     return pod(index, kind, run=run, exit_code=1 if kind == "Failed" else None)
 
 
+def _waiting_with_a_run(phase: Phase | None, made: int, kinds: list[str], name: str, deleting: bool,
+                        start_timeout: int) -> tuple[LifecycleConfig, datetime, ScavengerJobSpec, ScavengerJobStatus,
+                                                     Run]:
+    """A waiting SJ (``phase``) and its run ``name`` made ``made`` ms from now, a pod of each of ``kinds``."""
+    cfg = replace(CFG, start_timeout=timedelta(seconds=start_timeout))
+    created = NOW + timedelta(milliseconds=made)
+    run = run_of(job(name, created=created, deleting=deleting),
+                 *(_record_pod(i, kind, name, created) for i, kind in enumerate(kinds)))
+    return (cfg, created, spec(parallelism=max(1, len(kinds))),
+            ScavengerJobStatus() if phase is None else status(phase), run)
+
+
 @settings(max_examples=400, deadline=None)
 @given(phase=st.sampled_from([None, Phase.PENDING, Phase.INTERRUPTED]), made=st.integers(-20_000, 20_000),
        kinds=RECORD_PODS, name=st.sampled_from([run_job_name(SJ, 1), run_job_name(SJ, 2)]),
@@ -127,12 +148,7 @@ def test_an_unrecorded_runs_quiet_step_is_the_same_until_quiet_until_and_moves_t
     """A waiting SJ with a run of its (next, or another) attempt, made ``made`` ms from now, its pods in any
     state: when the step has nothing to do and ``quiet_until`` gives a moment, every step before it is the
     very same, and at that moment the run is written in (as Starting)."""
-    cfg = replace(CFG, start_timeout=timedelta(seconds=start_timeout))
-    created = NOW + timedelta(milliseconds=made)
-    spec_ = spec(parallelism=max(1, len(kinds)))
-    status_ = ScavengerJobStatus() if phase is None else status(phase)
-    run = run_of(job(name, created=created, deleting=deleting),
-                 *(_record_pod(i, kind, name, created) for i, kind in enumerate(kinds)))
+    cfg, created, spec_, status_, run = _waiting_with_a_run(phase, made, kinds, name, deleting, start_timeout)
     first = step(spec_, status_, run, NOW, cfg, sj_name=SJ)
     until = quiet_until(spec_, status_, NOW, run=run, cfg=cfg, sj_name=SJ)
     if first.events or first.actions or first.status != status_ or until is None:
@@ -144,6 +160,44 @@ def test_an_unrecorded_runs_quiet_step_is_the_same_until_quiet_until_and_moves_t
             assert step(spec_, status_, run, at, cfg, sj_name=SJ) == first
     moved = step(spec_, status_, run, until, cfg, sj_name=SJ)
     assert moved.status.phase is Phase.STARTING and [e.reason for e in moved.events] == ["Starting"]
+
+
+def unstamped(result: Step) -> Step:
+    """``result`` without the moments a step stamps (conditions' transitions, the first running time and
+    period start), which a record reused from an earlier pass keeps from then."""
+    st = result.status
+    conditions = tuple(c.model_copy(update={"last_transition_time": None}) for c in st.conditions)
+    return replace(result, status=st.model_copy(update={
+        "conditions": conditions, "running_timestamps": (), "priority_start_over_timestamp": None}))
+
+
+@settings(max_examples=400, deadline=None)
+@given(phase=st.sampled_from([None, Phase.PENDING, Phase.INTERRUPTED]), made=st.integers(-120_000, 0),
+       kinds=RECORD_PODS, name=st.sampled_from([run_job_name(SJ, 1), run_job_name(SJ, 2)]),
+       deleting=st.booleans(), start_timeout=st.sampled_from([4, 20, 60, 300]),
+       later=st.lists(st.integers(0, 400_000), min_size=1, max_size=6))
+# A pod the scheduler found no room for: its start timeout comes start_timeout after the run was made.
+@example(phase=Phase.PENDING, made=-15_000, kinds=["unbound"], name=run_job_name(SJ, 1), deleting=False,
+         start_timeout=20, later=[4_000, 10_000])
+def test_a_new_runs_record_is_the_same_but_for_its_stamps_until_recorded_until(
+        phase: Phase | None, made: int, kinds: list[str], name: str, deleting: bool, start_timeout: int,
+        later: list[int]) -> None:
+    """A waiting SJ with a run of its (next, or another) attempt, made ``made`` ms ago, its pods in any state:
+    when the step writes the run in (Starting or Running) and ``recorded_until`` gives a moment, every step
+    before it is the same record but for the moments it stamps."""
+    cfg, created, spec_, status_, run = _waiting_with_a_run(phase, made, kinds, name, deleting, start_timeout)
+    first = step(spec_, status_, run, NOW, cfg, sj_name=SJ)
+    until = recorded_until(spec_, status_, first, run=run, cfg=cfg, sj_name=SJ)
+    records = (not first.actions and first.status.phase in (Phase.STARTING, Phase.RUNNING)
+               and name == run_job_name(SJ, 1) and not deleting)
+    assert (until is not None) == records
+    if until is None:
+        return
+    assert until == created + cfg.start_timeout
+    for offset in later:
+        at = NOW + timedelta(milliseconds=offset)
+        if at < until:
+            assert unstamped(step(spec_, status_, run, at, cfg, sj_name=SJ)) == unstamped(first)
 
 
 # --- a running SJ: quiet until its level, its period or its protection's expiry moves -----------
@@ -479,14 +533,16 @@ def test_waiting_sjs_with_unrecorded_runs_are_reused_until_the_record_grace_ends
             stepped.reset_mock()
             mine = memo.observe(view, handles=lambda ns: True, fresh=lambda sj: (sj.resource_version, sj.status))
             decided = memo.decide(mine.sjs, now, cfg, on_error=failed, draining=frozenset())
-            assert decided == decide(mine.sjs, now, cfg, on_error=failed), f"pass {k}"
+            assert [replace(d, step=unstamped(d.step)) for d in decided] == [
+                replace(d, step=unstamped(d.step)) for d in decide(mine.sjs, now, cfg, on_error=failed)], f"pass {k}"
             for o in (o for c in stepped.call_args_list for o in c.args[0]):
                 stepped_at[o.sj.name].append(k)
             for d in decided:
                 due = now >= made[d.observed.sj.name] + record_grace(cfg)
                 assert (d.step.status.phase is Phase.STARTING) == due, f"pass {k}"
-    # Stepped at the first pass, then from the pass at which its grace ended (the result moved: written).
-    assert stepped_at == {n: [8, *range(20 + 2 * i, 40)] for i, n in enumerate(names)}
+    # Stepped at the first pass, then at the pass at which its grace ended: its record (held back by the
+    # controller while runs are launched) is the same, as stamped then, until its start timeout could come.
+    assert stepped_at == {n: [8, 20 + 2 * i] for i, n in enumerate(names)}
 
 
 # --- the controller: a steady pass does no per-SJ work ------------------------------------------------
