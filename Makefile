@@ -11,7 +11,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup venv binaries mpi lint chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-loop bench-events bench-e2e bench-scale e2e-kind \
+.PHONY: setup venv binaries mpi lint chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-loop bench-events bench-e2e bench-writes bench-scale e2e-kind \
 	mutation clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
@@ -117,6 +117,10 @@ bench-e2e: venv ## SJ creation -> Job latency, operator in-process, against the 
 	@test -n "$${KUBECONFIG:-}" || { echo "bench-e2e: set KUBECONFIG to a running cluster (hack/cluster up prints it)" >&2; exit 1; }
 	$(PY) benchmarks/bench_e2e.py $(BENCH_ARGS)
 	$(PY) benchmarks/bench_e2e.py --burst $(BENCH_ARGS)
+
+bench-writes: venv ## CPU per write: a run's Job made on the event loop against the client in a thread, against the cluster in $$KUBECONFIG (a minute)
+	@test -n "$${KUBECONFIG:-}" || { echo "bench-writes: set KUBECONFIG to a running cluster (hack/cluster up prints it)" >&2; exit 1; }
+	$(PY) benchmarks/bench_writes.py $(BENCH_ARGS)
 
 bench-scale: setup ## on demand: SJs beside plain Jobs and Kueue on kwok nodes, table and plot (BENCH_ARGS='--sjs 2000 --nodes 200 --settle 120': 25 min)
 	$(PIP) install --quiet -e '.[bench]'

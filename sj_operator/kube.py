@@ -107,10 +107,13 @@ def _message(body: bytes) -> str:
         return body.decode(errors="replace")[:1024]
 
 
-def _json_default(value: Any) -> str:
-    """What the client's serialization makes of a date or time in a body: its ISO 8601 form."""
+def _json_default(value: Any) -> Any:
+    """What the client's serialization makes of what JSON has no form for: a date or time in its ISO 8601
+    form, a read-only mapping (a spec's frozen labels) as an object."""
     if isinstance(value, (datetime, date)):
         return value.isoformat()
+    if isinstance(value, Mapping):
+        return dict(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -448,11 +449,14 @@ def test_what_is_read_is_the_decoded_answer() -> None:
     assert answers == [patched, quotas["items"]]
 
 
-def test_dates_in_a_body_go_as_the_clients_serialization_sends_them() -> None:
+def test_dates_and_read_only_mappings_in_a_body_go_as_json_has_them() -> None:
     at = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC)
+    selector = MappingProxyType({"pool": "burst"})
     with ApiServer() as server:
-        asyncio.run(server.run(lambda k: k.patch_sj_status("ns", "sj", {"launchedTimestamp": at}, None)))
-    assert server.requests[0].body == {"status": {"launchedTimestamp": "2026-11-25T12:00:01+00:00"}}
+        asyncio.run(server.run(lambda k: k.patch_sj_status("ns", "sj", {"launchedTimestamp": at, "s": selector},
+                                                           None)))
+    assert server.requests[0].body == {"status": {"launchedTimestamp": "2026-11-25T12:00:01+00:00",
+                                                  "s": {"pool": "burst"}}}
 
 
 @pytest.mark.parametrize(("answer", "cls"), [
