@@ -269,8 +269,8 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
         if run is not None and (job := run.job) is not None:
             # A run to record (the launch this process just made, or one to adopt). Another run (an old
             # one still stopping) is decided at every pass.
-            if (cfg is not None and sj_name is not None and job.created is not None and not job.deleting
-                    and job.name == run_job_name(sj_name, status.attempt + 1)):
+            if (cfg is not None and sj_name is not None and job.created is not None
+                    and _next_run(run, status, sj_name) is not None):
                 return job.created + record_grace(cfg)
             return None
         # Waiting with no run to adopt: the only clock is the backoff, which makes it eligible.
@@ -291,12 +291,20 @@ def recorded_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobSta
     timeout is the first thing time alone changes (`_starting` counts from the run's creation at the
     earliest). A decision loop that holds such a record back may reuse it until then; None for any other
     result."""
-    job = run.job
+    job = _next_run(run, status, sj_name)
     if (isinstance(spec, InvalidSpec) or not (status.phase is None or status.phase in WAITING) or job is None
-            or job.created is None or job.deleting or job.name != run_job_name(sj_name, status.attempt + 1)
-            or result.actions or result.status.phase not in (Phase.STARTING, Phase.RUNNING)):
+            or job.created is None or result.actions or result.status.phase not in (Phase.STARTING, Phase.RUNNING)):
         return None
     return job.created + cfg.start_timeout
+
+
+def _next_run(run: Run, status: ScavengerJobStatus, sj_name: str) -> JobView | None:
+    """The run of the SJ's next attempt, when it exists and is not being deleted: the one a waiting SJ's
+    step writes into its status (`_record`) rather than launching it again."""
+    job = run.job
+    if job is None or job.deleting or job.name != run_job_name(sj_name, status.attempt + 1):
+        return None
+    return job
 
 
 def _invalid_spec(b: _Builder, spec: InvalidSpec, run: Run) -> Step:
@@ -328,9 +336,8 @@ def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str, cfg: L
     st = b.status
     # A run for the next attempt exists: it is recorded in the status, not launched again (`launched`
     # leaves the recording to this; after an operator restart it is the same).
-    next_name = run_job_name(sj_name, st.attempt + 1)
-    if run.job is not None and run.job.name == next_name and not run.job.deleting:
-        return _record(b, spec, run, run.job, cfg, exempt, draining)
+    if (job := _next_run(run, st, sj_name)) is not None:
+        return _record(b, spec, run, job, cfg, exempt, draining)
     if st.phase is None:
         b.transition(Phase.PENDING, "Queued", "waiting for idle capacity")
         return b.done(waiting=True)
