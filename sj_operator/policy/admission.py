@@ -404,7 +404,7 @@ class _PassState:
         key, mask = self._mask(node_selector, tolerations)
         index = self._first_holding(need, key, mask, pods)
         if index is not None:
-            self.commit((self._names[index],) * pods, need)
+            self._take(index, pods, need)
             return
         capacities = self._capacities(need, mask, self._free)
         placeable = min(pods, sum(filter((0).__lt__, capacities)))
@@ -462,8 +462,7 @@ class _PassState:
     def commit(self, placement: tuple[str, ...], need: _Need) -> None:
         """Account for an admitted gang: threshold usage (in each node's pool) and node capacity."""
         for name, count in Counter(placement).items():
-            self._charge(need, count, self._pools[self._pool_of[self._position[name]]])
-        self._reserve(placement, need)
+            self._take(self._position[name], count, need)
 
     def could_ever_fit(
         self, pods: int, need: _Need, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
@@ -607,18 +606,17 @@ class _PassState:
         for r, amount in need:
             used[r] = used.get(r, 0) + amount * pods
 
-    def _reserve(self, placement: tuple[str, ...], need: _Need) -> None:
-        self._reserved += 1
-        for name, count in Counter(placement).items():
-            index = self._position[name]
-            for r, amount in need:
-                column = self._free[r]
-                before = column[index]
-                after = before - amount * count
-                column[index] = after
-                self._free_total[r] += max(after, 0) - max(before, 0)
-                if before >= self._max_free[r]:
-                    self._stale_max.add(r)
+    def _take(self, index: int, pods: int, need: _Need) -> None:
+        """``pods`` pods of ``need`` on the node at ``index``: its pool's threshold usage and its free room."""
+        self._charge(need, pods, self._pools[self._pool_of[index]])
+        for r, amount in need:
+            column = self._free[r]
+            before = column[index]
+            after = before - amount * pods
+            column[index] = after
+            self._free_total[r] += max(after, 0) - max(before, 0)
+            if before >= self._max_free[r]:
+                self._stale_max.add(r)
 
 
 __all__ = ["Admission", "AdmissionPass", "PolicyConfig", "RoomReason", "Waiting", "decide", "decide_pass"]
