@@ -2,16 +2,16 @@
 
 Run: ``python benchmarks/bench_events.py [--pods N]`` (about half a minute).
 
-A pod's or a run's Job's watch event goes to the operator's own watch caches (``sj_operator.caches``: its
-line decoded, a slim view made and indexed); the other kinds' (the SJs, the nodes, the quotas) go through
-kopf's processing (``process_resource_event``) with the operator's handlers registered
+A pod's, a run's Job's or an SJ's watch event goes to the operator's own watch caches
+(``sj_operator.caches``: its line decoded, a slim view made and indexed); the other kinds' (the nodes, the
+quotas) go through kopf's processing (``process_resource_event``) with the operator's handlers registered
 (``sj_operator.handlers``: the indexes, the diff base that builds nothing). kopf wraps each event's object
 in a ``Body`` whose ``meta``/``spec``/``status`` views point back at it, and makes a ``Patch`` whose views
-do the same: reference cycles, so that object and everything it holds (the parsed JSON of the SJ) is freed
-only by the garbage collector, not by reference counting. Printed:
+do the same: reference cycles, so that object and everything it holds (the parsed JSON of the node) is
+freed only by the garbage collector, not by reference counting. Printed:
 
-* the watch caches' CPU per pod and per Job event, from the stream's line to the indexed view, and kopf's
-  per SJ event (modified events of objects seen before, the common case), and the cyclic garbage one kopf
+* the watch caches' CPU per pod, Job and SJ event, from the stream's line to the indexed view, and kopf's
+  per node event (modified events of objects seen before, the common case), and the cyclic garbage one kopf
   event leaves (objects, by type);
 * the CPU that young collections spend on that garbage per event, by how many events a collection
   gathers: a young collection walks every object allocated since the last one, and walking cold memory
@@ -40,8 +40,8 @@ from kopf._core.engines import indexing
 from kopf._core.reactor import inventory, processing
 
 from sj_operator import handlers
-from sj_operator.caches import JOBS_PATH, JobCache, PodCache, WatchCache
-from sj_operator.observed import job_view
+from sj_operator.caches import JOBS_PATH, SJS_PATH, ObjectCache, PodCache, WatchCache
+from sj_operator.observed import job_view, sj_object
 
 POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",
@@ -103,8 +103,21 @@ class Events:
             raw_event={"type": raw_type, "object": body}, event_queue=asyncio.Queue(), no_throttling=True)
 
 
-SJS = references.Resource(group="scavenger.dev", version="v1alpha1", plural="scavengerjobs", kind="ScavengerJob",
-                          namespaced=True)
+NODES = references.Resource(group="", version="v1", plural="nodes", kind="Node", namespaced=False)
+NODE: dict[str, Any] = {
+    "apiVersion": "v1", "kind": "Node",
+    "metadata": {"name": "node-1", "uid": "node-1", "resourceVersion": "7",
+                 "labels": {"kubernetes.io/hostname": "node-1", "type": "kwok", "topology.kubernetes.io/zone": "a"},
+                 "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"}},
+    "spec": {"taints": [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]},
+    "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+               "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+               "conditions": [{"type": t, "status": "True" if t == "Ready" else "False",
+                               "lastHeartbeatTime": "2026-11-26T10:00:01Z",
+                               "lastTransitionTime": "2026-11-26T10:00:01Z"}
+                              for t in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")],
+               "nodeInfo": {"kubeletVersion": "kwok-v0.8.0", "architecture": "amd64", "operatingSystem": "linux"}},
+}
 SJ: dict[str, Any] = {
     "apiVersion": "scavenger.dev/v1alpha1", "kind": "ScavengerJob",
     "metadata": {"name": "sj-a", "namespace": "team", "uid": "sj-1", "resourceVersion": "7", "generation": 1,
@@ -121,7 +134,8 @@ def numbered(template: dict[str, Any], n: int, suffix: str = "") -> list[dict[st
     for i in range(n):
         obj = copy.deepcopy(template)
         obj["metadata"].update(name=f"sj-{i}-r1{suffix}", uid=f"{template['kind']}-{i}")
-        obj["metadata"]["labels"].update({"scavenger.dev/job-name": f"sj-{i}", "scavenger.dev/run": f"sj-{i}-r1"})
+        if template["kind"] in ("Pod", "Job"):
+            obj["metadata"]["labels"].update({"scavenger.dev/job-name": f"sj-{i}", "scavenger.dev/run": f"sj-{i}-r1"})
         out.append(obj)
     return out
 
@@ -150,11 +164,12 @@ def cache_per_event(cache: WatchCache, bodies: list[dict[str, Any]]) -> float:
 
 async def main(args: argparse.Namespace) -> None:
     pod = cache_per_event(PodCache(), pods(args.pods))
-    job = cache_per_event(JobCache(path=JOBS_PATH, make=job_view), numbered(JOB, args.pods))
-    print(f"the watch caches: {pod * 1e6:.0f} us of CPU per pod event, {job * 1e6:.0f} per Job event ({args.pods} "
-          "of each; its line decoded, the view made and indexed)", flush=True)
-    bodies = numbered(SJ, args.pods)
-    events = Events(SJS)
+    job = cache_per_event(ObjectCache(path=JOBS_PATH, make=job_view), numbered(JOB, args.pods))
+    sj = cache_per_event(ObjectCache(path=SJS_PATH, make=sj_object), numbered(SJ, args.pods))
+    print(f"the watch caches: {pod * 1e6:.0f} us of CPU per pod event, {job * 1e6:.0f} per Job event, "
+          f"{sj * 1e6:.0f} per SJ event ({args.pods} of each; its line decoded, the view made and indexed)", flush=True)
+    bodies = numbered(NODE, args.pods)
+    events = Events(NODES)
     for body in bodies:
         await events.handle(copy.deepcopy(body))
     copies = [copy.deepcopy(b) for b in bodies]
@@ -171,7 +186,7 @@ async def main(args: argparse.Namespace) -> None:
         garbage = collections.Counter(type(o).__qualname__ for o in gc.garbage)
         gc.set_debug(0)
         gc.garbage.clear()
-        print(f"kopf's processing: {per_event * 1e6:.0f} us of CPU per SJ event ({len(bodies)} SJs); each event "
+        print(f"kopf's processing: {per_event * 1e6:.0f} us of CPU per node event ({len(bodies)} nodes); each event "
               f"leaves {sum(garbage.values()) / len(bodies):.0f} objects of cyclic garbage: "
               + ", ".join(f"{name} {n / len(bodies):.1f}" for name, n in garbage.most_common(8)), flush=True)
         for every in args.every:

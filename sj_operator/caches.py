@@ -1,4 +1,4 @@
-"""The watch caches the operator keeps itself: every pod of the cluster, and the runs' and adopted Jobs.
+"""The watch caches the operator keeps itself: every pod of the cluster, the runs' and adopted Jobs, the SJs.
 
 Pods are most of what the operator watches: a one-pod SJ's pod changes four or five times between its
 Job and Running, and every other pod of the cluster counts against the nodes' room; each run's Job changes
@@ -6,13 +6,14 @@ several times more. Through kopf, each of those events costs a worker's round (i
 loggers, the handler's keyword arguments: about 190 µs of CPU, `make bench-events`) for an index handler
 that keeps one slim view, and kopf watches every Job of the cluster to filter them itself. So these are
 listed and watched here, with `Kube.list_raw` and `Kube.watch_raw` (Jobs with a label selector, so the API
-server sends only theirs): each event is decoded once into its view and indexed at once.
+server sends only theirs): each event is decoded once into its view and indexed at once. The SJs too: each
+one changes a few times on its way to Running, and a burst brings thousands.
 
 `WatchCache.run` is the list-and-watch cycle. `PodCache` keeps what kopf's pod index kept, with the same
 rules: the pods that hold resources (for the nodes' and namespaces' sums), each run's members, the
 disrupted members remembered (`observed.remember_disrupted`), and the decision loop woken for a run
-member's change or room freed. `JobCache` keeps Jobs by namespace and name and wakes the loop on every
-change. A cache's ``ready`` is set once its first listing is in; the loop starts only then, as it does for
+member's change or room freed. `ObjectCache` keeps Jobs, or SJs, by namespace and name and wakes the loop
+on every change. A cache's ``ready`` is set once its first listing is in; the loop starts only then, as it does for
 kopf's indexes.
 """
 from __future__ import annotations
@@ -25,13 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from sj_operator.kube import Gone, Kube, KubeError
+from sj_operator.names import GROUP, PLURAL, VERSION
 from sj_operator.observed import PodView, RunKey, pod_view
 
-__all__ = ["BACKOFFS", "JOBS_PATH", "PODS_PATH", "JobCache", "PodCache", "WatchCache"]
+__all__ = ["BACKOFFS", "JOBS_PATH", "PODS_PATH", "SJS_PATH", "ObjectCache", "PodCache", "WatchCache"]
 
 log = logging.getLogger(__name__)
 PODS_PATH = "/api/v1/pods"
 JOBS_PATH = "/apis/batch/v1/jobs"
+SJS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 BACKOFFS = (1.0, 2.0, 5.0, 10.0)
 """Seconds between attempts after a failed list or watch, the last one repeated (kopf's, as configured for
 the other watches in `handlers.startup`)."""
@@ -211,45 +214,45 @@ class _Named(Protocol):
     def name(self) -> str: ...
 
 
-J = TypeVar("J", bound=_Named)
+N = TypeVar("N", bound=_Named)
 
 
 @dataclass
-class JobCache(WatchCache, Generic[J]):
-    """Jobs as ``make`` makes them, by namespace and name.
+class ObjectCache(WatchCache, Generic[N]):
+    """Objects (Jobs by default) as ``make`` makes them, by namespace and name.
     ``on_change``: one of them changed, came or went."""
 
     path: str = JOBS_PATH
-    make: Callable[[dict[str, Any]], J] | None = None
-    """The view of a Job (`observed.job_view`, `observed.adopted_job`)."""
-    _jobs: dict[tuple[str, str], J] = field(default_factory=dict)
+    make: Callable[[dict[str, Any]], N] | None = None
+    """The view of an object (`observed.job_view`, `observed.adopted_job`, `observed.sj_object`)."""
+    _objects: dict[tuple[str, str], N] = field(default_factory=dict)
 
-    def jobs(self) -> dict[tuple[str, str], J]:
+    def objects(self) -> dict[tuple[str, str], N]:
         """A copy: the cache goes on changing while a pass reads it."""
-        return dict(self._jobs)
+        return dict(self._objects)
 
     def __len__(self) -> int:
-        return len(self._jobs)
+        return len(self._objects)
 
-    def view(self, obj: dict[str, Any]) -> J:
+    def view(self, obj: dict[str, Any]) -> N:
         if self.make is None:
-            raise TypeError("a JobCache needs to be told how to make its views")
+            raise TypeError("an ObjectCache needs to be told how to make its views")
         return self.make(obj)
 
-    def put(self, job: J) -> None:
-        key = self.key(job)
-        if self._jobs.get(key) == job:
+    def put(self, obj: N) -> None:
+        key = self.key(obj)
+        if self._objects.get(key) == obj:
             return
-        self._jobs[key] = job
+        self._objects[key] = obj
         self.on_change()
 
-    def drop(self, job: J) -> None:
-        if self._jobs.pop(self.key(job), None) is not None:
+    def drop(self, obj: N) -> None:
+        if self._objects.pop(self.key(obj), None) is not None:
             self.on_change()
 
-    def key(self, view: J) -> tuple[str, str]:
+    def key(self, view: N) -> tuple[str, str]:
         return (view.namespace, view.name)
 
-    def held(self) -> Mapping[tuple[str, str], J]:
-        return self._jobs
+    def held(self) -> Mapping[tuple[str, str], N]:
+        return self._objects
 

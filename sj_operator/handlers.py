@@ -5,8 +5,8 @@ of what they see and wake the loop; all decisions happen in `controller.py`, all
 API writes in `kube.py`. kopf guarantees that non-index handlers run only after
 every index has its initial listing, so the loop starts on a complete cache: it is
 released by the first event of the `default` namespace, which every cluster has, once
-the operator's own watch caches (`caches.py`: pods and the runs' Jobs are listed and
-watched outside kopf) have their first listings too.
+the operator's own watch caches (`caches.py`: pods, the runs' and adopted Jobs and the
+SJs are listed and watched outside kopf) have their first listings too.
 """
 from __future__ import annotations
 
@@ -21,17 +21,18 @@ from typing import Any, cast
 import kopf
 
 from sj_operator.builders.priority_classes import priority_class_objects
-from sj_operator.caches import JobCache, PodCache, WatchCache
+from sj_operator.caches import SJS_PATH, ObjectCache, PodCache, WatchCache
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView
 from sj_operator.kube import Kube
 from sj_operator.leader import LeaseElector, campaign_once_ready
 from sj_operator.metrics import Metrics, serve
-from sj_operator.names import GROUP, LABEL_SCAVENGE, LABEL_SJ, PLURAL, QUOTA_PLURAL, VERSION
+from sj_operator.names import GROUP, LABEL_SCAVENGE, LABEL_SJ, QUOTA_PLURAL, VERSION
 from sj_operator.observed import (
     AdoptedJob,
     JobView,
+    SJObject,
     adopted_job,
     job_view,
     node_info,
@@ -89,9 +90,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     shared = memo.shared
     memo.caches = Caches(
         pods=PodCache(on_change=memo.wake.set, remember=lambda pod: remember_disrupted(shared["disrupted"], pod)),
-        runs=JobCache(selector=LABEL_SJ, on_change=memo.wake.set, make=job_view),
-        adopted=JobCache(selector=f"{LABEL_SCAVENGE}=true", on_change=memo.wake.set,
-                         make=adopted_job))
+        runs=ObjectCache(selector=LABEL_SJ, on_change=memo.wake.set, make=job_view),
+        adopted=ObjectCache(selector=f"{LABEL_SCAVENGE}=true", on_change=memo.wake.set, make=adopted_job),
+        sjs=ObjectCache(path=SJS_PATH, on_change=memo.wake.set, make=sj_object))
     memo.tasks = [
         *(asyncio.create_task(cache.run(memo.kube), name=str(cache)) for cache in memo.caches.all()),
         asyncio.create_task(campaign_once_ready(memo.ready, memo.elector.run, config.cache_timeout.total_seconds()),
@@ -152,12 +153,6 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 # --- indexes: what the loop reads -------------------------------------------------------
 
-@kopf.index(GROUP, VERSION, PLURAL)
-async def sjs(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
-    memo.wake.set()
-    return {"sj": sj_object(body)}
-
-
 @kopf.index(GROUP, VERSION, QUOTA_PLURAL)
 async def quotas(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     memo.wake.set()
@@ -175,13 +170,13 @@ Indexes = kopf.Index[Any, Any]
 
 # kopf passes indexes as keyword arguments named after them, which its handler protocol cannot express.
 @kopf.on.event("", "v1", "namespaces", when=lambda name, **_: name == "default")  # type: ignore[arg-type]
-async def indexes_ready(sjs: Indexes, nodes: Indexes, quotas: Indexes, memo: kopf.Memo, **_: Any) -> None:
+async def indexes_ready(nodes: Indexes, quotas: Indexes, memo: kopf.Memo, **_: Any) -> None:
     """Runs only once every index is populated: hands the indexes to the loop once the operator's own watch
     caches (`caches.py`) have their first listings too."""
     if not memo.ready.is_set():
         for cache in memo.caches.all():
             await cache.ready.wait()
-        memo.shared["indexes"] = (sjs, nodes, quotas, memo.caches)
+        memo.shared["indexes"] = (nodes, quotas, memo.caches)
         memo.ready.set()
         log.info("watch caches are complete; the decision loop starts")
 
@@ -191,27 +186,29 @@ class Caches:
     """The watch caches this process keeps itself (`caches.py`), beside kopf's indexes."""
 
     pods: PodCache
-    runs: JobCache[JobView]
+    runs: ObjectCache[JobView]
     """The Jobs carrying ``scavenger.dev/job-name``: the runs this operator made."""
-    adopted: JobCache[AdoptedJob]
+    adopted: ObjectCache[AdoptedJob]
     """The Jobs labelled ``scavenger.dev/scavenge=true``: taken under the operator's care."""
+    sjs: ObjectCache[SJObject]
+    """Every SJ of the cluster (the loop handles those of its namespaces)."""
 
     def all(self) -> tuple[WatchCache, ...]:
-        return (self.pods, self.runs, self.adopted)
+        return (self.pods, self.runs, self.adopted, self.sjs)
 
 
 def _view(shared: dict[str, Any]) -> ClusterView:
-    sj_idx, node_idx, quota_idx, caches = shared["indexes"]
-    jobs = caches.runs.jobs()
+    node_idx, quota_idx, caches = shared["indexes"]
+    jobs = caches.runs.objects()
     run_pods, shared["disrupted"] = with_disrupted(caches.pods.runs(), shared["disrupted"], jobs)
     return ClusterView(
-        sjs=tuple(sj_idx.get("sj", ())),
+        sjs=tuple(caches.sjs.objects().values()),
         jobs=jobs,
         run_pods=run_pods,
         active_pods=caches.pods.active(),
         nodes=tuple(node_idx.get("node", ())),
         quotas=tuple(quota_idx.get("quota", ())),
-        adopted=tuple(caches.adopted.jobs().values()),
+        adopted=tuple(caches.adopted.objects().values()),
     )
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from sj_operator.caches import JOBS_PATH, PODS_PATH, JobCache, PodCache
+from sj_operator.caches import JOBS_PATH, PODS_PATH, SJS_PATH, ObjectCache, PodCache
 from sj_operator.kube import Gone, KubeError, split_lines
-from sj_operator.observed import JobView, PodView, job_view, remember_disrupted
+from sj_operator.observed import JobView, PodView, SJObject, job_view, remember_disrupted, sj_object
 
 
 def raw(name: str, *, run: str | None = None, phase: str = "Running", node: str | None = "n1",
@@ -133,27 +133,49 @@ def raw_job(name: str, *, rv: str = "1", failed: bool = False) -> dict[str, Any]
 
 def test_jobs_by_namespace_and_name_each_change_wakes_the_loop_and_a_pass_reads_a_copy() -> None:
     rec = Recorder()
-    cache: JobCache[JobView] = JobCache(path=JOBS_PATH, selector="scavenger.dev/job-name", on_change=rec.wake,
-                                        make=job_view)
+    cache: ObjectCache[JobView] = ObjectCache(path=JOBS_PATH, selector="scavenger.dev/job-name",
+                                              on_change=rec.wake, make=job_view)
     cache.apply("ADDED", raw_job("a-r1"))
     cache.apply("ADDED", raw_job("b-r1"))
-    seen = cache.jobs()
+    seen = cache.objects()
     cache.apply("MODIFIED", raw_job("a-r1", rv="2", failed=True))
     cache.apply("MODIFIED", raw_job("b-r1", rv="3"))  # nothing a view keeps changed
     cache.apply("DELETED", raw_job("b-r1", rv="4"))
     cache.apply("DELETED", raw_job("b-r1", rv="5"))  # gone already
-    assert {k: v.failed for k, v in cache.jobs().items()} == {("ns", "a-r1"): True}
+    assert {k: v.failed for k, v in cache.objects().items()} == {("ns", "a-r1"): True}
     assert {k: v.failed for k, v in seen.items()} == {("ns", "a-r1"): False, ("ns", "b-r1"): False}
     assert rec.wakes == 4 and cache.resource_version == "5" and len(cache) == 1
 
     cache.replace([raw_job("c-r1"), raw_job("a-r1", failed=True)])
-    assert sorted(cache.jobs()) == [("ns", "a-r1"), ("ns", "c-r1")]
+    assert sorted(cache.objects()) == [("ns", "a-r1"), ("ns", "c-r1")]
     assert rec.wakes == 5  # c-r1 came; a-r1 is as it was
+
+
+def raw_sj(name: str, *, rv: str = "1", phase: str | None = None) -> dict[str, Any]:
+    return {"apiVersion": "scavenger.dev/v1alpha1", "kind": "ScavengerJob",
+            "metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}", "resourceVersion": rv,
+                         "generation": 1, "creationTimestamp": "2026-11-27T08:00:00Z"},
+            "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
+            "status": {"phase": phase} if phase else {}}
+
+
+def test_sjs_are_the_loops_view_of_each_one_changed_versions_wake_it_and_deleted_ones_leave() -> None:
+    rec = Recorder()
+    cache: ObjectCache[SJObject] = ObjectCache(path=SJS_PATH, on_change=rec.wake, make=sj_object)
+    cache.replace([raw_sj("a"), raw_sj("b")])
+    cache.apply("MODIFIED", raw_sj("a", rv="2", phase="Running"))
+    cache.apply("MODIFIED", raw_sj("a", rv="2", phase="Running"))  # the same object again: no wake
+    cache.apply("DELETED", raw_sj("b", rv="3"))
+    sjs = cache.objects()
+    assert SJS_PATH == "/apis/scavenger.dev/v1alpha1/scavengerjobs"
+    assert list(sjs) == [("team", "a")] and sjs["team", "a"] == sj_object(raw_sj("a", rv="2", phase="Running"))
+    assert sjs["team", "a"].status == {"phase": "Running"} and sjs["team", "a"].resource_version == "2"
+    assert rec.wakes == 4 and cache.resource_version == "3"
 
 
 def test_a_job_cache_without_its_view_says_so() -> None:
     with pytest.raises(TypeError, match="how to make its views"):
-        JobCache(path=JOBS_PATH).apply("ADDED", raw_job("a-r1"))
+        ObjectCache(path=JOBS_PATH).apply("ADDED", raw_job("a-r1"))
 
 
 def test_the_selector_goes_with_every_list_and_watch() -> None:
@@ -171,7 +193,7 @@ def test_the_selector_goes_with_every_list_and_watch() -> None:
         return watch_raw(path, resource_version, selector=selector)
 
     kube.list_raw, kube.watch_raw = listing, watching  # type: ignore[method-assign]
-    cache: JobCache[JobView] = JobCache(path=JOBS_PATH, selector="scavenger.dev/job-name", make=job_view)
+    cache: ObjectCache[JobView] = ObjectCache(path=JOBS_PATH, selector="scavenger.dev/job-name", make=job_view)
 
     async def main() -> None:
         with pytest.raises(asyncio.CancelledError):
@@ -290,4 +312,4 @@ def test_ready_only_once_listed() -> None:
 
 
 def test_each_cache_watches_its_own_kind_by_default() -> None:
-    assert (PodCache().path, JobCache(make=job_view).path) == (PODS_PATH, JOBS_PATH)
+    assert (PodCache().path, ObjectCache(make=job_view).path) == (PODS_PATH, JOBS_PATH)

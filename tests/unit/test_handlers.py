@@ -11,9 +11,9 @@ import copy
 
 import kopf
 
-from benchmarks.bench_events import SJ, SJS, Events
+from benchmarks.bench_events import NODE, NODES, Events
 from sj_operator import handlers
-from sj_operator.observed import SJObject
+from sj_operator.observed import NodeInfo
 
 
 def test_no_handler_detects_changes_so_the_diff_base_is_never_read() -> None:
@@ -21,32 +21,32 @@ def test_no_handler_detects_changes_so_the_diff_base_is_never_read() -> None:
     assert registry._changing.get_all_handlers() == []  # on.create/update/delete/resume/field
     assert registry._spawning.get_all_handlers() == []  # daemons and timers diff too
     indexes = registry._indexing.get_all_handlers()
-    assert sorted(h.id for h in indexes) == ["nodes", "quotas", "sjs"]
-    # Pods and Jobs are the operator's own watch caches' (sj_operator.caches): no kopf handler watches them.
+    assert sorted(h.id for h in indexes) == ["nodes", "quotas"]
+    # Pods, Jobs and SJs are the operator's own watch caches' (sj_operator.caches): no kopf handler watches them.
     watched = [str(h.selector) for h in [*indexes, *registry._watching.get_all_handlers()]]
-    assert not [w for w in watched if "'pods'" in w or "'jobs'" in w], watched
+    assert not [w for w in watched if any(f"'{kind}'" in w for kind in ("pods", "jobs", "scavengerjobs"))], watched
 
 
 def test_kopf_indexes_every_event_with_no_diff_base() -> None:
-    events = Events(SJS)  # kopf's processing with the operator's handlers and NoDiffBase
+    events = Events(NODES)  # kopf's processing with the operator's handlers and NoDiffBase
 
-    def sjs() -> tuple[SJObject, ...]:
-        return tuple(events.indexers.indices["sjs"].get("sj", ()))
+    def nodes() -> tuple[NodeInfo, ...]:
+        return tuple(events.indexers.indices["nodes"].get("node", ()))
 
-    asyncio.run(events.handle(copy.deepcopy(SJ), None))
-    assert [(s.name, s.status["phase"]) for s in sjs()] == [("sj-a", "Running")]
+    asyncio.run(events.handle(copy.deepcopy(NODE), None))
+    assert [(n.name, n.ready, n.unschedulable) for n in nodes()] == [("node-1", True, False)]
     assert events.memo.wake.is_set()
     assert isinstance(events.settings.persistence.diffbase_storage, handlers.NoDiffBase)
-    assert events.settings.persistence.diffbase_storage.build(body=kopf.Body(SJ)) == {}
+    assert events.settings.persistence.diffbase_storage.build(body=kopf.Body(NODE)) == {}
 
-    moved = copy.deepcopy(SJ)
-    moved["metadata"]["resourceVersion"] = "8"
-    moved["status"]["phase"] = "Succeeded"
-    asyncio.run(events.handle(moved, "MODIFIED"))
-    assert [s.status["phase"] for s in sjs()] == ["Succeeded"]
+    cordoned = copy.deepcopy(NODE)
+    cordoned["metadata"]["resourceVersion"] = "8"
+    cordoned["spec"]["unschedulable"] = True
+    asyncio.run(events.handle(cordoned, "MODIFIED"))
+    assert [n.unschedulable for n in nodes()] == [True]
 
-    asyncio.run(events.handle(moved, "DELETED"))
-    assert sjs() == ()
+    asyncio.run(events.handle(cordoned, "DELETED"))
+    assert nodes() == ()
 
 
 def test_the_process_is_unhealthy_with_the_first_task_that_stopped_and_why() -> None:
