@@ -15,7 +15,8 @@ object as last pass" means "unchanged". On that:
   changed (``PodSums``), and the admission's node views are rebuilt only for nodes whose pods or
   object changed;
 * the admission pass is reused while its inputs are the same objects and no SJ's clock has ticked
-  (``admission.settled_until``).
+  (``admission.settled_until``); when it is not, which nodes each selector and set of tolerations may use
+  is kept while no node's labels, taints or schedulability changed (``admission.Eligibility``).
 
 Entries of SJs that no longer exist are dropped once the caches have grown past the cluster's SJs.
 """
@@ -42,7 +43,7 @@ from sj_operator.decide import (
     run_keys,
 )
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject
-from sj_operator.policy.admission import AdmissionPass, PolicyConfig, decide_pass, settled_until
+from sj_operator.policy.admission import AdmissionPass, Eligibility, PolicyConfig, decide_pass, settled_until
 from sj_operator.policy.lifecycle import LifecycleConfig, quiet_until, recorded_until
 from sj_operator.policy.queue import queue_order
 from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Resources, Taint
@@ -151,6 +152,7 @@ class PassMemo:
     _last_nodes: tuple[NodeView, ...] = ()
     _admitted: _Admitted | None = None
     _order: _Order | None = None
+    _eligibility: Eligibility = field(default_factory=Eligibility)
 
     # --- parsing -------------------------------------------------------------------------
     def spec_of(self, sj: SJObject) -> ScavengerJobSpec | InvalidSpec:
@@ -292,7 +294,7 @@ class PassMemo:
         quotas = quota_table(view)
         snapshot = ClusterSnapshot(nodes=nodes, cluster_requested=self.sums.cluster, in_flight=runs, queue=queue,
                                    quotas=quotas, namespace_used=self._namespace_used(runs) if quotas else {})
-        result = decide_pass(snapshot, now, config, ordered=order.ordered)
+        result = decide_pass(snapshot, now, config, ordered=order.ordered, eligibility=self._eligibility)
         self._admitted = _Admitted(inputs, order.until, result)
         return result
 

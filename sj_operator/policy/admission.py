@@ -45,7 +45,7 @@ import functools
 import heapq
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fractions import Fraction
 from itertools import repeat
@@ -62,7 +62,7 @@ from sj_operator.policy.queue import (
     waiting_again_since,
     waiting_since,
 )
-from sj_operator.policy.snapshot import ClusterSnapshot, NodeView, QueuedSJ, Resources, Toleration
+from sj_operator.policy.snapshot import ClusterSnapshot, NodeView, QueuedSJ, Resources, Taint, Toleration
 from sj_operator.resources import format_amount
 from sj_operator.settings import DEFAULT_POOL, Pool
 
@@ -106,13 +106,37 @@ def decide(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig = DEFA
     return decide_pass(snapshot, now, config, explain=False).admitted
 
 
+@dataclass
+class Eligibility:
+    """Which nodes each node selector and set of tolerations may use, kept between passes by a caller
+    that runs many (`decide_pass`'s ``eligibility``): the same while no node comes or goes and none
+    changes its labels, taints or schedulability, and the pools are the same. In a burst a pass has
+    hundreds of runs in flight and waiting SJs of a few such shapes, and the nodes' free room changes
+    from pass to pass while who may use them does not."""
+
+    _nodes: tuple[tuple[str, Mapping[str, str], tuple[Taint, ...], bool], ...] = ()
+    _pools: tuple[Pool, ...] = ()
+    masks: dict[_EligibilityKey, list[bool] | None] = field(default_factory=dict)
+    """By selector, tolerations and pool (`_PassState._mask`), over the schedulable nodes by name."""
+
+    def for_pass(self, nodes: Sequence[NodeView], pools: Sequence[Pool]) -> dict[_EligibilityKey, list[bool] | None]:
+        """The masks that hold for ``nodes`` and ``pools`` (none yet when either changed)."""
+        placing = tuple((n.name, n.labels, n.taints, n.unschedulable) for n in nodes)
+        if placing != self._nodes or tuple(pools) != self._pools:
+            self._nodes, self._pools, self.masks = placing, tuple(pools), {}
+        return self.masks
+
+
 def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig = DEFAULT_POLICY, *,
-                explain: bool = True, ordered: Sequence[QueuedSJ] | None = None) -> AdmissionPass:
+                explain: bool = True, ordered: Sequence[QueuedSJ] | None = None,
+                eligibility: Eligibility | None = None) -> AdmissionPass:
     """``decide``, and (``explain``) why each eligible SJ that is not admitted waits. ``ordered``: the
-    snapshot's queue already in ``queue_order`` at ``now`` (a caller that keeps it between passes)."""
+    snapshot's queue already in ``queue_order`` at ``now`` (a caller that keeps it between passes);
+    ``eligibility``: the node masks of the caller's last passes (the result is the same without)."""
     if now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware, got {now!r}")
-    state = _PassState(snapshot.nodes, snapshot.cluster_requested, Fraction(str(config.threshold)), config.pools)
+    state = _PassState(snapshot.nodes, snapshot.cluster_requested, Fraction(str(config.threshold)), config.pools,
+                       None if eligibility is None else eligibility.for_pass(snapshot.nodes, config.pools))
     taken: set[str] = set()
     for run in snapshot.in_flight:
         taken.add(run.key)
@@ -364,7 +388,7 @@ class _PassState:
     """
 
     def __init__(self, nodes: Sequence[NodeView], cluster_requested: Resources, threshold: Fraction,
-                 pools: Sequence[Pool] = ()) -> None:
+                 pools: Sequence[Pool] = (), masks: dict[_EligibilityKey, list[bool] | None] | None = None) -> None:
         self._nodes = sorted((node for node in nodes if not node.unschedulable), key=attrgetter("name"))
         self._names = [node.name for node in self._nodes]
         self._position = {name: index for index, name in enumerate(self._names)}
@@ -382,7 +406,7 @@ class _PassState:
         self._reserved = 0
         """Reservations made so far in the pass: a cached explanation of a shape is valid while it is equal."""
         self._why_cache: dict[tuple[_Need, _EligibilityKey, int], tuple[int, RoomReason, str]] = {}
-        self._eligibility: dict[_EligibilityKey, list[bool] | None] = {}
+        self._eligibility: dict[_EligibilityKey, list[bool] | None] = {} if masks is None else masks
         self._reached: dict[_EligibilityKey, frozenset[int]] = {}
         # (need, eligibility) -> smallest gang size that did not place.
         self._smallest_unplaced: dict[tuple[_Need, _EligibilityKey], int] = {}
@@ -619,4 +643,5 @@ class _PassState:
                 self._stale_max.add(r)
 
 
-__all__ = ["Admission", "AdmissionPass", "PolicyConfig", "RoomReason", "Waiting", "decide", "decide_pass"]
+__all__ = ["Admission", "AdmissionPass", "Eligibility", "PolicyConfig", "RoomReason", "Waiting", "decide",
+           "decide_pass"]

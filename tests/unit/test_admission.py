@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gang.placement import fit_gang, node_accepts
-from sj_operator.policy.admission import Admission, PolicyConfig, decide
+from sj_operator.policy.admission import Admission, Eligibility, PolicyConfig, decide, decide_pass
 from sj_operator.policy.queue import is_starving, queue_order, waiting_since
 from sj_operator.policy.snapshot import (
     ClusterSnapshot,
@@ -23,6 +23,7 @@ from sj_operator.policy.snapshot import (
     Taint,
 )
 from sj_operator.resources import sub, to_milli, total
+from sj_operator.settings import Pool
 from tests.unit.helpers import add, fits, parse_resources, scale, tol
 
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
@@ -651,3 +652,61 @@ def test_runs_in_flight_reserve_the_same_room_as_placing_them_over_every_nodes_c
     with mock.patch.object(_PassState, "reserve_in_flight", _every_capacity_reserve):
         full = decide_pass(snap, NOW, config)
     assert fast.admitted == full.admitted and fast.waiting == full.waiting
+
+
+# --- node eligibility kept between passes ------------------------------------------------------------
+
+BURST_POOL = Pool("burst", (("zone", "y"),), 0.9)
+
+
+@st.composite
+def pass_sequences(draw: st.DrawFn) -> list[ClusterSnapshot]:
+    """A caller's passes: each next snapshot is the last with the nodes' free room, the queue and the runs in
+    flight changed, and now and then a node's labels, taints or schedulability, or a new node."""
+    snaps = [draw(snapshots())]
+    for _ in range(draw(st.integers(1, 4))):
+        last = snaps[-1]
+        nodes = []
+        for n in last.nodes:
+            requested = {r: draw(st.integers(0, 12)) * UNIT[r] for r in RESOURCES if draw(st.booleans())}
+            change = draw(st.integers(0, 9))
+            moved = {"zone": "y" if n.labels.get("zone") == "x" else "x"}
+            nodes.append(replace(n, requested=requested, labels=moved if change == 0 else n.labels,
+                                 taints=() if change == 1 else n.taints,
+                                 unschedulable=not n.unschedulable if change == 2 else n.unschedulable))
+        if draw(st.integers(0, 5)) == 0:
+            nodes.append(NodeView(f"n{len(nodes)}", allocatable={"cpu": 12 * UNIT["cpu"]}, labels={"zone": "x"}))
+        runs = [InFlightRun(f"ns/run-{i}", pods, {"cpu": draw(st.integers(0, 4)) * UNIT["cpu"]}, 0,
+                            node_selector={"zone": draw(st.sampled_from("xy"))} if draw(st.booleans()) else {},
+                            tolerations=(tol("dedicated", "Exists"),) if draw(st.booleans()) else ())
+                for i, pods in enumerate(draw(st.lists(st.integers(1, 3), max_size=3)))]
+        snaps.append(replace(last, nodes=tuple(nodes), in_flight=tuple(runs), queue=tuple(draw(queue_strategy()))))
+    return snaps
+
+
+@settings(max_examples=200, deadline=None)
+@given(snaps=pass_sequences(), config=configs, pools=st.sampled_from([(), (BURST_POOL,)]))
+def test_node_eligibility_kept_between_passes_decides_as_a_pass_that_works_it_out(snaps, config, pools) -> None:
+    eligibility = Eligibility()
+    config = replace(config, pools=pools)
+    for snap in snaps:
+        kept = decide_pass(snap, NOW, config, eligibility=eligibility)
+        fresh = decide_pass(snap, NOW, config)
+        assert (kept.admitted, kept.waiting) == (fresh.admitted, fresh.waiting)
+
+
+def test_node_eligibility_is_worked_out_again_only_when_who_may_use_a_node_changes() -> None:
+    eligibility = Eligibility()
+    nodes = (node("a", labels={"zone": "x"}), node("b", labels={"zone": "y"}))
+    masks = eligibility.for_pass(nodes, ())
+    masks[(frozenset({("zone", "x")}), (), -1)] = [True, False]
+    busier = tuple(replace(n, requested={"cpu": 5000}) for n in nodes)
+    assert eligibility.for_pass(busier, ()) is masks  # only the free room changed
+    first = (replace(nodes[0], labels={"zone": "y"}), replace(nodes[0], unschedulable=True),
+             replace(nodes[0], taints=(Taint("dedicated", "batch", "NoSchedule"),)))
+    for changed in (*((one, nodes[1]) for one in first), nodes[:1]):
+        masks = eligibility.for_pass(nodes, ())
+        masks[("key",)] = None  # type: ignore[index]
+        assert eligibility.for_pass(changed, ()) == {}
+    eligibility.for_pass(nodes, ())["key"] = None  # type: ignore[index]
+    assert eligibility.for_pass(nodes, (BURST_POOL,)) == {}
