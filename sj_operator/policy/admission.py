@@ -112,17 +112,20 @@ class Eligibility:
     that runs many (`decide_pass`'s ``eligibility``): the same while no node comes or goes and none
     changes its labels, taints or schedulability, and the pools are the same. In a burst a pass has
     hundreds of runs in flight and waiting SJs of a few such shapes, and the nodes' free room changes
-    from pass to pass while who may use them does not."""
+    from pass to pass while who may use them does not. At most ``most`` masks are kept (past that they
+    are worked out again from none: SJs that each name nodes of their own would otherwise grow it
+    without bound while the nodes stay the same)."""
 
     _nodes: tuple[tuple[str, Mapping[str, str], tuple[Taint, ...], bool], ...] = ()
     _pools: tuple[Pool, ...] = ()
     masks: dict[_EligibilityKey, list[bool] | None] = field(default_factory=dict)
     """By selector, tolerations and pool (`_PassState._mask`), over the schedulable nodes by name."""
+    most: int = 1024
 
     def for_pass(self, nodes: Sequence[NodeView], pools: Sequence[Pool]) -> dict[_EligibilityKey, list[bool] | None]:
         """The masks that hold for ``nodes`` and ``pools`` (none yet when either changed)."""
         placing = tuple((n.name, n.labels, n.taints, n.unschedulable) for n in nodes)
-        if placing != self._nodes or tuple(pools) != self._pools:
+        if placing != self._nodes or tuple(pools) != self._pools or len(self.masks) > self.most:
             self._nodes, self._pools, self.masks = placing, tuple(pools), {}
         return self.masks
 

@@ -710,3 +710,15 @@ def test_node_eligibility_is_worked_out_again_only_when_who_may_use_a_node_chang
         assert eligibility.for_pass(changed, ()) == {}
     eligibility.for_pass(nodes, ())["key"] = None  # type: ignore[index]
     assert eligibility.for_pass(nodes, (BURST_POOL,)) == {}
+
+
+def test_node_eligibility_keeps_at_most_its_bound_of_masks() -> None:
+    eligibility = Eligibility(most=2)
+    nodes = (node("a", labels={"zone": "x"}),)
+    kept = []
+    for zone in ("x", "y", "z"):
+        masks = eligibility.for_pass(nodes, ())
+        kept.append(len(masks))
+        masks[(frozenset({("zone", zone)}), (), -1)] = None
+    assert kept == [0, 1, 2]  # kept while at most the bound
+    assert eligibility.for_pass(nodes, ()) == {}  # past it: from none again
