@@ -13,8 +13,8 @@ one changes a few times on its way to Running, and a burst brings thousands.
 rules: the pods that hold resources (for the nodes' and namespaces' sums), each run's members, the
 disrupted members remembered (`observed.remember_disrupted`), and the decision loop woken for a run
 member's change or room freed. `ObjectCache` keeps Jobs, or SJs, by namespace and name and wakes the loop
-on every change. A cache's ``ready`` is set once its first listing is in; the loop starts only then, as it does for
-kopf's indexes.
+on every change. A cache's ``ready`` is set once its first listing is in; the loop starts only then, as it
+does for kopf's indexes.
 """
 from __future__ import annotations
 

@@ -202,13 +202,13 @@ def _view(shared: dict[str, Any]) -> ClusterView:
     jobs = caches.runs.objects()
     run_pods, shared["disrupted"] = with_disrupted(caches.pods.runs(), shared["disrupted"], jobs)
     return ClusterView(
-        sjs=tuple(caches.sjs.objects().values()),
+        sjs=tuple(caches.sjs.held().values()),  # the tuple is the pass's copy
         jobs=jobs,
         run_pods=run_pods,
         active_pods=caches.pods.active(),
         nodes=tuple(node_idx.get("node", ())),
         quotas=tuple(quota_idx.get("quota", ())),
-        adopted=tuple(caches.adopted.objects().values()),
+        adopted=tuple(caches.adopted.held().values()),
     )
 
 
