@@ -1,4 +1,5 @@
-"""The watch caches the operator keeps itself: every pod of the cluster, the runs' and adopted Jobs, the SJs.
+"""The watch caches the operator keeps itself: every pod of the cluster, the runs' and adopted Jobs, the SJs,
+the ResourceQuotas.
 
 Pods are most of what the operator watches: a one-pod SJ's pod changes four or five times between its
 Job and Running, and every other pod of the cluster counts against the nodes' room; each run's Job changes
@@ -7,14 +8,16 @@ loggers, the handler's keyword arguments: about 190 µs of CPU, `make bench-even
 that keeps one slim view, and kopf watches every Job of the cluster to filter them itself. So these are
 listed and watched here, with `Kube.list_raw` and `Kube.watch_raw` (Jobs with a label selector, so the API
 server sends only theirs): each event is decoded once into its view and indexed at once. The SJs too: each
-one changes a few times on its way to Running, and a burst brings thousands.
+one changes a few times on its way to Running, and a burst brings thousands. The ResourceQuotas, which
+a gang's launch reads (its sum against each quota of its namespace), instead of a list per launch.
 
 `WatchCache.run` is the list-and-watch cycle. `PodCache` keeps what kopf's pod index kept, with the same
 rules: the pods that hold resources (for the nodes' and namespaces' sums), each run's members, the
 disrupted members remembered (`observed.remember_disrupted`), and the decision loop woken for a run
-member's change or room freed. `ObjectCache` keeps Jobs, or SJs, by namespace and name and wakes the loop
-on every change. A cache's ``ready`` is set once its first listing is in; the loop starts only then, as it
-does for kopf's indexes.
+member's change or room freed. `ObjectCache` keeps Jobs, SJs or ResourceQuotas by namespace and name and
+calls ``on_change`` on every change: the loop's wake-up, but not for the quotas (their usage moves with
+every pod, and a gang they hold waits for its retry time). A cache's ``ready`` is set once its first
+listing is in; the loop starts only then, as it does for kopf's indexes.
 """
 from __future__ import annotations
 
@@ -29,11 +32,12 @@ from sj_operator.kube import Gone, Kube, KubeError
 from sj_operator.names import GROUP, PLURAL, VERSION
 from sj_operator.observed import PodView, RunKey, pod_view
 
-__all__ = ["BACKOFFS", "JOBS_PATH", "PODS_PATH", "SJS_PATH", "ObjectCache", "PodCache", "WatchCache"]
+__all__ = ["BACKOFFS", "JOBS_PATH", "PODS_PATH", "QUOTAS_PATH", "SJS_PATH", "ObjectCache", "PodCache", "WatchCache"]
 
 log = logging.getLogger(__name__)
 PODS_PATH = "/api/v1/pods"
 JOBS_PATH = "/apis/batch/v1/jobs"
+QUOTAS_PATH = "/api/v1/resourcequotas"
 SJS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 BACKOFFS = (1.0, 2.0, 5.0, 10.0)
 """Seconds between attempts after a failed list or watch, the last one repeated (kopf's, as configured for
@@ -230,6 +234,10 @@ class ObjectCache(WatchCache, Generic[N]):
     def objects(self) -> dict[tuple[str, str], N]:
         """A copy: the cache goes on changing while a pass reads it."""
         return dict(self._objects)
+
+    def in_namespace(self, namespace: str) -> list[N]:
+        """The objects of one namespace: a walk over every object, for caches of few (ResourceQuotas)."""
+        return [obj for (ns, _), obj in self._objects.items() if ns == namespace]
 
     def __len__(self) -> int:
         return len(self._objects)

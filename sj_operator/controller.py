@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -67,7 +67,7 @@ from sj_operator.policy.lifecycle import (
 )
 from sj_operator.policy.priority import launch_class
 from sj_operator.policy.snapshot import InFlightRun
-from sj_operator.policy.tenancy import quota_shortfall, quota_view
+from sj_operator.policy.tenancy import QuotaView, quota_shortfall
 from sj_operator.resources import EMPTY, Resources, resources_milli, total
 
 __all__ = ["ClusterView", "Controller", "utcnow"]
@@ -305,6 +305,9 @@ class Controller:
     _capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
     hold_budget: float = HOLD_BUDGET
     """Seconds a pass's work may hold the event loop before it gives the other tasks a turn."""
+    resource_quotas: Callable[[str], Sequence[QuotaView]] = lambda namespace: ()
+    """A namespace's ResourceQuotas, which a gang's launch is checked against: the operator's watch cache of
+    them (`handlers.startup`); none anywhere unless told."""
 
     def __post_init__(self) -> None:
         self.memo = PassMemo(self.config.spec_limits)
@@ -901,7 +904,7 @@ class Controller:
                 return reason, f"namespace {sj.namespace} refuses this SJ's pods: {exc.message}"
         if not (tried or spec.is_gang):
             return None
-        quotas = [quota_view(q) for q in await self.kube.resource_quotas(sj.namespace)]
+        quotas = self.resource_quotas(sj.namespace)
         if tried and not quotas:  # a ResourceQuota's room changes with every pod: its verdict is never reused
             self._accepted(shape)
         if spec.is_gang:

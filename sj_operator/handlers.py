@@ -5,8 +5,8 @@ of what they see and wake the loop; all decisions happen in `controller.py`, all
 API writes in `kube.py`. kopf guarantees that non-index handlers run only after
 every index has its initial listing, so the loop starts on a complete cache: it is
 released by the first event of the `default` namespace, which every cluster has, once
-the operator's own watch caches (`caches.py`: pods, the runs' and adopted Jobs and the
-SJs are listed and watched outside kopf) have their first listings too.
+the operator's own watch caches (`caches.py`: pods, the runs' and adopted Jobs, the
+SJs and the ResourceQuotas are listed and watched outside kopf) have their first listings too.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Any, cast
 import kopf
 
 from sj_operator.builders.priority_classes import priority_class_objects
-from sj_operator.caches import SJS_PATH, ObjectCache, PodCache, WatchCache
+from sj_operator.caches import QUOTAS_PATH, SJS_PATH, ObjectCache, PodCache, WatchCache
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView
@@ -42,6 +42,8 @@ from sj_operator.observed import (
     with_disrupted,
 )
 from sj_operator.pacing import batch_window, collector_paused, watch_gc, watch_lag
+from sj_operator.policy.tenancy import QuotaView as ResourceQuotaView
+from sj_operator.policy.tenancy import quota_view as resource_quota_view
 from sj_operator.webhook import WebhookServer, webhook_hosts
 
 log = logging.getLogger("sj_operator")
@@ -92,7 +94,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         pods=PodCache(on_change=memo.wake.set, remember=lambda pod: remember_disrupted(shared["disrupted"], pod)),
         runs=ObjectCache(selector=LABEL_SJ, on_change=memo.wake.set, make=job_view),
         adopted=ObjectCache(selector=f"{LABEL_SCAVENGE}=true", on_change=memo.wake.set, make=adopted_job),
-        sjs=ObjectCache(path=SJS_PATH, on_change=memo.wake.set, make=sj_object))
+        sjs=ObjectCache(path=SJS_PATH, on_change=memo.wake.set, make=sj_object),
+        resource_quotas=ObjectCache(path=QUOTAS_PATH, make=resource_quota_view))
+    memo.controller.resource_quotas = memo.caches.resource_quotas.in_namespace
     memo.tasks = [
         *(asyncio.create_task(cache.run(memo.kube), name=str(cache)) for cache in memo.caches.all()),
         asyncio.create_task(campaign_once_ready(memo.ready, memo.elector.run, config.cache_timeout.total_seconds()),
@@ -192,9 +196,11 @@ class Caches:
     """The Jobs labelled ``scavenger.dev/scavenge=true``: taken under the operator's care."""
     sjs: ObjectCache[SJObject]
     """Every SJ of the cluster (the loop handles those of its namespaces)."""
+    resource_quotas: ObjectCache[ResourceQuotaView]
+    """Every ResourceQuota of the cluster, read by gang launches (they wake nothing)."""
 
     def all(self) -> tuple[WatchCache, ...]:
-        return (self.pods, self.runs, self.adopted, self.sjs)
+        return (self.pods, self.runs, self.adopted, self.sjs, self.resource_quotas)
 
 
 def _view(shared: dict[str, Any]) -> ClusterView:

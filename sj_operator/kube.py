@@ -256,9 +256,11 @@ class Kube:
         return context
 
     def _http(self) -> aiohttp.ClientSession:
+        """The watch caches' session: no limit on its connections, as each cache holds one open for its
+        watch (a limit below their number starved the last cache's list)."""
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(base_url=self.api.configuration.host,
-                                                  connector=aiohttp.TCPConnector(ssl=self._ssl(), limit=4))
+                                                  connector=aiohttp.TCPConnector(ssl=self._ssl(), limit=0))
         return self._session
 
     def _sender(self) -> aiohttp.ClientSession:
@@ -523,11 +525,6 @@ class Kube:
         nothing is stored. Raises Forbidden (or Invalid) with the API server's reason when refused."""
         await self._send("POST", f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", "create_namespaced_pod",
                          pod, params={"dryRun": "All"})
-
-    async def resource_quotas(self, namespace: str) -> list[dict[str, Any]]:
-        found = await self._send("GET", f"/api/v1/namespaces/{namespace}/resourcequotas",
-                                 "list_namespaced_resource_quota", read=True)
-        return list(found.get("items") or [])
 
     # --- pods and budgets ------------------------------------------------------
     async def label_pod(self, namespace: str, name: str, labels: Mapping[str, str | None]) -> None:

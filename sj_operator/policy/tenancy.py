@@ -25,6 +25,7 @@ _POD_COUNTS = ("pods", "count/pods")
 class QuotaView:
     """A ResourceQuota as its status shows it: what is allowed and what is used, in milli-units."""
 
+    namespace: str
     name: str
     hard: Mapping[str, int]
     used: Mapping[str, int]
@@ -36,8 +37,8 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def quota_view(raw: Mapping[str, Any]) -> QuotaView:
     """A ResourceQuota object (as the API returns it) as a :class:`QuotaView`."""
-    status = _mapping(raw.get("status"))
-    return QuotaView(name=str(_mapping(raw.get("metadata")).get("name", "")),
+    status, metadata = _mapping(raw.get("status")), _mapping(raw.get("metadata"))
+    return QuotaView(name=str(metadata.get("name", "")), namespace=str(metadata.get("namespace", "")),
                      hard=resources_milli(_mapping(status.get("hard"))),
                      used=resources_milli(_mapping(status.get("used"))))
 

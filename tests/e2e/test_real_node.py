@@ -333,7 +333,7 @@ MAY = [
     ("patch", "pods", "team-a"), ("create", "services", "team-a"), ("create", "secrets", "team-a"),
     ("create", "poddisruptionbudgets.policy", "team-a"), ("create", "events", "team-a"),
     ("create", "priorityclasses.scheduling.k8s.io", ""), ("update", "leases.coordination.k8s.io", SYSTEM),
-    ("watch", "nodes", ""), ("create", "pods", "team-a"), ("list", "resourcequotas", "team-a"),
+    ("watch", "nodes", ""), ("create", "pods", "team-a"), ("watch", "resourcequotas", ""),
     ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io", ""),
     ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", ""),
     # Adoption: the SJ of a labelled Job, and that Job's final status.

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from sj_operator.caches import JOBS_PATH, PODS_PATH, SJS_PATH, ObjectCache, PodCache
+from sj_operator.caches import JOBS_PATH, PODS_PATH, QUOTAS_PATH, SJS_PATH, ObjectCache, PodCache
 from sj_operator.kube import Gone, KubeError, split_lines
 from sj_operator.observed import JobView, PodView, SJObject, job_view, remember_disrupted, sj_object
+from sj_operator.policy.tenancy import QuotaView, quota_view
 
 
 def raw(name: str, *, run: str | None = None, phase: str = "Running", node: str | None = "n1",
@@ -171,6 +172,25 @@ def test_sjs_are_the_loops_view_of_each_one_changed_versions_wake_it_and_deleted
     assert list(sjs) == [("team", "a")] and sjs["team", "a"] == sj_object(raw_sj("a", rv="2", phase="Running"))
     assert sjs["team", "a"].status == {"phase": "Running"} and sjs["team", "a"].resource_version == "2"
     assert rec.wakes == 4 and cache.resource_version == "3"
+
+
+def raw_quota(namespace: str, name: str, used_cpu: str, rv: str = "1") -> dict[str, Any]:
+    return {"metadata": {"namespace": namespace, "name": name, "resourceVersion": rv},
+            "spec": {"hard": {"requests.cpu": "8"}},
+            "status": {"hard": {"requests.cpu": "8"}, "used": {"requests.cpu": used_cpu}}}
+
+
+def test_resource_quotas_are_read_by_namespace_with_their_latest_usage() -> None:
+    """What a gang's launch reads: each quota of its namespace as its last status shows it, none of the
+    others'."""
+    cache: ObjectCache[QuotaView] = ObjectCache(path=QUOTAS_PATH, make=quota_view)
+    cache.replace([raw_quota("team-a", "cpu", "1"), raw_quota("team-a", "pods", "0"), raw_quota("team-b", "cpu", "2")])
+    cache.apply("MODIFIED", raw_quota("team-a", "cpu", "3500m", rv="2"))
+    cache.apply("DELETED", raw_quota("team-a", "pods", "0", rv="3"))
+    assert QUOTAS_PATH == "/api/v1/resourcequotas"
+    assert cache.in_namespace("team-a") == [QuotaView(namespace="team-a", name="cpu", hard={"requests.cpu": 8000},
+                                                      used={"requests.cpu": 3500})]
+    assert [q.name for q in cache.in_namespace("team-b")] == ["cpu"] and cache.in_namespace("team-c") == []
 
 
 def test_a_job_cache_without_its_view_says_so() -> None:
