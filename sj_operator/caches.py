@@ -226,9 +226,10 @@ class ObjectCache(WatchCache, Generic[N]):
     """Objects (Jobs by default) as ``make`` makes them, by namespace and name.
     ``on_change``: one of them changed, came or went."""
 
+    make: Callable[[dict[str, Any]], N] = field(kw_only=True)
+    """The view of an object (`observed.job_view`, `observed.adopted_job`, `observed.sj_object`,
+    `policy.tenancy.quota_view`)."""
     path: str = JOBS_PATH
-    make: Callable[[dict[str, Any]], N] | None = None
-    """The view of an object (`observed.job_view`, `observed.adopted_job`, `observed.sj_object`)."""
     _objects: dict[tuple[str, str], N] = field(default_factory=dict)
 
     def objects(self) -> dict[tuple[str, str], N]:
@@ -243,8 +244,6 @@ class ObjectCache(WatchCache, Generic[N]):
         return len(self._objects)
 
     def view(self, obj: dict[str, Any]) -> N:
-        if self.make is None:
-            raise TypeError("an ObjectCache needs to be told how to make its views")
         return self.make(obj)
 
     def put(self, obj: N) -> None:

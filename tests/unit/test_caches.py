@@ -193,11 +193,6 @@ def test_resource_quotas_are_read_by_namespace_with_their_latest_usage() -> None
     assert [q.name for q in cache.in_namespace("team-b")] == ["cpu"] and cache.in_namespace("team-c") == []
 
 
-def test_a_job_cache_without_its_view_says_so() -> None:
-    with pytest.raises(TypeError, match="how to make its views"):
-        ObjectCache(path=JOBS_PATH).apply("ADDED", raw_job("a-r1"))
-
-
 def test_the_selector_goes_with_every_list_and_watch() -> None:
     kube = ScriptedKube([([raw_job("a-r1")], "10"), []])
     selectors: list[str | None] = []
