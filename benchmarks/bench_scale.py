@@ -76,7 +76,7 @@ for path in (REPO, REPO / "benchmarks"):
 
 from bench_e2e import (  # noqa: E402
     RawWatch,
-    Recorder,
+    RecorderProcess,
     create_namespace,
     delete_namespace,
     ensure_crd,
@@ -739,7 +739,7 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
     port = free_port()
     logfile = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-scale-operator-{namespace}.log"
     log(f"the operator: {len(work.gangs)} SJs ({work.pods} pods) in {namespace} (operator log {logfile})")
-    rec = Recorder(namespace)
+    rec = RecorderProcess(namespace)
     try:
         with operator_process(namespace, port, logfile) as proc, profiled(proc.pid, profile) as stop_profile:
             rec.start()
