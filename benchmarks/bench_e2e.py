@@ -194,8 +194,9 @@ class RecorderProcess(Recorder):
         self._conn: Connection | None = None
 
     def start(self) -> None:
-        parent, child = multiprocessing.get_context("spawn").Pipe()
-        self._process = multiprocessing.get_context("spawn").Process(
+        spawn = multiprocessing.get_context("spawn")
+        parent, child = spawn.Pipe()
+        self._process = spawn.Process(
             target=_record, args=(self.namespace, child), name="recorder", daemon=True)
         self._process.start()
         child.close()

@@ -580,6 +580,17 @@ def creation_figures(result: Result, run: str, units: int, took: float, apiserve
         result.figures[f"{run}_apiserver_cores"] = (cpu1 - apiserver_cpu0) / took
 
 
+def delete_run_namespace(api: client.ApiClient, namespace: str, whose: str, *, followed: bool) -> None:
+    """Deletes a run's namespace: waited for when another run follows on this cluster (it must not share
+    it with the deletion), only begun when nothing runs after it."""
+    if followed:
+        log(f"  deleting {whose} namespace")
+        delete_namespace(api, namespace, timeout=1800)
+    else:
+        log(f"  deleting {whose} namespace (not waited for: nothing runs after it)")
+        delete_namespace(api, namespace, timeout=5, collections=False)
+
+
 def create_plain_jobs(batch: client.BatchV1Api, namespace: str, work: Workload, threads: int, result: Result,
                       run: str, created: list[float] | None = None) -> None:
     """The floor's creates: every unit as a plain Job, ``threads`` at a time; ``run``'s creation figures, and
@@ -620,8 +631,7 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
         result.lost_plain = sorted(lost.values())
         log(f"  {len(lost)} plain pods preempted, {sum(lost.values()):.0f} pod-seconds of work lost")
     finally:
-        log("  deleting the floor's namespace")
-        delete_namespace(api, namespace, timeout=1800)
+        delete_run_namespace(api, namespace, "the floor's", followed=True)
 
 
 def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Result, *,
@@ -639,12 +649,7 @@ def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Res
         if "floor_per_second" in figures:
             figures["floor_mean_per_second"] = (figures["floor_per_second"] + figures["floor_after_per_second"]) / 2
     finally:
-        if followed:
-            log("  deleting its namespace")
-            delete_namespace(api, namespace, timeout=1800)
-        else:
-            log("  deleting its namespace (not waited for: nothing runs after it)")
-            delete_namespace(api, namespace, timeout=5, collections=False)
+        delete_run_namespace(api, namespace, "the floor's second", followed=followed)
 
 
 def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result, *,
@@ -702,8 +707,7 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
             log(f"  all {len(work.gangs)} SJs' Jobs created {took:.1f}s after the first SJ "
                 f"({len(work.gangs) / took:.0f} units/s){note}")
     finally:
-        log(f"  deleting the ceiling{' watched' if standby else ''}'s namespace")
-        delete_namespace(api, namespace, timeout=1800)
+        delete_run_namespace(api, namespace, f"the ceiling{' watched' if standby else ''}'s", followed=True)
 
 
 @contextmanager
@@ -825,12 +829,7 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                 f"operator peak RSS {result.figures['operator_peak_rss_mib']:.0f} MiB")
     finally:
         rec.stop()
-        if followed:
-            log("  deleting the operator's namespace")
-            delete_namespace(api, namespace, timeout=1800)
-        else:
-            log("  deleting the operator's namespace (not waited for: nothing runs after it)")
-            delete_namespace(api, namespace, timeout=5, collections=False)
+        delete_run_namespace(api, namespace, "the operator's", followed=followed)
 
 
 # --- Kueue, side by side (--kueue) ----------------------------------------------------------------
