@@ -255,12 +255,16 @@ class Kube:
             context.verify_mode = ssl.CERT_NONE
         return context
 
+    def _new_session(self, limit: int) -> aiohttp.ClientSession:
+        """A session on the client's host and credentials, of at most ``limit`` connections (0: no limit)."""
+        return aiohttp.ClientSession(base_url=self.api.configuration.host,
+                                     connector=aiohttp.TCPConnector(ssl=self._ssl(), limit=limit))
+
     def _http(self) -> aiohttp.ClientSession:
         """The watch caches' session: no limit on its connections, as each cache holds one open for its
         watch (a limit below their number starved the last cache's list)."""
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(base_url=self.api.configuration.host,
-                                                  connector=aiohttp.TCPConnector(ssl=self._ssl(), limit=0))
+            self._session = self._new_session(limit=0)
         return self._session
 
     def _sender(self) -> aiohttp.ClientSession:
@@ -268,9 +272,8 @@ class Kube:
         background, loop = _BACKGROUND.get(), asyncio.get_running_loop()
         made = self._senders.get(background)
         if made is None or made[0] is not loop or made[1].closed:
-            limit = BACKGROUND_THREADS if background else API_THREADS
-            made = self._senders[background] = (loop, aiohttp.ClientSession(
-                base_url=self.api.configuration.host, connector=aiohttp.TCPConnector(ssl=self._ssl(), limit=limit)))
+            made = self._senders[background] = (
+                loop, self._new_session(limit=BACKGROUND_THREADS if background else API_THREADS))
         return made[1]
 
     async def _send(self, method: str, path: str, operation: str, body: Mapping[str, Any] | None = None, *,
@@ -284,7 +287,7 @@ class Kube:
             async for attempt in self._retrying():
                 with attempt:
                     self.on_request(operation)
-                    headers = {**self._headers(), "Content-Type": content_type}
+                    headers = self._headers() if data is None else {**self._headers(), "Content-Type": content_type}
                     try:
                         async with self._sender().request(method, path, data=data, params=params, headers=headers,
                                                           timeout=SEND_TIMEOUT) as response:
@@ -324,10 +327,11 @@ class Kube:
         if response.status != 200:
             self.on_error(operation, response.status)
             try:
-                message = json.loads(await response.read()).get("message", "")
-            except (ValueError, AttributeError, aiohttp.ClientError):
+                message = _message(await response.read())
+            except (aiohttp.ClientError, TimeoutError):
                 message = ""
-            response.release()
+            finally:
+                response.release()
             raise _error(response.status, response.reason or "", message)
         return response
 

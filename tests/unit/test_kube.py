@@ -29,6 +29,7 @@ from sj_operator.kube import (
     BACKGROUND_THREADS,
     Conflict,
     Forbidden,
+    Gone,
     Invalid,
     Kube,
     KubeError,
@@ -367,19 +368,22 @@ class ApiServer:
 
     async def _handle(self, request: web.Request) -> web.Response:
         raw = await request.read()
-        self.requests.append(Request(request.method, request.path, dict(request.query), request.content_type,
+        self.requests.append(Request(request.method, request.path, dict(request.query),
+                                     request.headers.get("Content-Type", ""),
                                      request.headers.get("authorization", ""), json.loads(raw) if raw else None))
         status, body = self.answers.pop(0) if self.answers else (200, {"ok": True})
         return web.json_response(body, status=status)
 
     def __enter__(self) -> ApiServer:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        # The port is held from here to __exit__ (each run serves on a copy of this socket), so no other
+        # process can take it between a Kube made for it and the run that answers.
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
         return self
 
     def __exit__(self, *_: object) -> None:
-        return None
+        self.socket.close()
 
     def kube(self, attempts: int = 5) -> Kube:
         configuration = client.Configuration(host=f"http://127.0.0.1:{self.port}")
@@ -392,7 +396,7 @@ class ApiServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         runner = web.AppRunner(app)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", self.port).start()
+        await web.SockSite(runner, self.socket.dup()).start()
         kube = kube or self.kube()
         try:
             return await use(kube)
@@ -466,12 +470,12 @@ MERGE = "application/merge-patch+json"
     pytest.param(lambda k: k.create_job(JOB), "POST", "/apis/batch/v1/namespaces/ns/jobs", {}, "application/json",
                  JOB, id="create-job"),
     pytest.param(lambda k: k.delete_job("ns", "sj-r1"), "DELETE", "/apis/batch/v1/namespaces/ns/jobs/sj-r1",
-                 {"propagationPolicy": "Background"}, "application/json", None, id="delete-job"),
+                 {"propagationPolicy": "Background"}, "", None, id="delete-job"),
     pytest.param(lambda k: k.create_service({"metadata": {"name": "sj-r1", "namespace": "ns"}}), "POST",
                  "/api/v1/namespaces/ns/services", {}, "application/json",
                  {"metadata": {"name": "sj-r1", "namespace": "ns"}}, id="create-service"),
     pytest.param(lambda k: k.delete_service("ns", "sj-r1"), "DELETE", "/api/v1/namespaces/ns/services/sj-r1", {},
-                 "application/json", None, id="delete-service"),
+                 "", None, id="delete-service"),
     pytest.param(lambda k: k.patch_sj_status("ns", "sj", {"phase": "Running"}, "42"), "PATCH",
                  "/apis/scavenger.dev/v1alpha1/namespaces/ns/scavengerjobs/sj/status", {}, MERGE,
                  {"status": {"phase": "Running"}, "metadata": {"resourceVersion": "42"}}, id="patch-status"),
@@ -549,6 +553,26 @@ def test_a_send_answered_429_or_5xx_is_retried_with_backoff_until_it_succeeds() 
     assert len(server.requests) == 4 and calls == ["create_namespaced_job"] * 4
     assert [status for _, status in errors] == [503, 429, 500]
     assert len(kube.sleep) == 3 and kube.sleep == sorted(kube.sleep)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("answer", "cls", "message"), [
+    (_status(403, 'pods is forbidden: User "sa" cannot list resource "pods"'), Forbidden,
+     'pods is forbidden: User "sa" cannot list resource "pods"'),
+    (_status(410, "too old resource version: 7 (9)"), Gone, "too old resource version: 7 (9)"),
+    ((500, "etcd is down"), KubeError, '"etcd is down"'),
+])
+def test_a_refused_list_is_typed_with_the_servers_message_or_its_body(answer: tuple[int, Any],
+                                                                       cls: type[KubeError], message: str) -> None:
+    errors: list[tuple[str, int]] = []
+
+    async def use(kube: Kube) -> None:
+        kube.on_error = lambda operation, status: errors.append((operation, status))
+        await kube.list_raw("/api/v1/pods")
+
+    with ApiServer(answer) as server, pytest.raises(cls) as info:
+        asyncio.run(server.run(use))
+    assert type(info.value) is cls and (info.value.status, info.value.message) == (answer[0], message)
+    assert errors == [("list_raw", answer[0])]
 
 
 def test_a_send_refused_with_5xx_until_the_retries_run_out_is_a_kube_error_with_its_status() -> None:
