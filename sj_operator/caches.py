@@ -32,12 +32,13 @@ from sj_operator.kube import Gone, Kube, KubeError
 from sj_operator.names import GROUP, PLURAL, VERSION
 from sj_operator.observed import PodView, RunKey, pod_view
 
-__all__ = ["BACKOFFS", "JOBS_PATH", "PODS_PATH", "QUOTAS_PATH", "SJS_PATH", "ObjectCache", "PodCache", "WatchCache"]
+__all__ = ["BACKOFFS", "JOBS_PATH", "PODS_PATH", "RESOURCE_QUOTAS_PATH", "SJS_PATH", "ObjectCache", "PodCache",
+           "WatchCache"]
 
 log = logging.getLogger(__name__)
 PODS_PATH = "/api/v1/pods"
 JOBS_PATH = "/apis/batch/v1/jobs"
-QUOTAS_PATH = "/api/v1/resourcequotas"
+RESOURCE_QUOTAS_PATH = "/api/v1/resourcequotas"
 SJS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 BACKOFFS = (1.0, 2.0, 5.0, 10.0)
 """Seconds between attempts after a failed list or watch, the last one repeated (kopf's, as configured for

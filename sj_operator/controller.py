@@ -67,7 +67,7 @@ from sj_operator.policy.lifecycle import (
 )
 from sj_operator.policy.priority import launch_class
 from sj_operator.policy.snapshot import InFlightRun
-from sj_operator.policy.tenancy import QuotaView, quota_shortfall
+from sj_operator.policy.tenancy import ResourceQuotaView, quota_shortfall
 from sj_operator.resources import EMPTY, Resources, resources_milli, total
 
 __all__ = ["ClusterView", "Controller", "utcnow"]
@@ -305,7 +305,7 @@ class Controller:
     _capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
     hold_budget: float = HOLD_BUDGET
     """Seconds a pass's work may hold the event loop before it gives the other tasks a turn."""
-    resource_quotas: Callable[[str], Sequence[QuotaView]] = lambda namespace: ()
+    resource_quotas: Callable[[str], Sequence[ResourceQuotaView]] = lambda namespace: ()
     """A namespace's ResourceQuotas, which a gang's launch is checked against: the operator's watch cache of
     them (`handlers.startup`); none anywhere unless told."""
 

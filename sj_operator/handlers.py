@@ -21,7 +21,7 @@ from typing import Any, cast
 import kopf
 
 from sj_operator.builders.priority_classes import priority_class_objects
-from sj_operator.caches import QUOTAS_PATH, SJS_PATH, ObjectCache, PodCache, WatchCache
+from sj_operator.caches import RESOURCE_QUOTAS_PATH, SJS_PATH, ObjectCache, PodCache, WatchCache
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView
@@ -42,8 +42,7 @@ from sj_operator.observed import (
     with_disrupted,
 )
 from sj_operator.pacing import batch_window, collector_paused, watch_gc, watch_lag
-from sj_operator.policy.tenancy import QuotaView as ResourceQuotaView
-from sj_operator.policy.tenancy import quota_view as resource_quota_view
+from sj_operator.policy.tenancy import ResourceQuotaView, resource_quota_view
 from sj_operator.webhook import WebhookServer, webhook_hosts
 
 log = logging.getLogger("sj_operator")
@@ -95,7 +94,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         runs=ObjectCache(selector=LABEL_SJ, on_change=memo.wake.set, make=job_view),
         adopted=ObjectCache(selector=f"{LABEL_SCAVENGE}=true", on_change=memo.wake.set, make=adopted_job),
         sjs=ObjectCache(path=SJS_PATH, on_change=memo.wake.set, make=sj_object),
-        resource_quotas=ObjectCache(path=QUOTAS_PATH, make=resource_quota_view))
+        resource_quotas=ObjectCache(path=RESOURCE_QUOTAS_PATH, make=resource_quota_view))
     memo.controller.resource_quotas = memo.caches.resource_quotas.in_namespace
     memo.tasks = [
         *(asyncio.create_task(cache.run(memo.kube), name=str(cache)) for cache in memo.caches.all()),

@@ -22,7 +22,7 @@ _POD_COUNTS = ("pods", "count/pods")
 
 
 @dataclass(frozen=True)
-class QuotaView:
+class ResourceQuotaView:
     """A ResourceQuota as its status shows it: what is allowed and what is used, in milli-units."""
 
     namespace: str
@@ -35,10 +35,10 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def quota_view(raw: Mapping[str, Any]) -> QuotaView:
-    """A ResourceQuota object (as the API returns it) as a :class:`QuotaView`."""
+def resource_quota_view(raw: Mapping[str, Any]) -> ResourceQuotaView:
+    """A ResourceQuota object (as the API returns it) as a :class:`ResourceQuotaView`."""
     status, metadata = _mapping(raw.get("status")), _mapping(raw.get("metadata"))
-    return QuotaView(name=str(metadata.get("name", "")), namespace=str(metadata.get("namespace", "")),
+    return ResourceQuotaView(name=str(metadata.get("name", "")), namespace=str(metadata.get("namespace", "")),
                      hard=resources_milli(_mapping(status.get("hard"))),
                      used=resources_milli(_mapping(status.get("used"))))
 
@@ -66,7 +66,7 @@ def _amount(name: str, milli: int) -> str:
     return str(-(-milli // 1000))
 
 
-def quota_shortfall(quotas: Sequence[QuotaView], requests: Mapping[str, int], limits: Mapping[str, int],
+def quota_shortfall(quotas: Sequence[ResourceQuotaView], requests: Mapping[str, int], limits: Mapping[str, int],
                     pods: int) -> str | None:
     """Why ``pods`` pods (each with these requests and limits, milli-units) do not fit the namespace's
     quotas now, naming the quota and the numbers; None when they fit."""

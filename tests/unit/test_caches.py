@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from sj_operator.caches import JOBS_PATH, PODS_PATH, QUOTAS_PATH, SJS_PATH, ObjectCache, PodCache
+from sj_operator.caches import JOBS_PATH, PODS_PATH, RESOURCE_QUOTAS_PATH, SJS_PATH, ObjectCache, PodCache
 from sj_operator.kube import Gone, KubeError, split_lines
 from sj_operator.observed import JobView, PodView, SJObject, job_view, remember_disrupted, sj_object
-from sj_operator.policy.tenancy import QuotaView, quota_view
+from sj_operator.policy.tenancy import ResourceQuotaView, resource_quota_view
 
 
 def raw(name: str, *, run: str | None = None, phase: str = "Running", node: str | None = "n1",
@@ -183,13 +183,13 @@ def raw_quota(namespace: str, name: str, used_cpu: str, rv: str = "1") -> dict[s
 def test_resource_quotas_are_read_by_namespace_with_their_latest_usage() -> None:
     """What a gang's launch reads: each quota of its namespace as its last status shows it, none of the
     others'."""
-    cache: ObjectCache[QuotaView] = ObjectCache(path=QUOTAS_PATH, make=quota_view)
+    cache: ObjectCache[ResourceQuotaView] = ObjectCache(path=RESOURCE_QUOTAS_PATH, make=resource_quota_view)
     cache.replace([raw_quota("team-a", "cpu", "1"), raw_quota("team-a", "pods", "0"), raw_quota("team-b", "cpu", "2")])
     cache.apply("MODIFIED", raw_quota("team-a", "cpu", "3500m", rv="2"))
     cache.apply("DELETED", raw_quota("team-a", "pods", "0", rv="3"))
-    assert QUOTAS_PATH == "/api/v1/resourcequotas"
-    assert cache.in_namespace("team-a") == [QuotaView(namespace="team-a", name="cpu", hard={"requests.cpu": 8000},
-                                                      used={"requests.cpu": 3500})]
+    assert RESOURCE_QUOTAS_PATH == "/api/v1/resourcequotas"
+    assert cache.in_namespace("team-a") == [ResourceQuotaView(namespace="team-a", name="cpu",
+                                                              hard={"requests.cpu": 8000}, used={"requests.cpu": 3500})]
     assert [q.name for q in cache.in_namespace("team-b")] == ["cpu"] and cache.in_namespace("team-c") == []
 
 

@@ -16,7 +16,7 @@ from sj_operator.kube import Conflict, KubeError
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view
 from sj_operator.pacing import EVENT_DEFERRAL, EVENT_QUIET
 from sj_operator.policy.outcomes import Event
-from sj_operator.policy.tenancy import quota_view
+from sj_operator.policy.tenancy import resource_quota_view
 from tests.unit.helpers import settled_pass
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -141,7 +141,7 @@ def kube() -> FakeKube:
 def controller(kube: FakeKube) -> Controller:
     """Reads the namespace's ResourceQuotas from ``kube.quotas`` (the operator: from its watch cache)."""
     return Controller(kube, OperatorConfig(), clock=lambda: NOW,  # type: ignore[arg-type]
-                      resource_quotas=lambda namespace: [quota_view(q) for q in kube.quotas])
+                      resource_quotas=lambda namespace: [resource_quota_view(q) for q in kube.quotas])
 
 
 def test_new_sj_that_fits_is_launched_at_first_sight_and_runs_after_four_writes(kube):
