@@ -39,8 +39,8 @@ def resource_quota_view(raw: Mapping[str, Any]) -> ResourceQuotaView:
     """A ResourceQuota object (as the API returns it) as a :class:`ResourceQuotaView`."""
     status, metadata = _mapping(raw.get("status")), _mapping(raw.get("metadata"))
     return ResourceQuotaView(name=str(metadata.get("name", "")), namespace=str(metadata.get("namespace", "")),
-                     hard=resources_milli(_mapping(status.get("hard"))),
-                     used=resources_milli(_mapping(status.get("used"))))
+                             hard=resources_milli(_mapping(status.get("hard"))),
+                             used=resources_milli(_mapping(status.get("used"))))
 
 
 def _gang_usage(name: str, requests: Mapping[str, int], limits: Mapping[str, int], pods: int) -> int | None:
