@@ -24,6 +24,7 @@ from typing import Any
 from sj_operator.adoption import job_final_status, sj_for_job
 from sj_operator.api import InvalidSpec, SpecLimits
 from sj_operator.decide import ClusterView
+from sj_operator.faults import Fault, describe
 from sj_operator.kube import Invalid, Kube, KubeError, NotFound
 from sj_operator.names import KIND
 from sj_operator.observed import AdoptedJob, SJObject
@@ -35,8 +36,10 @@ _ENDED = ("Succeeded", "Failed")
 
 class Adopter:
     def __init__(self, kube: Kube, limits: SpecLimits, *, handles: Callable[[str], bool],
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 on_fault: Callable[[Fault], None] = lambda fault: None) -> None:
         self.kube, self.limits, self.handles, self.clock = kube, limits, handles, clock
+        self.on_fault = on_fault
 
     async def reconcile(self, view: ClusterView) -> None:
         # Ended Jobs stay labelled until deleted: the SJs are indexed only when some Job is still running.
@@ -49,6 +52,9 @@ class Adopter:
                 await self._one(job, sjs.get(job.key))
             except KubeError as exc:
                 log.warning("adopted Job %s: %s; retrying on the next pass", job.key, exc)
+            except Exception as exc:  # one Job's bug never stops the others' adoption, nor the pass
+                self.on_fault(Fault("Job", job.namespace, job.name, "observe", describe(exc)))
+                log.debug("adopted Job %s failed", job.key, exc_info=exc)
 
     async def _one(self, job: AdoptedJob, sj: SJObject | None) -> None:
         if sj is None:

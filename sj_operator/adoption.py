@@ -42,6 +42,7 @@ from sj_operator.names import (
     KIND,
     LABEL_SCAVENGE,
 )
+from sj_operator.observed import small_int
 
 MUTATE_PATH: Final = "/mutate-job"
 
@@ -273,10 +274,11 @@ def _annotated(annotations: Mapping[str, Any]) -> dict[str, Any]:
         sj["checkpointVolume"] = annotations[ANNOTATION_CHECKPOINT_VOLUME]
     if ANNOTATION_PRIORITY_LEVELS in annotations:
         text = str(annotations[ANNOTATION_PRIORITY_LEVELS]).strip()
-        if not text.isdigit():
+        levels = small_int(text)
+        if levels is None:
             raise InvalidSpec(f"metadata.annotations[{ANNOTATION_PRIORITY_LEVELS}]",
-                              f"must be a whole number, got {text!r}")
-        sj["priorityLevels"] = int(text)
+                              f"must be a whole number, got {text[:40]!r}")
+        sj["priorityLevels"] = levels
     return sj
 
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from sj_operator.faults import Fault, describe
 from sj_operator.kube import Gone, Kube, KubeError
 from sj_operator.names import GROUP, PLURAL, VERSION
 from sj_operator.observed import PodView, RunKey, pod_view
@@ -58,6 +59,10 @@ class WatchCache(ABC):
     """Set once the first listing is in the cache."""
     resource_version: str = ""
     """Where the watch continues from: the last event's or bookmark's, or the listing's."""
+    kind: str = "Pod"
+    """The kind of the objects, as faults name it."""
+    on_fault: Callable[[Fault], None] = lambda fault: None
+    """Told of an object whose view could not be made (it is skipped; the watch goes on)."""
 
     @abstractmethod
     def view(self, obj: dict[str, Any]) -> Any:
@@ -79,10 +84,14 @@ class WatchCache(ABC):
     def held(self) -> Mapping[Any, Any]:
         """Every view the cache holds, by `key`."""
 
+    @abstractmethod
+    def raw_key(self, obj: Mapping[str, Any]) -> Hashable:
+        """`key` of the view an object would have, from its metadata alone (for one whose view fails)."""
+
     def replace(self, items: list[dict[str, Any]]) -> None:
         """A listing: the cache becomes exactly ``items`` (those not listed are gone; an unchanged object
-        keeps its view)."""
-        listed = {self.key(view): view for view in map(self.view, items)}
+        keeps its view; one whose view cannot be made is skipped)."""
+        listed = {self.key(view): view for view in map(self._view, items) if view is not None}
         held = self.held()
         for key in [key for key in held if key not in listed]:
             self.drop(held[key])
@@ -90,14 +99,43 @@ class WatchCache(ABC):
             self.put(view)
 
     def apply(self, kind: str, obj: dict[str, Any]) -> None:
-        """One watch event: ADDED, MODIFIED, DELETED or BOOKMARK, and the resourceVersion it brings."""
-        if kind in ("ADDED", "MODIFIED"):
-            self.put(self.view(obj))
-        elif kind == "DELETED":
-            self.drop(self.view(obj))
-        version = (obj.get("metadata") or {}).get("resourceVersion")
+        """One watch event: ADDED, MODIFIED, DELETED or BOOKMARK, and the resourceVersion it brings. An object
+        whose view cannot be made is gone from the cache (its last view is not kept as if it still held)."""
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            view = self._view(obj)
+            if view is None:
+                self._forget(obj)
+            elif kind == "DELETED":
+                self.drop(view)
+            else:
+                self.put(view)
+        metadata = obj.get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
         if version:
             self.resource_version = str(version)
+
+    def _view(self, obj: Mapping[str, Any]) -> Any:
+        """`view`, or None (and the fault told) when it raises: one object never stops the watch."""
+        try:
+            return self.view(dict(obj))
+        except Exception as exc:
+            metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+            metadata = metadata if isinstance(metadata, Mapping) else {}
+            fault = Fault(self.kind, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""),
+                          "view", describe(exc))
+            log.warning("%s: skipped %s", self, fault)
+            log.debug("%s: the view of %s/%s failed", self, fault.namespace, fault.name, exc_info=exc)
+            self.on_fault(fault)
+            return None
+
+    def _forget(self, obj: Mapping[str, Any]) -> None:
+        try:
+            key = self.raw_key(obj)
+        except Exception:
+            return
+        held = self.held().get(key)
+        if held is not None:
+            self.drop(held)
 
     def __str__(self) -> str:
         return f"watch cache {self.path}" + (f"?labelSelector={self.selector}" if self.selector else "")
@@ -197,6 +235,9 @@ class PodCache(WatchCache):
     def key(self, view: PodView) -> str:
         return view.uid
 
+    def raw_key(self, obj: Mapping[str, Any]) -> str:
+        return str(obj["metadata"]["uid"])
+
     def held(self) -> Mapping[str, PodView]:
         return self._pods
 
@@ -231,6 +272,7 @@ class ObjectCache(WatchCache, Generic[N]):
     """The view of an object (`observed.job_view`, `observed.adopted_job`, `observed.sj_object`,
     `policy.tenancy.quota_view`)."""
     path: str = JOBS_PATH
+    kind: str = "Job"
     _objects: dict[tuple[str, str], N] = field(default_factory=dict)
 
     def objects(self) -> dict[tuple[str, str], N]:
@@ -260,6 +302,10 @@ class ObjectCache(WatchCache, Generic[N]):
 
     def key(self, view: N) -> tuple[str, str]:
         return (view.namespace, view.name)
+
+    def raw_key(self, obj: Mapping[str, Any]) -> tuple[str, str]:
+        metadata = obj["metadata"]
+        return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
 
     def held(self) -> Mapping[tuple[str, str], N]:
         return self._objects

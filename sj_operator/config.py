@@ -25,6 +25,7 @@ from sj_operator.settings import (
     DEFAULT_MIN_DURATION,
     DEFAULT_PROTECT_LEVEL,
     DEFAULT_RETRY_BACKOFF,
+    DEFAULT_STALL_TIMEOUT,
     DEFAULT_START_TIMEOUT,
     DEFAULT_STARVATION_AFTER,
     DEFAULT_THRASH_BACKOFF,
@@ -65,6 +66,9 @@ class OperatorConfig(BaseModel):
     """The watch caches must be complete this long after start; a process whose caches are not complete by then
     never campaigns for the Lease, and reports itself unhealthy (``/healthz``) from then on, so that it is
     restarted."""
+    stall_timeout: timedelta = DEFAULT_STALL_TIMEOUT
+    """Once the loop has started, a process that completes no decision pass for this long reports itself
+    unhealthy (``/healthz``), so that it is restarted: whatever the objects, the loop must move."""
     namespaces: tuple[str, ...] = ()
     """Namespaces whose SJs this operator handles; empty means all."""
     protect_level: int = DEFAULT_PROTECT_LEVEL
@@ -126,8 +130,8 @@ class OperatorConfig(BaseModel):
     def _min_duration(cls, value: timedelta) -> timedelta:
         return check_min_duration(value)
 
-    @field_validator("start_timeout", "tick", "cache_timeout", "retry_backoff", "max_retry_backoff", "starvation_after",
-                     "max_protection", "max_thrash_backoff", "aging_step")
+    @field_validator("start_timeout", "tick", "cache_timeout", "stall_timeout", "retry_backoff", "max_retry_backoff",
+                     "starvation_after", "max_protection", "max_thrash_backoff", "aging_step")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         return check_positive(value)
@@ -165,6 +169,9 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
     ("--cache-timeout", "SJ_CACHE_TIMEOUT", "cache_timeout",
      "how long the watch caches may take to fill at start; a process whose caches are not complete by then "
      "never campaigns for the Lease and reports itself unhealthy on /healthz, so it is restarted (default 10m)"),
+    ("--stall-timeout", "SJ_STALL_TIMEOUT", "stall_timeout",
+     "a process whose decision loop completes no pass for this long reports itself unhealthy on /healthz, so it "
+     "is restarted (default 5m)"),
     ("--namespaces", "SJ_NAMESPACES", "namespaces",
      "comma-separated namespaces to handle SJs in; empty for all (default all)"),
     ("--protect-level", "SJ_PROTECT_LEVEL", "protect_level",
@@ -200,7 +207,8 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
      "Secret in the lease namespace holding the webhook's certificates (default scavenger-webhook-tls)"),
 )
 
-_DURATIONS = {"start_timeout", "tick", "cache_timeout", "retry_backoff", "max_retry_backoff", "starvation_after",
+_DURATIONS = {"start_timeout", "tick", "cache_timeout", "stall_timeout", "retry_backoff", "max_retry_backoff",
+              "starvation_after",
               "min_duration", "max_protection", "thrash_backoff", "max_thrash_backoff", "aging_step"}
 
 

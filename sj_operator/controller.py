@@ -41,6 +41,7 @@ from sj_operator.decide import (
     in_flight,
     nodes_being_drained,
 )
+from sj_operator.faults import CONDITION, Fault
 from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotFound, in_background
 from sj_operator.memo import PassMemo, forget_uids
 from sj_operator.metrics import Metrics
@@ -68,6 +69,7 @@ from sj_operator.policy.lifecycle import (
 from sj_operator.policy.priority import launch_class
 from sj_operator.policy.snapshot import InFlightRun
 from sj_operator.policy.tenancy import ResourceQuotaView, quota_shortfall
+from sj_operator.quarantine import Quarantine
 from sj_operator.resources import EMPTY, Resources, resources_milli, total
 
 __all__ = ["ClusterView", "Controller", "utcnow"]
@@ -309,9 +311,15 @@ class Controller:
     """A namespace's ResourceQuotas, which a gang's launch is checked against: the operator's watch cache of
     them (`handlers.startup`); none anywhere unless told."""
 
+    quarantine: Quarantine = field(init=False)
+    """The SJs a step of the pass could not handle (`quarantine.py`): skipped, counted, told on the SJ."""
+    _fault_tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
     def __post_init__(self) -> None:
         self.memo = PassMemo(self.config.spec_limits)
-        self.adopter = Adopter(self.kube, self.config.spec_limits, handles=self.handles, clock=self.clock)
+        self.quarantine = Quarantine(report=self._report_fault)
+        self.adopter = Adopter(self.kube, self.config.spec_limits, handles=self.handles, clock=self.clock,
+                               on_fault=self.metrics.skipped_object)
 
     @property
     def lifecycle_config(self) -> LifecycleConfig:
@@ -354,22 +362,32 @@ class Controller:
         # Thousands of SJs that changed at once are seconds of work: done in slices, giving the loop's other
         # tasks (watches, probes, the webhook, the background lane) a turn between them.
         pacer = Pacer(self.hold_budget)
+        quarantine = self.quarantine
+        quarantine.begin_pass()
         self.memo.forget_gone(view.sjs)
         tables: tuple[dict[str, Any], ...] = (self.held, self.why_written, self.why_settled, self.reported,
                                               self.budgets)
         if sum(map(len, tables)) > 4 * len(view.sjs) + 1000 or (self.held and len(self.held) > len(view.sjs)):
             forget_uids(tables, view.sjs)
+            quarantine.forget({sj.uid for sj in view.sjs})
         handles = self.handles if self.config.namespaces else None
-        parts = await in_slices(view.sjs, lambda sjs: (self.memo.observe(view, handles=handles, fresh=self.fresh,
-                                                                         sjs=sjs, fresher=self.written),), pacer)
+        parts = await in_slices(view.sjs, lambda sjs: (self.memo.observe(
+            view, handles=handles, fresh=self.fresh, sjs=sjs, fresher=self.written, on_fault=quarantine.fault),),
+                                pacer)
         observation = Observation(tuple(o for part in parts for o in part.sjs),
                                   frozenset().union(*(part.known_runs for part in parts)))
         held = self.steering
         cfg, draining = self.lifecycle_config, nodes_being_drained(view)
-        exempt = exemptions(observation.sjs, now, cfg)
-        decided = await in_slices(observation.sjs, lambda observed: self.memo.decide(
+        observed_sjs: Sequence[Observed] = observation.sjs
+        try:
+            exempt = exemptions(observed_sjs, now, cfg)
+        except Exception:
+            observed_sjs = quarantine.isolated("decide", observed_sjs, lambda part: exemptions(part, now, cfg),
+                                               lambda o: o.sj)
+            exempt = exemptions(observed_sjs, now, cfg)
+        decided = await in_slices(observed_sjs, lambda observed: self.memo.decide(
             observed, now, cfg, draining=draining, exempt=exempt,
-            on_error=lambda o, exc: log.error("reconciling %s failed", o.sj.key, exc_info=exc)), pacer)
+            on_error=lambda o, exc: quarantine.fault(o.sj, "decide", exc)), pacer)
         if held:  # SJs whose steering writes are under way keep the decision being carried out
             decided = [held.get(d.observed.sj.uid, d) for d in decided]
         runs = self._in_flight(decided)
@@ -381,6 +399,7 @@ class Controller:
         if admitted.waiting:
             waiting = admitted.waiting
             decided = await in_slices(decided, lambda part: self._explain(part, waiting, now), pacer)
+        decided = [self._recovered(d) for d in decided]
         # SJs are independent of each other: their writes go out concurrently; an SJ with nothing to
         # write costs no task.
         # A new SJ admitted at first sight is not written as queued: its launch writes nothing (a later pass
@@ -408,11 +427,11 @@ class Controller:
         first = [d for d in writing if id(d) in admitted_ids] if admitted_ids else []
         rest = [d for d in writing if id(d) not in admitted_ids] if first else writing
         applied = dict(zip((id(d) for d in first),
-                           await self._concurrently(self._apply(d.observed, d.step) for d in first), strict=True))
+                           await self._concurrently(self._apply_isolated(d) for d in first), strict=True))
         await self._delete_strays(view, observation.known_runs)
         self._launch(now, ((w, a.config_index) for a in admitted.admitted if applied.get(id(d := by_key[a.key]), True)
                      and (w := self._waiting(d)) is not None))
-        await self._concurrently(self._apply(d.observed, d.step) for d in rest)
+        await self._concurrently(self._apply_isolated(d) for d in rest)
         return decided, {entry.key for entry in self.launching.values()}
 
     def _hold_records(self, writing: list[Decided], now: datetime) -> list[Decided]:
@@ -512,8 +531,12 @@ class Controller:
             scheduled = sum(1 for p in o.run.pods if p.node)
             if scheduled < o.spec.parallelism:
                 last = made.get(o.sj.uid)
-                run = (last[2] if last is not None and last[0] is o.spec and last[1] == scheduled
-                       else in_flight(o.sj, o.spec, scheduled))
+                try:
+                    run = (last[2] if last is not None and last[0] is o.spec and last[1] == scheduled
+                           else in_flight(o.sj, o.spec, scheduled))
+                except Exception as exc:
+                    self.quarantine.fault(o.sj, "admission", exc)
+                    continue
                 kept[o.sj.uid] = (o.spec, scheduled, run)
                 runs[(o.sj.namespace, st.job_name)] = run
         self._in_flight_made = kept
@@ -542,7 +565,10 @@ class Controller:
                 settled = settled_of(d.observed.sj.uid)
                 if settled is None or settled[0] is not d or settled[1] is not why or (
                         settled[3] is None and clock >= settled[4]):
-                    d = self._explained(d, why, now)
+                    try:
+                        d = self._explained(d, why, now)
+                    except Exception as exc:
+                        self.quarantine.fault(d.observed.sj, "explain", exc)
             out.append(d)
         return out
 
@@ -566,6 +592,48 @@ class Controller:
             return d
         self.why_written[uid] = self.monotonic()
         return replace(d, step=replace(d.step, status=waiting_for_room(status, now, why.reason, why.message)))
+
+    def _recovered(self, d: Decided) -> Decided:
+        """An SJ handled in this pass that a fault had marked loses its ``Reconciled=False`` condition (in the
+        write its decision makes anyway, or one of its own)."""
+        status = d.step.status
+        if d.observed.sj.uid in self.quarantine.faults or not any(c.type == CONDITION for c in status.conditions):
+            return d
+        self.quarantine.recovered(d.observed.sj.uid)
+        kept = tuple(c for c in status.conditions if c.type != CONDITION)
+        return replace(d, step=replace(d.step, status=status.model_copy(update={"conditions": kept})))
+
+    def _report_fault(self, sj: SJObject, fault: Fault, exc: BaseException) -> None:
+        """A new fault of an SJ: logged with its traceback, counted, an Event, and ``Reconciled=False`` with
+        the cause on the SJ (written in the background: the pass goes on)."""
+        log.error("skipping %s", fault, exc_info=exc)
+        self.metrics.skipped_object(fault)
+        self._record(sj, (Event("Warning", fault.reason, fault.message),))
+        task = asyncio.create_task(self._write_fault(sj, fault), name=f"fault {sj.key}")
+        self._fault_tasks.add(task)
+        task.add_done_callback(self._fault_tasks.discard)
+
+    async def _write_fault(self, sj: SJObject, fault: Fault) -> None:
+        in_background()
+        raw = sj.status.get("conditions")
+        listed = raw if isinstance(raw, list) else []
+        kept = [c for c in listed if isinstance(c, Mapping) and c.get("type") != CONDITION]
+        condition = {"type": CONDITION, "status": "False", "reason": fault.reason, "message": fault.message,
+                     "lastTransitionTime": self.clock().isoformat().replace("+00:00", "Z"),
+                     "observedGeneration": sj.generation}
+        try:
+            await self.kube.patch_sj_status(sj.namespace, sj.name, {"conditions": [*kept, condition]}, None)
+        except KubeError as exc:
+            log.warning("could not write the fault of %s: %s", sj.key, exc)
+            self.quarantine.unreported(sj.uid)
+
+    async def _apply_isolated(self, d: Decided) -> bool:
+        """`_apply`, a fault of the SJ when it raises anything but the API's refusals (which it handles)."""
+        try:
+            return await self._apply(d.observed, d.step)
+        except Exception as exc:
+            self.quarantine.fault(d.observed.sj, "write", exc)
+            return False
 
     def _with_launched(self, view: ClusterView) -> ClusterView:
         """The view with the Jobs this process made that the watch does not show yet (read-your-writes: a
@@ -740,7 +808,8 @@ class Controller:
             if not held.done():
                 held.set_result(None)
         try:
-            await _idle(lambda: (*self._launch_workers, *self._steering_tasks, *self._event_workers))
+            await _idle(lambda: (*self._launch_workers, *self._steering_tasks, *self._event_workers,
+                                 *self._fault_tasks))
         finally:
             self._flushing = False
 
@@ -778,14 +847,24 @@ class Controller:
         clock = self.monotonic()
         held = self.held
         steering = self.steering
+        quarantine = self.quarantine
+        faulted = quarantine.held
         queue = self.memo.queue(((o.sj, o.spec, d.step.status) for d in decided
                                  if d.step.waiting and not isinstance((o := d.observed).spec, InvalidSpec)
                                  and (not held or held.get(o.sj.uid, (0.0, 0))[0] <= clock)
-                                 and (not steering or o.sj.uid not in steering)), now)
+                                 and (not steering or o.sj.uid not in steering)
+                                 and (not faulted or not quarantine.holds(o.sj))), now, on_fault=quarantine.fault)
         if not queue:
             return AdmissionPass([], {})
         started = time.perf_counter()
-        admission = self.memo.admission(view, queue, runs, now, self.policy_config)
+        config = self.policy_config
+        try:
+            admission = self.memo.admission(view, queue, runs, now, config)
+        except Exception:
+            sjs = {d.observed.sj.key: d.observed.sj for d in decided}
+            queue = tuple(quarantine.isolated("admission", queue, lambda part: self.memo.admission(
+                view, tuple(part), runs, now, config), lambda entry: sjs[entry.key]))
+            admission = self.memo.admission(view, queue, runs, now, config)
         log.debug("admission over %d waiting SJ(s), %d node(s): %d admitted in %.1f ms", len(queue),
                   len(view.nodes), len(admission.admitted), (time.perf_counter() - started) * 1000)
         return admission
@@ -811,8 +890,8 @@ class Controller:
             w, index, now = queue.popleft()
             try:
                 await self.launch(w, now, index)
-            except Exception:
-                log.exception("launching %s failed; deciding again", w.sj.key)
+            except Exception as exc:
+                self.quarantine.fault(w.sj, "launch", exc)
             finally:
                 self.launching.pop(w.sj.uid, None)
         self.wake()

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -25,10 +26,11 @@ from sj_operator.caches import RESOURCE_QUOTAS_PATH, SJS_PATH, ObjectCache, PodC
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView
+from sj_operator.faults import Fault, Watchdog, describe
 from sj_operator.kube import Kube
 from sj_operator.leader import LeaseElector, campaign_once_ready
 from sj_operator.metrics import Metrics, serve
-from sj_operator.names import GROUP, LABEL_SCAVENGE, LABEL_SJ, QUOTA_PLURAL, VERSION
+from sj_operator.names import GROUP, KIND, LABEL_SCAVENGE, LABEL_SJ, QUOTA_PLURAL, VERSION
 from sj_operator.observed import (
     AdoptedJob,
     JobView,
@@ -89,12 +91,17 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.elector = LeaseElector(memo.kube, name=config.peering, namespace=config.lease_namespace,
                                 identity=config.identity, on_change=memo.wake.set)
     shared = memo.shared
+    skipped = metrics.skipped_object
     memo.caches = Caches(
-        pods=PodCache(on_change=memo.wake.set, remember=lambda pod: remember_disrupted(shared["disrupted"], pod)),
-        runs=ObjectCache(selector=LABEL_SJ, on_change=memo.wake.set, make=job_view),
-        adopted=ObjectCache(selector=f"{LABEL_SCAVENGE}=true", on_change=memo.wake.set, make=adopted_job),
-        sjs=ObjectCache(path=SJS_PATH, on_change=memo.wake.set, make=sj_object),
-        resource_quotas=ObjectCache(path=RESOURCE_QUOTAS_PATH, make=resource_quota_view))
+        pods=PodCache(on_change=memo.wake.set, remember=lambda pod: remember_disrupted(shared["disrupted"], pod),
+                      on_fault=skipped),
+        runs=ObjectCache(selector=LABEL_SJ, on_change=memo.wake.set, make=job_view, on_fault=skipped),
+        adopted=ObjectCache(selector=f"{LABEL_SCAVENGE}=true", on_change=memo.wake.set, make=adopted_job,
+                            on_fault=skipped),
+        sjs=ObjectCache(path=SJS_PATH, on_change=memo.wake.set, make=sj_object, kind=KIND, on_fault=skipped),
+        resource_quotas=ObjectCache(path=RESOURCE_QUOTAS_PATH, make=resource_quota_view, kind="ResourceQuota",
+                                    on_fault=skipped))
+    memo.watchdog = Watchdog(config.stall_timeout.total_seconds())
     memo.controller.resource_quotas = memo.caches.resource_quotas.in_namespace
     memo.tasks = [
         *(asyncio.create_task(cache.run(memo.kube), name=str(cache)) for cache in memo.caches.all()),
@@ -105,7 +112,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     ]
     memo.unwatch_gc = watch_gc(metrics.gc_collection)
     if config.metrics_port:
-        memo.metrics_server = await serve(metrics, config.metrics_port, unhealthy=lambda: stopped(memo.tasks))
+        memo.metrics_server = await serve(metrics, config.metrics_port,
+                                          unhealthy=lambda: stopped(memo.tasks) or memo.watchdog.stalled())
     if config.webhook_port is not None:
         memo.tasks.append(asyncio.create_task(_webhook(memo.kube, config).run(), name="admission webhook"))
     log.info("scavenger operator starting (identity %s, threshold %.2f, start timeout %ss, tick %ss, namespaces %s)",
@@ -159,13 +167,26 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 @kopf.index(GROUP, VERSION, QUOTA_PLURAL)
 async def quotas(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     memo.wake.set()
-    return {"quota": quota_view(body)}
+    return _indexed("quota", "ScavengerQuota", quota_view, body, memo)
 
 
 @kopf.index("", "v1", "nodes")
 async def nodes(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     memo.wake.set()
-    return {"node": node_info(body)}
+    return _indexed("node", "Node", node_info, body, memo)
+
+
+def _indexed(key: str, kind: str, make: Callable[[kopf.Body], Any], body: kopf.Body,
+             memo: kopf.Memo) -> dict[str, Any]:
+    """An index entry of the object's view; none (the object skipped, the fault counted) when the view
+    cannot be made: kopf would otherwise retry the handler on that object for ever."""
+    try:
+        return {key: make(body)}
+    except Exception as exc:
+        fault = Fault(kind, str(body.metadata.namespace or ""), str(body.metadata.name or ""), "view", describe(exc))
+        log.warning("skipped %s", fault)
+        memo.controller.metrics.skipped_object(fault)
+        return {}
 
 
 Indexes = kopf.Index[Any, Any]
@@ -221,6 +242,8 @@ async def _decision_loop(memo: kopf.Memo) -> None:
     controller: Controller = memo.controller
     config: OperatorConfig = memo.config
     await memo.ready.wait()
+    watchdog: Watchdog = memo.watchdog
+    watchdog.progressed()
     last = 0.0  # how long the last pass took
     while True:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -230,15 +253,18 @@ async def _decision_loop(memo: kopf.Memo) -> None:
         controller.metrics.set_leading(memo.elector.leading)
         if not memo.elector.leading:
             controller.drop_launches()
+            watchdog.progressed()
             continue
         started = time.perf_counter()
         try:
             with collector_paused():
                 await controller.reconcile(_view(memo.shared))
+            watchdog.progressed()
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("decision pass failed; retrying on the next tick")
+            log.exception("decision pass failed; retrying on the next tick (/healthz fails after %s without a "
+                          "completed pass)", config.stall_timeout)
             await asyncio.sleep(1)
         finally:
             last = time.perf_counter() - started

@@ -42,12 +42,16 @@ from sj_operator.decide import (
     quota_table,
     run_keys,
 )
+from sj_operator.faults import Stage
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject
 from sj_operator.policy.admission import AdmissionPass, Eligibility, PolicyConfig, decide_pass, settled_until
 from sj_operator.policy.lifecycle import LifecycleConfig, quiet_until, recorded_until
 from sj_operator.policy.queue import queue_order
 from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Resources, Taint
 from sj_operator.resources import freeze
+
+OnFault = Callable[[SJObject, Stage, Exception], None]
+"""Told of an SJ a step of the pass could not handle: the SJ, the step, what it raised."""
 
 
 @dataclass
@@ -187,14 +191,20 @@ class PassMemo:
         return entry
 
     def queue(self, waiting: Iterable[tuple[SJObject, ScavengerJobSpec, ScavengerJobStatus]],
-              now: datetime) -> tuple[QueuedSJ, ...]:
+              now: datetime, *, on_fault: OnFault | None = None) -> tuple[QueuedSJ, ...]:
         """The admission queue (``queued`` for each waiting SJ). Entries of SJs no longer in it (launched,
-        finished, held back) are dropped: a running SJ must not keep alive the version it last waited in."""
+        finished, held back) are dropped: a running SJ must not keep alive the version it last waited in.
+        An SJ whose entry cannot be made is told to ``on_fault`` and left out (raised without one)."""
         uids: set[str] = set()
         entries = []
         for sj, spec, status in waiting:
             uids.add(sj.uid)
-            entries.append(self.queued(sj, spec, status, now))
+            try:
+                entries.append(self.queued(sj, spec, status, now))
+            except Exception as exc:
+                if on_fault is None:
+                    raise
+                on_fault(sj, "admission", exc)
         if len(self._queue) > len(uids):
             for uid in self._queue.keys() - uids:
                 del self._queue[uid]
@@ -203,11 +213,13 @@ class PassMemo:
     # --- one pass ------------------------------------------------------------------------
     def observe(self, view: ClusterView, *, handles: Callable[[str], bool] | None,
                 fresh: Callable[[SJObject], tuple[str, Mapping[str, Any]]],
-                sjs: Iterable[SJObject] | None = None, fresher: Container[str] | None = None) -> Observation:
+                sjs: Iterable[SJObject] | None = None, fresher: Container[str] | None = None,
+                on_fault: OnFault | None = None) -> Observation:
         """``decide.observe``, reusing what the last pass observed of each SJ that did not change;
         ``sjs``: only these of the view's SJs (a slice of a pass); ``handles``: None for every namespace;
         ``fresher``: when given, ``fresh`` is asked only about the uids in it (the others are read as
-        the view has them)."""
+        the view has them). An SJ that cannot be observed is told to ``on_fault`` and left out (raised
+        without one)."""
         observed: list[Observed] = []
         known: set[RunKey] = set()
         jobs, run_pods, seen_of = view.jobs, view.run_pods, self._seen.get
@@ -224,9 +236,15 @@ class PassMemo:
                     observed.append(seen.observed)
                     known.update(seen.known)
                     continue
-            status = self.status_of(sj, rv, raw)
-            keys = run_keys(sj, status)
-            one = observe_one(sj, rv, raw, status, self.spec_of(sj), view, keys[0] if keys else None)
+            try:
+                status = self.status_of(sj, rv, raw)
+                keys = run_keys(sj, status)
+                one = observe_one(sj, rv, raw, status, self.spec_of(sj), view, keys[0] if keys else None)
+            except Exception as exc:
+                if on_fault is None:
+                    raise
+                on_fault(sj, "observe", exc)
+                continue
             self._seen[sj.uid] = _Seen(sj, rv, one.run.job, one.run.pods, one, keys)
             observed.append(one)
             known.update(keys)

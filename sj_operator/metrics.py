@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from sj_operator.faults import Fault
+
 __all__ = ["METRICS_PATH", "Metrics", "serve"]
 
 log = logging.getLogger("sj_operator.metrics")
@@ -53,6 +55,12 @@ class Metrics:
                                     "Objects Python's garbage collector found unreachable and freed (cyclic garbage, "
                                     "which reference counting cannot free), by generation", ["generation"],
                                     registry=r)
+        self.skipped = Counter("scavenger_skipped_objects_total",
+                               "Objects the operator could not handle and skipped, by kind and reason (ViewFailed: "
+                               "a watched object's view could not be made, counted per event; ObserveFailed, "
+                               "DecideFailed, AdmissionFailed, ExplainFailed, WriteFailed, LaunchFailed: a step of "
+                               "the pass raised for an SJ, counted once per new fault)", ["kind", "reason"],
+                               registry=r)
         self.lost_work = Counter("scavenger_lost_work_seconds_total",
                                  "Estimated work lost to interruptions: time since the run's checkpoint period began",
                                  registry=r)
@@ -106,6 +114,9 @@ class Metrics:
         self.used.clear()
         for resource, ratio in used.items():
             self.used.labels(resource).set(ratio)
+
+    def skipped_object(self, fault: Fault) -> None:
+        self.skipped.labels(fault.kind, fault.reason).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

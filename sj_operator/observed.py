@@ -34,6 +34,25 @@ def parse_time(raw: Any) -> datetime | None:
         return None
 
 
+def small_int(raw: Any, most: int = 1 << 31) -> int | None:
+    """A non-negative integer written in ASCII digits (``"3"``, or an int), below ``most``; None for anything
+    else. ``str.isdigit`` is no test for ``int``: it is true of ``"²"``, which ``int`` refuses, and of a
+    string of 5,000 digits, which ``int`` refuses too."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw if 0 <= raw < most else None
+    if isinstance(raw, str) and 0 < len(raw) <= 19 and raw.isascii() and raw.isdigit():
+        value = int(raw)
+        return value if value < most else None
+    return None
+
+
+def _exit_code(raw: Any) -> int:
+    """A container's exit code (an int32 the kubelet writes); 0 for anything else, as for a missing one."""
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
+
+
 def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
     res = container.get("resources") or {}
     # The API server defaults each request a container lacks to its limit for that resource.
@@ -133,8 +152,8 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
     for cs in statuses:
         term = (cs.get("state") or {}).get("terminated")
         if term:
-            terminations.append(Termination(cs.get("name", "?"), int(term.get("exitCode", 0) or 0),
-                                            term.get("reason") or "", parse_time(term.get("finishedAt"))))
+            terminations.append(Termination(str(cs.get("name", "?")), _exit_code(term.get("exitCode")),
+                                            str(term.get("reason") or ""), parse_time(term.get("finishedAt"))))
     all_running = (
         status.get("phase") == "Running"
         and bool(statuses)
@@ -155,7 +174,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         disrupted_at=disrupted_at,
         terminations=tuple(terminations),
         all_running=all_running,
-        index=int(index) if index is not None and str(index).isdigit() else None,
+        index=small_int(index),
         protected=labels.get(LABEL_PROTECTED) == "true",
         started=parse_time(status.get("startTime")),
         # Bound without the condition (made with a nodeName): placed when it was made.
@@ -248,8 +267,7 @@ def job_view(body: Mapping[str, Any]) -> JobView:
 
 
 def _config_index(annotations: Mapping[str, Any]) -> int:
-    raw = annotations.get(ANNOTATION_CONFIG_INDEX)
-    return int(raw) if isinstance(raw, str) and raw.isdigit() else 0
+    return small_int(annotations.get(ANNOTATION_CONFIG_INDEX), most=1 << 16) or 0
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ DEFAULT_RETRY_BACKOFF: Final = timedelta(seconds=10)
 DEFAULT_MAX_RETRY_BACKOFF: Final = timedelta(minutes=10)
 DEFAULT_TICK: Final = timedelta(seconds=5)
 DEFAULT_CACHE_TIMEOUT: Final = timedelta(minutes=10)
+DEFAULT_STALL_TIMEOUT: Final = timedelta(minutes=5)
+"""How long the decision loop may go without completing a pass before ``/healthz`` fails."""
 """How long the watch caches may take to fill at start before the process reports itself unhealthy."""
 DEFAULT_PROTECT_LEVEL: Final = 1
 DEFAULT_STARVATION_AFTER: Final = timedelta(minutes=10)

@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "max_retry_backoff": 10 * M,
     "tick": 5 * S,
     "cache_timeout": 10 * M,
+    "stall_timeout": 5 * M,
     "namespaces": (),
     "protect_level": 1,
     "starvation_after": 10 * M,
