@@ -190,7 +190,7 @@ write_sshd_config() {
 		setenv="$setenv \"$name=$value\""
 	done
 	{
-		echo "HostKey $run_dir/ssh_host_ed25519_key"
+		echo "HostKey $host_key"
 		echo "PidFile $run_dir/sshd.pid"
 		echo "AuthorizedKeysFile $ssh_dir/authorized_keys"
 		echo 'PubkeyAuthentication yes'
@@ -222,10 +222,18 @@ worker() {
 		fail "cannot read $ssh_dir/authorized_keys as uid $(uid): a non-root image needs spec.runAsUser"
 	umask 077
 	mkdir -p "$run_dir" || fail "cannot create $run_dir"
-	if [ ! -f "$run_dir/ssh_host_ed25519_key" ]; then
-		ssh-keygen -q -t ed25519 -N '' -C "$0 host key" -f "$run_dir/ssh_host_ed25519_key" </dev/null >/dev/null ||
-			fail "ssh-keygen could not create a host key in $run_dir"
+	# The gang's host key, which the launcher's known_hosts pins.
+	host_key=$ssh_dir/ssh_host_ed25519_key
+	if [ ! -e "$host_key" ]; then
+		# A Secret made before host keys were pinned: its client config does not check them either.
+		log "$host_key is missing (the ssh Secret predates pinned host keys): using a key made here"
+		host_key=$run_dir/ssh_host_ed25519_key
+		if [ ! -f "$host_key" ]; then
+			ssh-keygen -q -t ed25519 -N '' -C "$0 host key" -f "$host_key" </dev/null >/dev/null ||
+				fail "ssh-keygen could not create a host key in $run_dir"
+		fi
 	fi
+	[ -r "$host_key" ] || fail "cannot read $host_key as uid $(uid): a non-root image needs spec.runAsUser"
 	if [ "$(uid)" = 0 ]; then
 		# sshd started as root wants its privilege separation directory (Debian's path).
 		mkdir -m 0755 /run/sshd 2>/dev/null || :

@@ -5,13 +5,16 @@ Pod 0 of the gang's Indexed Job is the *launcher*: it runs the SJ's command (``m
 which the launcher starts the ranks. Three objects wire them together, all owned by the SJ, labelled
 ``scavenger.dev/job-name: <sj>`` and named after the SJ, so they are reused by every run:
 
-* the Secret ``<sj>-mpi-ssh`` (content: :func:`gang.ssh.secret_data`): an ed25519 key pair made once
-  per SJ (:func:`gang.ssh.generate_ssh_keypair`), the matching ``authorized_keys`` and an ssh client
-  ``config``; mounted at ``/etc/mpi/ssh``. It is immutable: the controller creates it when it is missing and
+* the Secret ``<sj>-mpi-ssh`` (content: :func:`gang.ssh.secret_data`): two ed25519 key pairs made
+  once per SJ (:func:`gang.ssh.generate_gang_keys`), the user key with the matching
+  ``authorized_keys`` and the workers' sshd host key with a ``known_hosts`` that pins it for the
+  gang's hosts, and an ssh client ``config`` that checks host keys (``StrictHostKeyChecking yes``);
+  mounted at ``/etc/mpi/ssh``. It is immutable: the controller creates it when it is missing and
   never regenerates it.
 * the ConfigMap ``<sj>-mpi-hostfile`` (content: :func:`gang.hostfile.hostfile_data`): the workers of one run
   in the implementation's hostfile format, and ``discover_hosts.sh`` printing them; mounted at
-  ``/etc/mpi``. Hostnames contain the run's Job name (``<sj>-r<attempt>``), so **the controller
+  ``/etc/mpi``. Hostnames are fully qualified, ``<run>-<index>.<run>.<namespace>.svc.<cluster-domain>``
+  (:mod:`gang.hosts`), and contain the run's Job name (``<sj>-r<attempt>``), so **the controller
   rewrites this ConfigMap at every launch, before it creates the run's Job**. The launcher checks
   that the mounted hostfile names its own run's workers before it starts, so a stale copy is waited
   out instead of used.
@@ -29,9 +32,11 @@ POSIX ``sh`` script ``gang/mpi-entrypoint.sh`` (shipped with the package), which
 * **launcher** (index 0): waits until the mounted hostfile lists this run's workers and every worker
   accepts TCP connections on port 2222 (``SJ_MPI_WAIT_SECONDS``, default 300; past it the pod fails
   with the reason in its termination message), then ``exec``s the user's command.
-* **worker** (other indexes): creates an ssh host key and an ``sshd_config`` in ``/run/sj-mpi`` (a
-  memory-backed emptyDir), then runs ``/usr/sbin/sshd -D -e -p 2222 -f /run/sj-mpi/sshd_config``,
-  accepting only the gang's key. sshd runs as a child, not ``exec``ed: on SIGTERM (preemption) the
+* **worker** (other indexes): writes an ``sshd_config`` in ``/run/sj-mpi`` (a memory-backed emptyDir)
+  that serves the Secret's host key, then runs ``/usr/sbin/sshd -D -e -p 2222 -f
+  /run/sj-mpi/sshd_config``, accepting only the gang's user key. (A Secret made before host keys were
+  pinned has none: the worker then makes one in ``/run/sj-mpi``, and that Secret's client config does
+  not check it.) sshd runs as a child, not ``exec``ed: on SIGTERM (preemption) the
   entrypoint keeps sshd up until the processes started through it (the MPI daemon and the ranks,
   which the launcher's ``mpirun`` tells to stop) have exited, then stops sshd and exits 143. If sshd
   went first, the ranks here would be killed before they could write the collective checkpoint; the
@@ -42,7 +47,7 @@ Environment of every pod (user ``env`` entries come later and may override these
 
 * OpenMPI: ``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile``,
   ``OMPI_MCA_plm_rsh_args=-F /etc/mpi/ssh/config`` and ``OMPI_MCA_orte_keep_fqdn_hostnames=true``
-  (Open MPI 4 would otherwise cut ``<job>-1.<job>`` to the unresolvable ``<job>-1``), plus the
+  (Open MPI 4 would otherwise cut the hosts' names to the unresolvable ``<job>-1``), plus the
   ``PRTE_MCA_prte_default_hostfile``, ``PRTE_MCA_plm_ssh_args`` and
   ``PRTE_MCA_prte_keep_fqdn_hostnames`` equivalents for Open MPI 5.
 * MPICH: ``HYDRA_HOST_FILE=/etc/mpi/hostfile``, ``HYDRA_LAUNCHER=ssh`` and
@@ -51,11 +56,11 @@ Environment of every pod (user ``env`` entries come later and may override these
 Image requirements:
 
 * ``/bin/sh`` (any POSIX shell), ``date`` (``+%s``), ``sleep``, ``mkdir``, ``id``;
-* workers: the OpenSSH server at ``/usr/sbin/sshd`` (>= 7.8, for ``SetEnv``) and ``ssh-keygen``;
+* workers: the OpenSSH server at ``/usr/sbin/sshd`` (>= 7.8, for ``SetEnv``);
 * launcher: the OpenSSH client and, to probe the workers, ``bash`` with ``/dev/tcp`` (preferred)
   or an ``nc`` that supports ``-z``; ``timeout`` is used when present;
-* the uid the container runs as must have a ``passwd`` entry with a working login shell (ssh,
-  sshd and ssh-keygen refuse unknown uids, and sshd runs commands through that shell);
+* the uid the container runs as must have a ``passwd`` entry with a working login shell (ssh and
+  sshd refuse unknown uids, and sshd runs commands through that shell);
 * the MPI launcher (``mpirun``/``orted`` or ``mpiexec``/``hydra_pmi_proxy``) on the ``PATH``;
   as root, Open MPI also needs ``--allow-run-as-root`` (or its two environment variables).
 
@@ -83,7 +88,7 @@ from gang.hosts import LAUNCHER_INDEX
 from gang.ssh import SSH_CONFIG_PATH, SSH_DIR, SSH_PORT
 
 RUN_DIR: Final = "/run/sj-mpi"
-"""Mount path of the emptyDir where workers keep their sshd host key and configuration."""
+"""Mount path of the emptyDir where workers keep their sshd configuration."""
 SSHD_PATH: Final = "/usr/sbin/sshd"
 DEFAULT_WAIT_SECONDS: Final = 300
 """How long the launcher waits for the workers' sshd unless ``SJ_MPI_WAIT_SECONDS`` says otherwise."""

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from gang.hosts import DEFAULT_CLUSTER_DOMAIN
 from sj_operator.api import SpecLimits
 from sj_operator.api.fields import parse_duration
 from sj_operator.api.parse import check_min_duration
@@ -104,6 +105,9 @@ class OperatorConfig(BaseModel):
     """Host (address or DNS name) the API server reaches this process at (outside a cluster)."""
     webhook_secret: str = Field("scavenger-webhook-tls", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
     """Secret (in the lease namespace) holding the webhook's CA and serving certificate."""
+    cluster_domain: str = Field(DEFAULT_CLUSTER_DOMAIN, max_length=200,
+                                pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    """The cluster's DNS domain: gang members are named ``<pod>.<run>.<namespace>.svc.<cluster_domain>``."""
 
     @property
     def spec_limits(self) -> SpecLimits:
@@ -205,6 +209,10 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
      "address the API server reaches this process at, when running outside the cluster"),
     ("--webhook-secret", "SJ_WEBHOOK_SECRET", "webhook_secret",
      "Secret in the lease namespace holding the webhook's certificates (default scavenger-webhook-tls)"),
+    ("--cluster-domain", "SJ_CLUSTER_DOMAIN", "cluster_domain",
+     "the cluster's DNS domain, without a trailing dot: gang members reach each other as "
+     "<pod>.<run>.<namespace>.svc.<domain>, and MPI gangs pin their ssh host key for that domain "
+     "(default cluster.local)"),
 )
 
 _DURATIONS = {"start_timeout", "tick", "cache_timeout", "stall_timeout", "retry_backoff", "max_retry_backoff",

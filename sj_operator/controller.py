@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from gang.ssh import generate_ssh_keypair
+from gang.ssh import generate_gang_keys
 from sj_operator.adopter import Adopter
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus
 from sj_operator.builders.budget import protection_budget
@@ -928,7 +928,7 @@ class Controller:
                                 status_interrupted_count=status.interrupted_count, attempt=status.attempt + 1,
                                 priority_class_name=priority_class, extra_pod_labels={LABEL_PROTECTED: "false"},
                                 mpi=mpi_job_options(sj_name=sj.name, mpi=spec.mpi) if spec.mpi else None,
-                                config_index=config_index)
+                                config_index=config_index, cluster_domain=self.config.cluster_domain)
         except ValueError as exc:
             return launch_refused(status, now, "InvalidSpec", f"invalid spec: {exc}")
         try:
@@ -1022,14 +1022,13 @@ class Controller:
         """The SJ's ssh Secret (generated once, reused by every run) and the hostfile of this run."""
         assert spec.mpi is not None
         if not await self.kube.exists("secret", sj.namespace, mpi_secret_name(sj.name)):
-            private_key, public_key = generate_ssh_keypair()
             await self.kube.create_secret_unless_exists(build_mpi_secret(
-                sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, private_key=private_key,
-                public_key=public_key))
+                sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, keys=generate_gang_keys(),
+                cluster_domain=self.config.cluster_domain))
         await self.kube.apply_config_map(build_hostfile_configmap(
             sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, job_name=job_name,
             parallelism=spec.parallelism, slots_per_worker=spec.mpi.slots_per_worker,
-            implementation=spec.mpi.implementation))
+            implementation=spec.mpi.implementation, cluster_domain=self.config.cluster_domain))
 
     async def _missing_references(self, namespace: str, spec: ScavengerJobSpec) -> str | None:
         for i, volume in enumerate(spec.volumes):

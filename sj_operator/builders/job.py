@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gang.hosts import gang_hosts
+from gang.hosts import DEFAULT_CLUSTER_DOMAIN, gang_hosts
 from gang.mpi import MPIJobOptions, wire_mpi_job
 from sj_operator.api import ScavengerJobSpec, Volume, checkpoint_interval_seconds
 from sj_operator.names import (
@@ -35,7 +35,8 @@ from sj_operator.names import (
 
 
 def _env(
-    *, sj_name: str, namespace: str, spec: ScavengerJobSpec, interrupted_count: int, job_name: str, config_index: int
+    *, sj_name: str, namespace: str, spec: ScavengerJobSpec, interrupted_count: int, job_name: str, config_index: int,
+    cluster_domain: str,
 ) -> list[dict[str, Any]]:
     """Operator variables first, so user values may refer to them as ``$(SJ_...)``, then the user's."""
     env: list[dict[str, Any]] = [
@@ -55,7 +56,8 @@ def _env(
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_COMPLETION_INDEX}']"}},
             },
             {"name": ENV_WORLD_SIZE, "value": str(spec.parallelism)},
-            {"name": ENV_HOSTS, "value": ",".join(gang_hosts(job_name, spec.parallelism))},
+            {"name": ENV_HOSTS, "value": ",".join(gang_hosts(job_name, spec.parallelism, namespace=namespace,
+                                                              cluster_domain=cluster_domain))},
         ]
     env += [var.model_dump(by_alias=True, exclude_none=True) for var in spec.env]
     return env
@@ -85,7 +87,7 @@ def _volume_mount(volume: Volume) -> dict[str, Any]:
 
 def _container(
     *, sj_name: str, namespace: str, spec: ScavengerJobSpec, interrupted_count: int, job_name: str,
-    config_index: int,
+    config_index: int, cluster_domain: str,
 ) -> dict[str, Any]:
     container: dict[str, Any] = {"name": CONTAINER_NAME, "image": spec.image}
     if spec.command is not None:
@@ -96,7 +98,7 @@ def _container(
         container["workingDir"] = spec.working_dir
     container["env"] = _env(
         sj_name=sj_name, namespace=namespace, spec=spec, interrupted_count=interrupted_count, job_name=job_name,
-        config_index=config_index
+        config_index=config_index, cluster_domain=cluster_domain,
     )
     resources = spec.effective_resources
     container["resources"] = {
@@ -126,6 +128,7 @@ def _pod_spec(
     job_name: str,
     priority_class_name: str,
     config_index: int,
+    cluster_domain: str,
 ) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -157,7 +160,7 @@ def _pod_spec(
     pod["containers"] = [
         _container(
             sj_name=sj_name, namespace=namespace, spec=spec, interrupted_count=interrupted_count, job_name=job_name,
-            config_index=config_index,
+            config_index=config_index, cluster_domain=cluster_domain,
         )
     ]
     return pod
@@ -175,6 +178,7 @@ def build_run_job(
     extra_pod_labels: Mapping[str, str],
     mpi: MPIJobOptions | None = None,
     config_index: int = 0,
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
 ) -> dict[str, Any]:
     """The ``batch/v1`` Job of run ``attempt`` of an SJ, in configuration ``config_index`` (``spec`` is
     that configuration: ``ScavengerJobSpec.config``; its pods get ``SJ_CONFIG_INDEX`` when the SJ has
@@ -194,6 +198,9 @@ def build_run_job(
     :func:`sj_operator.builders.mpi.mpi_job_options` and the Job is transformed by
     :func:`gang.mpi.wire_mpi_job` (spec validation has made sure it can be). The Secret and ConfigMap
     it mounts (:mod:`sj_operator.builders.mpi`) must exist before the Job.
+
+    A gang's members are named in ``SJ_HOSTS`` by their fully qualified names in ``cluster_domain``
+    (:func:`gang.hosts.gang_hosts`).
     """
     job_name = run_job_name(sj_name, attempt)
     metadata = child_metadata(name=job_name, namespace=namespace, sj_name=sj_name, sj_uid=sj_uid,
@@ -228,6 +235,7 @@ def build_run_job(
                     job_name=job_name,
                     priority_class_name=priority_class_name,
                     config_index=config_index,
+                    cluster_domain=cluster_domain,
                 ),
             },
         },

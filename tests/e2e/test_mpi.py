@@ -32,11 +32,15 @@ def test_mpi_sj_gets_its_wiring_and_a_lost_worker_requeues_the_gang(api, namespa
     public = base64.b64decode(secret.data["ssh-publickey"]).decode()
     assert public.startswith("ssh-ed25519 ")
     assert base64.b64decode(secret.data["authorized_keys"]).decode().strip() == public.strip()
+    host_public = base64.b64decode(secret.data["ssh_host_ed25519_key.pub"]).decode()
+    assert host_public.startswith("ssh-ed25519 ") and host_public != public
+    assert base64.b64decode(secret.data["known_hosts"]).decode() == f"*.{namespace}.svc.cluster.local {host_public}"
+    assert "StrictHostKeyChecking yes" in base64.b64decode(secret.data["config"]).decode()
     assert secret.metadata.owner_references[0].kind == "ScavengerJob"
 
     hostfile = core.read_namespaced_config_map("heat-mpi-hostfile", namespace).data["hostfile"]
     assert [line for line in hostfile.splitlines() if line and not line.startswith("#")] == [
-        f"heat-r1-{i}.heat-r1 slots=2" for i in range(1, 4)]
+        f"heat-r1-{i}.heat-r1.{namespace}.svc.cluster.local slots=2" for i in range(1, 4)]
 
     svc = core.read_namespaced_service("heat-r1", namespace)
     assert svc.spec.cluster_ip == "None" and svc.spec.publish_not_ready_addresses
@@ -50,7 +54,7 @@ def test_mpi_sj_gets_its_wiring_and_a_lost_worker_requeues_the_gang(api, namespa
     assert {p.spec.subdomain for p in pods} == {"heat-r1"}
     env = {e.name: e.value for e in pods[0].spec.containers[0].env if e.value is not None}
     assert env["SJ_WORLD_SIZE"] == "4"
-    assert env["SJ_HOSTS"] == ",".join(f"heat-r1-{i}.heat-r1" for i in range(4))
+    assert env["SJ_HOSTS"] == ",".join(f"heat-r1-{i}.heat-r1.{namespace}.svc.cluster.local" for i in range(4))
     assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
     mounts = {m.mount_path for m in pods[0].spec.containers[0].volume_mounts}
     assert {"/etc/mpi", "/etc/mpi/ssh"} <= mounts
@@ -65,8 +69,9 @@ def test_mpi_sj_gets_its_wiring_and_a_lost_worker_requeues_the_gang(api, namespa
     # The keys are reused; the hostfile now names the new run's hosts.
     again = core.read_namespaced_secret("heat-mpi-ssh", namespace)
     assert again.data["ssh-privatekey"] == secret.data["ssh-privatekey"]
+    assert again.data["ssh_host_ed25519_key"] == secret.data["ssh_host_ed25519_key"]
     hostfile = core.read_namespaced_config_map("heat-mpi-hostfile", namespace).data["hostfile"]
-    assert "heat-r2-1.heat-r2 slots=2" in hostfile and "heat-r1" not in hostfile
+    assert f"heat-r2-1.heat-r2.{namespace}.svc.cluster.local slots=2" in hostfile and "heat-r1" not in hostfile
 
 
 @pytest.mark.parametrize("manifest", ["demo/generic-counter/scavengerjob.yaml",

@@ -220,7 +220,9 @@ EXPECTED_GANG_JOB: dict[str, Any] = {
                             {"name": "SJ_WORLD_SIZE", "value": "3"},
                             {
                                 "name": "SJ_HOSTS",
-                                "value": "train-r1-0.train-r1,train-r1-1.train-r1,train-r1-2.train-r1",
+                                "value": "train-r1-0.train-r1.default.svc.cluster.local,"
+                                         "train-r1-1.train-r1.default.svc.cluster.local,"
+                                         "train-r1-2.train-r1.default.svc.cluster.local",
                             },
                         ],
                         "resources": {
@@ -247,6 +249,18 @@ def test_three_pod_gang_job() -> None:
         extra_pod_labels={},
     )
     assert job == EXPECTED_GANG_JOB
+
+
+@pytest.mark.parametrize(("cluster_domain", "hosts"), [
+    ("cluster.local", "train-r1-0.train-r1.default.svc.cluster.local,train-r1-1.train-r1.default.svc.cluster.local"),
+    ("corp.example", "train-r1-0.train-r1.default.svc.corp.example,train-r1-1.train-r1.default.svc.corp.example"),
+])  # fmt: skip
+def test_gang_members_are_named_in_the_cluster_domain(cluster_domain: str, hosts: str) -> None:
+    job = build_run_job(sj_name="train", namespace="default", sj_uid=UID,
+                        spec=parse_spec({**GANG_SPEC, "parallelism": 2}), status_interrupted_count=0, attempt=1,
+                        priority_class_name="scavenger-0", extra_pod_labels={}, cluster_domain=cluster_domain)
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == "SJ_HOSTS"] == [hosts]
 
 
 def test_gang_service() -> None:

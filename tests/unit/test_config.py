@@ -50,6 +50,7 @@ DEFAULTS: dict[str, Any] = {
     "webhook_service": None,
     "webhook_host": None,
     "webhook_secret": "scavenger-webhook-tls",
+    "cluster_domain": "cluster.local",
 }
 
 
@@ -78,6 +79,7 @@ VALID: list[tuple[str, list[str], dict[str, str], dict[str, Any]]] = [
         "--peering", "sj-lease", "--lease-namespace", "ops", "--liveness-port", "8080", "--verbose",
         "--max-termination-grace", "60", "--min-duration", "1m", "--webhook-port", "9443",
         "--webhook-service", "ops/sj-webhook", "--webhook-secret", "sj-tls", "--metrics-port", "9090",
+        "--cluster-domain", "corp.example",
     ], {}, {
         "threshold": 0.9, "start_timeout": 2 * M, "retry_backoff": 5 * S, "max_retry_backoff": 60 * M,
         "tick": timedelta(milliseconds=500), "cache_timeout": 30 * M, "namespaces": ("team-a", "team-b"),
@@ -85,6 +87,7 @@ VALID: list[tuple[str, list[str], dict[str, str], dict[str, Any]]] = [
         "starvation_after": 30 * M, "peering": "sj-lease", "lease_namespace": "ops", "liveness_port": 8080,
         "verbose": True, "max_termination_grace": 60, "min_duration": 1 * M, "webhook_port": 9443,
         "webhook_service": "ops/sj-webhook", "webhook_secret": "sj-tls", "metrics_port": 9090,
+        "cluster_domain": "corp.example",
     }),
     ("every environment variable", [], {
         "SJ_THRESHOLD": "0.5", "SJ_START_TIMEOUT": "90s", "SJ_RETRY_BACKOFF": "1m", "SJ_MAX_RETRY_BACKOFF": "20m",
@@ -93,13 +96,14 @@ VALID: list[tuple[str, list[str], dict[str, str], dict[str, Any]]] = [
         "SJ_PEERING": "other", "SJ_LEASE_NAMESPACE": "kube-system", "SJ_LIVENESS_PORT": "9000",
         "SJ_MAX_TERMINATION_GRACE": "0", "SJ_MIN_DURATION": "2s", "SJ_WEBHOOK_PORT": "8443",
         "SJ_WEBHOOK_HOST": "192.0.2.2", "SJ_WEBHOOK_SECRET": "other-tls", "SJ_METRICS_PORT": "0",
+        "SJ_CLUSTER_DOMAIN": "k8s",
     }, {
         "threshold": 0.5, "start_timeout": 90 * S, "retry_backoff": 1 * M, "max_retry_backoff": 20 * M,
         "tick": 2 * S, "cache_timeout": 90 * S, "namespaces": ("x",), "protect_level": 0, "starvation_after": 60 * M,
         "peering": "other",
         "lease_namespace": "kube-system", "liveness_port": 9000, "max_termination_grace": 0,
         "min_duration": 2 * S, "webhook_port": 8443, "webhook_host": "192.0.2.2", "webhook_secret": "other-tls",
-        "metrics_port": 0,
+        "metrics_port": 0, "cluster_domain": "k8s",
     }),
     ("flags beat the environment", ["--threshold", "0.8", "--tick", "3s", "--namespaces", "flag-ns"],
      {"SJ_THRESHOLD": "0.4", "SJ_TICK": "9s", "SJ_NAMESPACES": "env-ns"},
@@ -168,6 +172,11 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("--webhook-port", "SJ_WEBHOOK_PORT", "0", "greater than or equal to 1"),
     ("--pools", "SJ_POOLS", "burst:1.0", "is not NAME:KEY=VALUE"),
     ("--pools", "SJ_POOLS", "burst:p=b:2", "pool burst: threshold must be within [0, 1]"),
+    ("--cluster-domain", "SJ_CLUSTER_DOMAIN", "cluster.local.", "should match pattern"),
+    ("--cluster-domain", "SJ_CLUSTER_DOMAIN", ".cluster.local", "should match pattern"),
+    ("--cluster-domain", "SJ_CLUSTER_DOMAIN", "Cluster.Local", "should match pattern"),
+    ("--cluster-domain", "SJ_CLUSTER_DOMAIN", "cluster..local", "should match pattern"),
+    ("--cluster-domain", "SJ_CLUSTER_DOMAIN", "cluster local", "should match pattern"),
 ]
 INVALID_IDS = [f"{flag} {value}" for flag, _, value, _ in INVALID]
 

@@ -3,6 +3,7 @@ API failure or a stale cache never loses or duplicates an SJ."""
 from __future__ import annotations
 
 import asyncio
+import base64
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -39,6 +40,8 @@ class FakeKube:
         """The Jobs created, by name."""
         self.budgets: list[dict[str, Any]] = []
         """The PodDisruptionBudgets applied, in order."""
+        self.secrets: list[dict[str, Any]] = []
+        """The Secrets created, in order."""
 
     def _maybe_fail(self, name: str) -> None:
         errors = self.fail.get(name)
@@ -103,6 +106,7 @@ class FakeKube:
 
     async def create_secret_unless_exists(self, secret):
         self.calls.append(("secret", secret["metadata"]["name"]))
+        self.secrets.append(secret)
         return True
 
     def kinds(self) -> list[str]:
@@ -342,8 +346,10 @@ def test_steering_exempts_nothing_while_a_run_is_below_the_protecting_level(cont
 @pytest.mark.parametrize(
     ("mpi", "hostfile"),
     [
-        ({"slotsPerWorker": 4}, "work-r1-1.work-r1 slots=4\nwork-r1-2.work-r1 slots=4\n"),
-        ({"slotsPerWorker": 2, "implementation": "MPICH"}, "work-r1-1.work-r1:2\nwork-r1-2.work-r1:2\n"),
+        ({"slotsPerWorker": 4},
+         "work-r1-1.work-r1.ns.svc.cluster.local slots=4\nwork-r1-2.work-r1.ns.svc.cluster.local slots=4\n"),
+        ({"slotsPerWorker": 2, "implementation": "MPICH"},
+         "work-r1-1.work-r1.ns.svc.cluster.local:2\nwork-r1-2.work-r1.ns.svc.cluster.local:2\n"),
     ],
     ids=["openmpi-slots", "mpich"],
 )
@@ -354,6 +360,27 @@ def test_mpi_launch_writes_the_hostfile_the_spec_asks_for(controller, kube, mpi,
     assert len(configmaps) == 1
     assert configmaps[0]["data"]["hostfile"] == hostfile
     assert ("secret", "work-mpi-ssh") in kube.calls
+    assert launched(kube) == ["work-r1"]
+
+
+def test_mpi_launch_names_the_gang_in_the_configured_cluster_domain(kube):
+    controller = Controller(kube, OperatorConfig(cluster_domain="corp.example"), clock=lambda: NOW)  # type: ignore[arg-type]
+    kube.absent.add(("secret", "work-mpi-ssh"))
+    run(controller, view(sj(PENDING, parallelism=3, command=["mpirun", "app"], mpi={"slotsPerWorker": 1})))
+    hosts = [f"work-r1-{i}.work-r1.ns.svc.corp.example" for i in range(3)]
+    configmaps = [body for kind, body in kube.calls if kind == "configmap"]
+    assert [cm["data"]["hostfile"] for cm in configmaps] == [f"{hosts[1]} slots=1\n{hosts[2]} slots=1\n"]
+    env = kube.made["work-r1"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == "SJ_HOSTS"] == [",".join(hosts)]
+    [secret] = kube.secrets
+    known_hosts = base64.b64decode(secret["data"]["known_hosts"]).decode()
+    host_public = base64.b64decode(secret["data"]["ssh_host_ed25519_key.pub"]).decode()
+    assert known_hosts == f"*.ns.svc.corp.example {host_public}"
+
+
+def test_an_existing_mpi_secret_is_not_made_again(controller, kube):
+    run(controller, view(sj(PENDING, parallelism=3, command=["mpirun", "app"], mpi={"slotsPerWorker": 1})))
+    assert kube.secrets == []
     assert launched(kube) == ["work-r1"]
 
 

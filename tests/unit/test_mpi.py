@@ -1,4 +1,4 @@
-"""MPI wiring of ``spec.mpi`` gangs: exact objects, the key pair, and the entrypoint script's behaviour."""
+"""MPI wiring of ``spec.mpi`` gangs: exact objects, the key pairs, and the entrypoint script's behaviour."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from gang.hostfile import MPIImplementation, discover_hosts_script
-from gang.hosts import gang_hosts, worker_hosts
+from gang.hosts import DEFAULT_CLUSTER_DOMAIN, gang_hosts, worker_hosts
 from gang.mpi import (
     MPIJobOptions,
     entrypoint_script,
@@ -33,7 +33,7 @@ from gang.mpi import (
     mpi_env,
     wire_mpi_job,
 )
-from gang.ssh import SSH_CLIENT_CONFIG, generate_ssh_keypair
+from gang.ssh import SSH_CLIENT_CONFIG, GangKeys, SSHKeyPair, generate_gang_keys, generate_ssh_keypair
 from sj_operator.api import InvalidSpec, ScavengerJobSpec, parse_spec
 from sj_operator.builders.job import build_run_job
 from sj_operator.builders.mpi import build_hostfile_configmap, build_mpi_secret, mpi_job_options
@@ -53,6 +53,10 @@ SJ_LABELS = {"scavenger.dev/job-name": "heat"}
 
 FAKE_PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nZmFrZQ==\n-----END OPENSSH PRIVATE KEY-----\n"
 FAKE_PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGZha2U= scavenger"
+FAKE_HOST_PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\naG9zdA==\n-----END OPENSSH PRIVATE KEY-----\n"
+FAKE_HOST_PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGhvc3Q= scavenger host key"
+FAKE_KEYS = GangKeys(user=SSHKeyPair(private=FAKE_PRIVATE_KEY, public=FAKE_PUBLIC_KEY),
+                     host=SSHKeyPair(private=FAKE_HOST_PRIVATE_KEY, public=FAKE_HOST_PUBLIC_KEY))
 MPI_ENTRYPOINT_SCRIPT = entrypoint_script(forward_env=CHECKPOINT_ENV)
 """The script as the operator's pods run it: the SJ's checkpoint variables are passed on to the ranks."""
 SCRIPT_ARG = MPI_ENTRYPOINT_SCRIPT.replace("$", "$$")
@@ -66,24 +70,42 @@ def run(argv: list[str], *, env: Mapping[str, str] | None = None, timeout: float
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def decoded(secret: Mapping[str, Any]) -> dict[str, str]:
+    return {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+
+
+def openssh_public(key: Ed25519PrivateKey) -> str:
+    """``ssh-ed25519 AAAA...`` of a private key, without a comment."""
+    return key.public_key().public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH).decode()
+
+
 # ----------------------------------------------------------------------------- the Secret
 
 
-def test_secret() -> None:
-    secret = build_mpi_secret(
-        sj_name="heat", namespace="research", sj_uid=UID, private_key=FAKE_PRIVATE_KEY, public_key=FAKE_PUBLIC_KEY
-    )
-    config = (
-        "Host *\n"
-        "    Port 2222\n"
-        "    IdentityFile /etc/mpi/ssh/ssh-privatekey\n"
-        "    IdentitiesOnly yes\n"
-        "    StrictHostKeyChecking no\n"
-        "    UserKnownHostsFile /dev/null\n"
-        "    LogLevel ERROR\n"
-        "    BatchMode yes\n"
-        "    ConnectTimeout 10\n"
-    )
+SSH_CONFIG = (
+    "Host *\n"
+    "    Port 2222\n"
+    "    IdentityFile /etc/mpi/ssh/ssh-privatekey\n"
+    "    IdentitiesOnly yes\n"
+    "    StrictHostKeyChecking yes\n"
+    "    UserKnownHostsFile /etc/mpi/ssh/known_hosts\n"
+    "    GlobalKnownHostsFile /etc/mpi/ssh/known_hosts\n"
+    "    HostKeyAlgorithms ssh-ed25519\n"
+    "    CheckHostIP no\n"
+    "    UpdateHostKeys no\n"
+    "    LogLevel ERROR\n"
+    "    BatchMode yes\n"
+    "    ConnectTimeout 10\n"
+)
+
+
+@pytest.mark.parametrize(("cluster_domain", "known_hosts"), [
+    (None, "*.research.svc.cluster.local ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGhvc3Q= scavenger host key\n"),
+    ("corp.example", "*.research.svc.corp.example ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGhvc3Q= scavenger host key\n"),
+])  # fmt: skip
+def test_secret(cluster_domain: str | None, known_hosts: str) -> None:
+    domain = {} if cluster_domain is None else {"cluster_domain": cluster_domain}
+    secret = build_mpi_secret(sj_name="heat", namespace="research", sj_uid=UID, keys=FAKE_KEYS, **domain)
     assert secret == {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -99,20 +121,41 @@ def test_secret() -> None:
             "ssh-privatekey": b64(FAKE_PRIVATE_KEY),
             "ssh-publickey": b64(FAKE_PUBLIC_KEY + "\n"),
             "authorized_keys": b64(FAKE_PUBLIC_KEY + "\n"),
-            "config": b64(config),
+            "ssh_host_ed25519_key": b64(FAKE_HOST_PRIVATE_KEY),
+            "ssh_host_ed25519_key.pub": b64(FAKE_HOST_PUBLIC_KEY + "\n"),
+            "known_hosts": b64(known_hosts),
+            "config": b64(SSH_CONFIG),
         },
     }
-    assert config == SSH_CLIENT_CONFIG
+    assert SSH_CONFIG == SSH_CLIENT_CONFIG
 
 
 def test_secret_key_files_end_with_one_newline() -> None:
-    secret = build_mpi_secret(
-        sj_name="heat", namespace="research", sj_uid=UID,
-        private_key=FAKE_PRIVATE_KEY.rstrip("\n"), public_key=f"  {FAKE_PUBLIC_KEY}\n\n",
-    )  # fmt: skip
-    data = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+    keys = GangKeys(
+        user=SSHKeyPair(private=FAKE_PRIVATE_KEY.rstrip("\n"), public=f"  {FAKE_PUBLIC_KEY}\n\n"),
+        host=SSHKeyPair(private=FAKE_HOST_PRIVATE_KEY + "\n", public=f"{FAKE_HOST_PUBLIC_KEY} \n"),
+    )
+    data = decoded(build_mpi_secret(sj_name="heat", namespace="research", sj_uid=UID, keys=keys))
     assert data["ssh-privatekey"] == FAKE_PRIVATE_KEY
     assert data["ssh-publickey"] == data["authorized_keys"] == FAKE_PUBLIC_KEY + "\n"
+    assert data["ssh_host_ed25519_key"] == FAKE_HOST_PRIVATE_KEY
+    assert data["ssh_host_ed25519_key.pub"] == FAKE_HOST_PUBLIC_KEY + "\n"
+    assert data["known_hosts"] == f"*.research.svc.cluster.local {FAKE_HOST_PUBLIC_KEY}\n"
+
+
+def test_each_gang_pins_its_own_host_key() -> None:
+    secrets = [decoded(build_mpi_secret(sj_name=name, namespace="research", sj_uid=UID, keys=generate_gang_keys()))
+               for name in ("heat", "wave")]
+    for data in secrets:
+        host_key = load_ssh_private_key(data["ssh_host_ed25519_key"].encode(), password=None)
+        user_key = load_ssh_private_key(data["ssh-privatekey"].encode(), password=None)
+        assert isinstance(host_key, Ed25519PrivateKey) and isinstance(user_key, Ed25519PrivateKey)
+        host_public = f"{openssh_public(host_key)} scavenger host key\n"
+        assert data["ssh_host_ed25519_key.pub"] == host_public
+        assert data["known_hosts"] == f"*.research.svc.cluster.local {host_public}"
+        assert openssh_public(host_key) != openssh_public(user_key)
+    assert secrets[0]["known_hosts"] != secrets[1]["known_hosts"]
+    assert secrets[0]["ssh_host_ed25519_key"] != secrets[1]["ssh_host_ed25519_key"]
 
 
 @pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
@@ -120,14 +163,19 @@ def test_ssh_client_config_is_understood_by_ssh(tmp_path: Path) -> None:
     config = tmp_path / "config"
     config.write_text(SSH_CLIENT_CONFIG)
     out = subprocess.run(
-        ["ssh", "-G", "-F", str(config), "heat-r1-1.heat-r1"], capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+        ["ssh", "-G", "-F", str(config), "heat-r1-1.heat-r1.research.svc.cluster.local"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
     for line in (
         "port 2222",
         "identityfile /etc/mpi/ssh/ssh-privatekey",
         "identitiesonly yes",
-        "stricthostkeychecking false",
-        "userknownhostsfile /dev/null",
+        "stricthostkeychecking true",
+        "userknownhostsfile /etc/mpi/ssh/known_hosts",
+        "globalknownhostsfile /etc/mpi/ssh/known_hosts",
+        "hostkeyalgorithms ssh-ed25519",
+        "checkhostip no",
+        "updatehostkeys false",
         "loglevel ERROR",
         "batchmode yes",
         "connecttimeout 10",
@@ -135,49 +183,66 @@ def test_ssh_client_config_is_understood_by_ssh(tmp_path: Path) -> None:
         assert line in out
 
 
-# ----------------------------------------------------------------------------- the key pair
+# ----------------------------------------------------------------------------- the key pairs
 
 
-def test_generated_keypair_round_trips() -> None:
-    private, public = generate_ssh_keypair()
-    assert private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----\n")
-    assert private.endswith("-----END OPENSSH PRIVATE KEY-----\n")
-    kind, blob, comment = public.split(" ")
-    assert (kind, comment) == ("ssh-ed25519", "scavenger")
+@pytest.mark.parametrize(("keypair", "comment"), [
+    (lambda: generate_ssh_keypair(), "scavenger"),
+    (lambda: generate_ssh_keypair("scavenger host key"), "scavenger host key"),
+    (lambda: generate_gang_keys().user, "scavenger"),
+    (lambda: generate_gang_keys().host, "scavenger host key"),
+])  # fmt: skip
+def test_generated_keypair_round_trips(keypair: Any, comment: str) -> None:
+    pair: SSHKeyPair = keypair()
+    assert pair.private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    assert pair.private.endswith("-----END OPENSSH PRIVATE KEY-----\n")
+    kind, blob, rest = pair.public.split(" ", 2)
+    assert (kind, rest) == ("ssh-ed25519", comment)
     assert blob.startswith("AAAA")
-    private_key = load_ssh_private_key(private.encode(), password=None)
-    public_key = load_ssh_public_key(public.encode())
+    private_key = load_ssh_private_key(pair.private.encode(), password=None)
+    public_key = load_ssh_public_key(pair.public.encode())
     assert isinstance(private_key, Ed25519PrivateKey)
     assert isinstance(public_key, Ed25519PublicKey)
-    assert private_key.public_key().public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH) == public_key.public_bytes(
-        Encoding.OpenSSH, PublicFormat.OpenSSH
-    )
+    assert openssh_public(private_key) == public_key.public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH).decode()
 
 
 def test_generated_keypairs_differ() -> None:
     assert generate_ssh_keypair() != generate_ssh_keypair()
+    keys = generate_gang_keys()
+    assert keys.user.private != keys.host.private
+    assert generate_gang_keys().host != keys.host
 
 
 # ----------------------------------------------------------------------------- hosts and the ConfigMap
 
 
-def test_hostnames_are_the_gang_hosts() -> None:
-    assert gang_hosts("heat-r2", 3) == [
-        "heat-r2-0.heat-r2", "heat-r2-1.heat-r2", "heat-r2-2.heat-r2",
-    ]  # fmt: skip
-    assert worker_hosts("heat-r2", 3) == ["heat-r2-1.heat-r2", "heat-r2-2.heat-r2"]
+@pytest.mark.parametrize(("namespace", "cluster_domain", "hosts"), [
+    ("research", DEFAULT_CLUSTER_DOMAIN, ["heat-r2-0.heat-r2.research.svc.cluster.local",
+                                          "heat-r2-1.heat-r2.research.svc.cluster.local",
+                                          "heat-r2-2.heat-r2.research.svc.cluster.local"]),
+    ("lab", "corp.example", ["heat-r2-0.heat-r2.lab.svc.corp.example", "heat-r2-1.heat-r2.lab.svc.corp.example",
+                             "heat-r2-2.heat-r2.lab.svc.corp.example"]),
+])  # fmt: skip
+def test_hostnames_are_the_gang_hosts(namespace: str, cluster_domain: str, hosts: list[str]) -> None:
+    assert gang_hosts("heat-r2", 3, namespace=namespace, cluster_domain=cluster_domain) == hosts
+    assert worker_hosts("heat-r2", 3, namespace=namespace, cluster_domain=cluster_domain) == hosts[1:]
     with pytest.raises(ValueError):
-        worker_hosts("heat-r2", 1)
+        worker_hosts("heat-r2", 1, namespace=namespace)
+
+
+def test_hostnames_default_to_cluster_local() -> None:
+    assert gang_hosts("heat-r2", 1, namespace="research") == ["heat-r2-0.heat-r2.research.svc.cluster.local"]
 
 
 EXPECTED_DISCOVER_HOSTS = (
     "#!/bin/sh\n"
     "# The MPI workers of run heat-r2, one per line as host:slots.\n"
-    "printf '%s\\n' heat-r2-1.heat-r2:2 heat-r2-2.heat-r2:2 heat-r2-3.heat-r2:2\n"
+    "printf '%s\\n' heat-r2-1.heat-r2.research.svc.cluster.local:2 heat-r2-2.heat-r2.research.svc.cluster.local:2"
+    " heat-r2-3.heat-r2.research.svc.cluster.local:2\n"
 )
 
 
-def expected_configmap(hostfile: str) -> dict[str, Any]:
+def expected_configmap(hostfile: str, discover_hosts: str = EXPECTED_DISCOVER_HOSTS) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -187,26 +252,37 @@ def expected_configmap(hostfile: str) -> dict[str, Any]:
             "labels": SJ_LABELS,
             "ownerReferences": [OWNER],
         },
-        "data": {"hostfile": hostfile, "discover_hosts.sh": EXPECTED_DISCOVER_HOSTS},
+        "data": {"hostfile": hostfile, "discover_hosts.sh": discover_hosts},
     }
 
 
-def test_hostfile_configmap_openmpi() -> None:
+@pytest.mark.parametrize(("implementation", "hostfile"), [
+    (MPIImplementation.OPENMPI, "heat-r2-1.heat-r2.research.svc.cluster.local slots=2\n"
+                                "heat-r2-2.heat-r2.research.svc.cluster.local slots=2\n"
+                                "heat-r2-3.heat-r2.research.svc.cluster.local slots=2\n"),
+    ("MPICH", "heat-r2-1.heat-r2.research.svc.cluster.local:2\n"
+              "heat-r2-2.heat-r2.research.svc.cluster.local:2\n"
+              "heat-r2-3.heat-r2.research.svc.cluster.local:2\n"),
+], ids=["openmpi", "mpich"])  # fmt: skip
+def test_hostfile_configmap(implementation: MPIImplementation | str, hostfile: str) -> None:
     configmap = build_hostfile_configmap(
         sj_name="heat", namespace="research", sj_uid=UID, job_name="heat-r2", parallelism=4,
-        slots_per_worker=2, implementation=MPIImplementation.OPENMPI,
+        slots_per_worker=2, implementation=implementation,
+    )  # fmt: skip
+    assert configmap == expected_configmap(hostfile)
+
+
+def test_hostfile_configmap_in_another_cluster_domain() -> None:
+    configmap = build_hostfile_configmap(
+        sj_name="heat", namespace="research", sj_uid=UID, job_name="heat-r2", parallelism=3,
+        slots_per_worker=1, implementation="OpenMPI", cluster_domain="corp.example",
     )  # fmt: skip
     assert configmap == expected_configmap(
-        "heat-r2-1.heat-r2 slots=2\nheat-r2-2.heat-r2 slots=2\nheat-r2-3.heat-r2 slots=2\n"
+        "heat-r2-1.heat-r2.research.svc.corp.example slots=1\nheat-r2-2.heat-r2.research.svc.corp.example slots=1\n",
+        "#!/bin/sh\n"
+        "# The MPI workers of run heat-r2, one per line as host:slots.\n"
+        "printf '%s\\n' heat-r2-1.heat-r2.research.svc.corp.example:1 heat-r2-2.heat-r2.research.svc.corp.example:1\n",
     )
-
-
-def test_hostfile_configmap_mpich() -> None:
-    configmap = build_hostfile_configmap(
-        sj_name="heat", namespace="research", sj_uid=UID, job_name="heat-r2", parallelism=4,
-        slots_per_worker=2, implementation="MPICH",
-    )  # fmt: skip
-    assert configmap == expected_configmap("heat-r2-1.heat-r2:2\nheat-r2-2.heat-r2:2\nheat-r2-3.heat-r2:2\n")
 
 
 def test_hostfile_configmap_follows_the_run() -> None:
@@ -221,16 +297,21 @@ def test_hostfile_configmap_follows_the_run() -> None:
     first = build_hostfile_configmap(job_name="heat-r1", **kwargs)
     second = build_hostfile_configmap(job_name="heat-r2", **kwargs)
     assert first["metadata"] == second["metadata"]
-    assert first["data"]["hostfile"] == "heat-r1-1.heat-r1 slots=1\n"
-    assert second["data"]["hostfile"] == "heat-r2-1.heat-r2 slots=1\n"
+    assert first["data"]["hostfile"] == "heat-r1-1.heat-r1.research.svc.cluster.local slots=1\n"
+    assert second["data"]["hostfile"] == "heat-r2-1.heat-r2.research.svc.cluster.local slots=1\n"
 
 
 def test_discover_hosts_script_prints_the_workers(tmp_path: Path) -> None:
     script = tmp_path / "discover_hosts.sh"
-    script.write_text(discover_hosts_script(job_name="heat-r2", parallelism=4, slots_per_worker=2))
+    script.write_text(discover_hosts_script(job_name="heat-r2", namespace="research", parallelism=4,
+                                            slots_per_worker=2))
     assert script.read_text() == EXPECTED_DISCOVER_HOSTS
     out = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=True).stdout
-    assert out == "heat-r2-1.heat-r2:2\nheat-r2-2.heat-r2:2\nheat-r2-3.heat-r2:2\n"
+    assert out == (
+        "heat-r2-1.heat-r2.research.svc.cluster.local:2\n"
+        "heat-r2-2.heat-r2.research.svc.cluster.local:2\n"
+        "heat-r2-3.heat-r2.research.svc.cluster.local:2\n"
+    )
 
 
 @pytest.mark.parametrize("slots", [0, -1])
@@ -359,7 +440,10 @@ EXPECTED_MPI_JOB: dict[str, Any] = {
                             {"name": "SJ_WORLD_SIZE", "value": "4"},
                             {
                                 "name": "SJ_HOSTS",
-                                "value": "heat-r2-0.heat-r2,heat-r2-1.heat-r2,heat-r2-2.heat-r2,heat-r2-3.heat-r2",
+                                "value": "heat-r2-0.heat-r2.research.svc.cluster.local,"
+                                         "heat-r2-1.heat-r2.research.svc.cluster.local,"
+                                         "heat-r2-2.heat-r2.research.svc.cluster.local,"
+                                         "heat-r2-3.heat-r2.research.svc.cluster.local",
                             },
                             {"name": "OMPI_MCA_orte_default_hostfile", "value": "/etc/mpi/hostfile"},
                             {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
@@ -613,11 +697,12 @@ class Pod:
             port=port, mpi_dir=str(self.mpi_dir), ssh_dir=str(self.ssh_dir), run_dir=str(self.run_dir), sshd=sshd
         )
 
-    def mount_secret(self, private_key: str, public_key: str) -> None:
-        secret = build_mpi_secret(
-            sj_name="heat", namespace="research", sj_uid=UID, private_key=private_key, public_key=public_key
-        )
+    def mount_secret(self, keys: GangKeys = FAKE_KEYS, *, leave_out: tuple[str, ...] = ()) -> None:
+        """The Secret's files, but ``leave_out``; the config's paths and port moved to this pod's."""
+        secret = build_mpi_secret(sj_name="heat", namespace="research", sj_uid=UID, keys=keys)
         for key, value in secret["data"].items():
+            if key in leave_out:
+                continue
             text = base64.b64decode(value).decode()
             if key == "config":
                 text = text.replace("Port 2222", f"Port {self.port}").replace("/etc/mpi/ssh", str(self.ssh_dir))
@@ -657,7 +742,7 @@ needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="the launch
 @needs_bash
 def test_launcher_waits_for_the_workers_then_runs_the_command(tmp_path: Path, listener: int) -> None:
     pod = Pod(tmp_path, port=listener)
-    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_secret()
     pod.mount_hostfile("127.0.0.1 slots=2\n")
     result = run(
         pod.argv("sh", "-c", 'printf "%s|" "$SJ_MPI_ROLE" "$@"', "user", "a b", "$c"),
@@ -671,7 +756,7 @@ def test_launcher_waits_for_the_workers_then_runs_the_command(tmp_path: Path, li
 @needs_bash
 def test_launcher_reads_mpich_hostfiles(tmp_path: Path, listener: int) -> None:
     pod = Pod(tmp_path, port=listener)
-    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_secret()
     pod.mount_hostfile("127.0.0.1:4\n127.0.0.1:4")  # no newline at the end
     result = run(pod.argv("true"), env=pod.env(0, SJ_HOSTS="me,127.0.0.1,127.0.0.1", SJ_MPI_WAIT_SECONDS="10"))
     assert result.returncode == 0, result.stderr
@@ -681,7 +766,7 @@ def test_launcher_reads_mpich_hostfiles(tmp_path: Path, listener: int) -> None:
 def test_launcher_gives_up_on_unreachable_workers(tmp_path: Path) -> None:
     port = free_port()
     pod = Pod(tmp_path, port=port)
-    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_secret()
     pod.mount_hostfile("127.0.0.1 slots=1\n")
     result = run(pod.argv("echo", "never"), env=pod.env(0, SJ_HOSTS="me,127.0.0.1", SJ_MPI_WAIT_SECONDS="1"))
     assert result.returncode == 1
@@ -692,7 +777,7 @@ def test_launcher_gives_up_on_unreachable_workers(tmp_path: Path) -> None:
 @needs_bash
 def test_launcher_waits_out_a_stale_hostfile(tmp_path: Path, listener: int) -> None:
     pod = Pod(tmp_path, port=listener)
-    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_secret()
     pod.mount_hostfile("heat-r1-1.heat-r1 slots=1\n")
     env = pod.env(0, SJ_HOSTS="heat-r2-0.heat-r2,heat-r2-1.heat-r2", SJ_MPI_WAIT_SECONDS="0")
     result = run(pod.argv("echo", "never"), env=env)
@@ -713,7 +798,7 @@ def test_launcher_waits_out_a_stale_hostfile(tmp_path: Path, listener: int) -> N
 )  # fmt: skip
 def test_entrypoint_reports_misconfiguration(tmp_path: Path, env: dict[str, str], message: str) -> None:
     pod = Pod(tmp_path, port=free_port())
-    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_secret()
     result = run(pod.argv("true"), env=pod.env(None, **env))
     assert result.returncode == 1
     assert f"sj-mpi-entrypoint: {message}" in result.stderr
@@ -725,13 +810,14 @@ def test_launcher_needs_a_command_and_the_key(tmp_path: Path) -> None:
     result = run(pod.argv("true"), env=env)
     assert result.returncode == 1
     assert f"cannot read {pod.ssh_dir}/ssh-privatekey" in result.stderr
-    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_secret()
     result = run(pod.argv(), env=env)
     assert result.returncode == 1
     assert "no command to run on the launcher" in result.stderr
 
 
-needs_keygen = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="workers create host keys with ssh-keygen")
+needs_keygen = pytest.mark.skipif(shutil.which("ssh-keygen") is None,
+                                  reason="workers whose Secret has no host key create one with ssh-keygen")
 
 
 def fake_sshd(tmp_path: Path, body: str) -> str:
@@ -749,13 +835,12 @@ def wait_for_line(proc: subprocess.Popen[str], needle: str) -> None:
     raise AssertionError(f"{needle!r} never printed")
 
 
-@needs_keygen
 def test_worker_keeps_sshd_up_until_the_ranks_have_exited(tmp_path: Path) -> None:
     # The fake sshd starts a "rank" that takes 2 s to stop, as if it were writing a checkpoint.
     rank_started = tmp_path / "rank-started"
     sshd = fake_sshd(tmp_path, f"sh -c 'touch {rank_started}; sleep 2' &\nexec sleep 300")
     pod = Pod(tmp_path, port=free_port(), sshd=sshd)
-    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_secret()
     env = pod.env(1, SJ_NAME="heat", SJ_CHECKPOINT_DIR="/checkpoints", PATH=f"/opt/mpi/bin:{os.environ['PATH']}",
                   OMPI_MCA_plm_rsh_args="-F /etc/mpi/ssh/config", SJ_CHECKPOINT_INTERVAL='say "when"')  # fmt: skip
     worker = subprocess.Popen(pod.argv("ignored"), env=env, stderr=subprocess.PIPE, text=True)
@@ -774,11 +859,10 @@ def test_worker_keeps_sshd_up_until_the_ranks_have_exited(tmp_path: Path) -> Non
     assert (tmp_path / "sshd-args").read_text().split("\n")[:-1] == [
         "-D", "-e", "-p", str(pod.port), "-f", f"{pod.run_dir}/sshd_config",
     ]  # fmt: skip
-    assert (pod.run_dir / "ssh_host_ed25519_key").is_file()
-    assert (pod.run_dir / "ssh_host_ed25519_key").stat().st_mode & 0o077 == 0
+    assert not (pod.run_dir / "ssh_host_ed25519_key").exists(), "the Secret's host key, not one made here"
     config = (pod.run_dir / "sshd_config").read_text().splitlines()
     assert config[:4] == [
-        f"HostKey {pod.run_dir}/ssh_host_ed25519_key",
+        f"HostKey {pod.ssh_dir}/ssh_host_ed25519_key",
         f"PidFile {pod.run_dir}/sshd.pid",
         f"AuthorizedKeysFile {pod.ssh_dir}/authorized_keys",
         "PubkeyAuthentication yes",
@@ -790,10 +874,9 @@ def test_worker_keeps_sshd_up_until_the_ranks_have_exited(tmp_path: Path) -> Non
     )
 
 
-@needs_keygen
 def test_worker_fails_when_sshd_exits(tmp_path: Path) -> None:
     pod = Pod(tmp_path, port=free_port(), sshd=fake_sshd(tmp_path, "exit 3"))
-    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_secret()
     result = run(pod.argv(), env=pod.env(2))
     assert result.returncode == 3
     assert "sshd exited with status 3" in result.stderr
@@ -801,7 +884,7 @@ def test_worker_fails_when_sshd_exits(tmp_path: Path) -> None:
 
 def test_worker_needs_sshd_and_the_authorized_keys(tmp_path: Path) -> None:
     pod = Pod(tmp_path, port=free_port(), sshd=str(tmp_path / "missing-sshd"))
-    pod.mount_secret(FAKE_PRIVATE_KEY, FAKE_PUBLIC_KEY)
+    pod.mount_secret()
     result = run(pod.argv(), env=pod.env(1))
     assert result.returncode == 1
     assert f"{tmp_path}/missing-sshd not found" in result.stderr
@@ -811,19 +894,46 @@ def test_worker_needs_sshd_and_the_authorized_keys(tmp_path: Path) -> None:
     assert f"cannot read {pod.ssh_dir}/authorized_keys" in result.stderr
 
 
-@pytest.mark.skipif(
-    not (os.access("/usr/sbin/sshd", os.X_OK) and shutil.which("ssh") and shutil.which("ssh-keygen")),
-    reason="needs the OpenSSH server and client",
+@needs_keygen
+def test_worker_makes_a_host_key_when_the_secret_predates_them(tmp_path: Path) -> None:
+    pod = Pod(tmp_path, port=free_port(), sshd=fake_sshd(tmp_path, "exit 3"))
+    pod.mount_secret(leave_out=("ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "known_hosts"))
+    result = run(pod.argv(), env=pod.env(1))
+    assert result.returncode == 3
+    assert f"{pod.ssh_dir}/ssh_host_ed25519_key is missing (the ssh Secret predates pinned host keys)" in result.stderr
+    assert (pod.run_dir / "ssh_host_ed25519_key").is_file()
+    assert (pod.run_dir / "ssh_host_ed25519_key").stat().st_mode & 0o077 == 0
+    assert (pod.run_dir / "sshd_config").read_text().splitlines()[0] == f"HostKey {pod.run_dir}/ssh_host_ed25519_key"
+
+
+needs_openssh = pytest.mark.skipif(
+    not (os.access("/usr/sbin/sshd", os.X_OK) and shutil.which("ssh")), reason="needs the OpenSSH server and client"
 )
-def test_launcher_reaches_a_real_worker_over_ssh(tmp_path: Path) -> None:
+GANG_HOST = "heat-r1-1.heat-r1.research.svc.cluster.local"
+OTHER_NAMESPACE_HOST = "heat-r1-1.heat-r1.elsewhere.svc.cluster.local"
+
+
+@needs_openssh
+@pytest.mark.parametrize(("worker_host_key", "host_key_alias", "error"), [
+    ("the gang's", GANG_HOST, None),
+    ("another gang's", GANG_HOST, "Host key verification failed."),
+    ("the gang's", OTHER_NAMESPACE_HOST, "Host key verification failed."),
+    ("the gang's", None, "Host key verification failed."),  # 127.0.0.2 itself is in no known_hosts
+])  # fmt: skip
+def test_launcher_reaches_a_real_worker_over_ssh_only_with_the_pinned_host_key(
+    tmp_path: Path, worker_host_key: str, host_key_alias: str | None, error: str | None
+) -> None:
     port = free_port()
     worker_pod = Pod(tmp_path / "worker", port=port)
     launcher_pod = Pod(tmp_path / "launcher", port=port)
-    private_key, public_key = generate_ssh_keypair()
-    for pod in (worker_pod, launcher_pod):
-        pod.mount_secret(private_key, public_key)
+    keys = generate_gang_keys()
+    launcher_pod.mount_secret(keys)
+    worker_pod.mount_secret(keys if worker_host_key == "the gang's" else GangKeys(user=keys.user,
+                                                                               host=generate_ssh_keypair()))
     launcher_pod.mount_hostfile("127.0.0.2 slots=1\n")
-    hosts = "heat-r1-0.heat-r1,127.0.0.2"
+    hosts = "heat-r1-0.heat-r1.research.svc.cluster.local,127.0.0.2"
+    # The worker listens on 127.0.0.2; the alias makes ssh look its host key up under the gang's name.
+    alias = ["-o", f"HostKeyAlias={host_key_alias}"] if host_key_alias else []
     worker = subprocess.Popen(
         worker_pod.argv(), env=worker_pod.env(1, SJ_HOSTS=hosts, SJ_CHECKPOINT_DIR="/checkpoints"),
         stderr=subprocess.PIPE, text=True,
@@ -831,13 +941,18 @@ def test_launcher_reaches_a_real_worker_over_ssh(tmp_path: Path) -> None:
     try:
         remote = 'echo "$SJ_CHECKPOINT_DIR on $SSH_CONNECTION"'
         result = run(
-            launcher_pod.argv("ssh", "-F", f"{launcher_pod.ssh_dir}/config", "127.0.0.2", remote),
+            launcher_pod.argv("ssh", "-F", f"{launcher_pod.ssh_dir}/config", *alias, "127.0.0.2", remote),
             env=launcher_pod.env(0, SJ_HOSTS=hosts, SJ_MPI_WAIT_SECONDS="20"),
             timeout=60,
         )
-        assert result.returncode == 0, result.stderr
-        assert result.stdout.startswith("/checkpoints on ")
-        assert result.stdout.rstrip().endswith(f"127.0.0.2 {port}")
+        if error is None:
+            assert result.returncode == 0, result.stderr
+            assert result.stdout.startswith("/checkpoints on ")
+            assert result.stdout.rstrip().endswith(f"127.0.0.2 {port}")
+        else:
+            assert result.returncode == 255
+            assert result.stdout == ""
+            assert error in result.stderr
         worker.terminate()
         assert worker.wait(timeout=30) == 143
     finally:
