@@ -1,9 +1,11 @@
-"""The admission webhook's certificates: a private CA and a serving certificate it signs, renewed in time.
+"""The admission webhook's certificates: a serving certificate signed by a CA of its own, renewed in time.
 
 Pure functions over PEM bytes with the time passed in. The operator keeps the result in a Secret shared
-by its replicas (``webhook.py``); the API server trusts every CA in ``ca_bundle``, so a new CA is
-introduced beside the old one and the old one leaves only when it expires: a rotation never breaks a
-request in flight.
+by its replicas (``webhook.py``). The CA is made for one serving certificate and its private key is
+dropped as soon as that certificate is signed: it is never stored, so nothing that reads the Secret (or a
+backup of etcd) can mint a certificate the API server would trust. Each renewal makes a new CA; the API
+server trusts every CA in ``ca_bundle``, so the new one is introduced beside the old one, which leaves
+only when it expires: a rotation never breaks a request in flight.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-CA_VALIDITY = timedelta(days=3 * 365)
 SERVING_VALIDITY = timedelta(days=90)
-RENEW_CA_BEFORE = timedelta(days=120)
-"""A CA this close to its end is replaced (longer than a serving certificate lives, so none outlives it)."""
+CA_VALIDITY = SERVING_VALIDITY
+"""A CA signs one serving certificate and lives as long as it. A CA that lived longer (before 0.2, when
+the CA's key was kept in the Secret) is no longer trusted once a renewal runs."""
 RENEW_SERVING_BEFORE = timedelta(days=30)
 CLOCK_SKEW = timedelta(minutes=5)
 """Certificates are valid from a little before ``now``, for API servers whose clock is behind."""
@@ -31,11 +33,10 @@ CLOCK_SKEW = timedelta(minutes=5)
 
 @dataclass(frozen=True)
 class TLSBundle:
-    """What the Secret holds: the CAs the API server trusts, the signing CA, and the serving pair."""
+    """What the Secret holds: the CAs the API server trusts and the serving pair (no CA key)."""
 
     ca_bundle: bytes
-    """PEM of every CA still trusted, the signing one first."""
-    ca_key: bytes
+    """PEM of every CA still trusted, the one that signed ``cert`` first."""
     cert: bytes
     key: bytes
 
@@ -113,24 +114,21 @@ def _hosts_of(cert: x509.Certificate) -> set[str]:
     return {str(name.value) for name in names if isinstance(name, x509.DNSName | x509.IPAddress)}
 
 
-def _usable(bundle: TLSBundle, hosts: Sequence[str], now: datetime) -> tuple[bool, bool]:
-    """(the CA can keep signing, the serving certificate can keep serving ``hosts``)."""
+def _usable(bundle: TLSBundle, hosts: Sequence[str], now: datetime) -> bool:
+    """Whether the serving certificate can keep serving ``hosts``, trusted through the bundle's first CA."""
     try:
         cas = x509.load_pem_x509_certificates(bundle.ca_bundle)
         serving = x509.load_pem_x509_certificate(bundle.cert)
         key = serialization.load_pem_private_key(bundle.key, password=None)
-        serialization.load_pem_private_key(bundle.ca_key, password=None)
     except ValueError:
-        return False, False
-    ca_ok = bool(cas) and cas[0].not_valid_after_utc - now > RENEW_CA_BEFORE
-    serving_ok = (
-        ca_ok
+        return False
+    return (
+        bool(cas)
         and _same_key(serving.public_key(), key.public_key())
         and _signed_by(serving, cas[0])
         and serving.not_valid_after_utc - now > RENEW_SERVING_BEFORE
         and _hosts_of(serving) == {str(_san(host).value) for host in hosts}
     )
-    return ca_ok, serving_ok
 
 
 def _same_key(one: Any, other: Any) -> bool:
@@ -148,37 +146,31 @@ def _signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
 
 def renewal_due(bundle: TLSBundle | None, hosts: Sequence[str], now: datetime) -> bool:
     """Whether the bundle must be (re)made: missing, unreadable, expiring, or for other hosts."""
-    return bundle is None or not all(_usable(bundle, hosts, now))
+    return bundle is None or not _usable(bundle, hosts, now)
 
 
 def renew(bundle: TLSBundle | None, hosts: Sequence[str], now: datetime) -> TLSBundle:
-    """The bundle to store: the same one when still good, else one with a fresh serving certificate,
-    and a new CA (the old one still trusted until it expires) when the CA itself is near its end."""
+    """The bundle to store: the same one when still good, else a fresh serving certificate signed by a new
+    CA whose key is then forgotten; the old bundle's CAs stay trusted until they expire (a replica that
+    has not reloaded yet still serves a certificate of one of them)."""
     if bundle is not None and not renewal_due(bundle, hosts, now):
         return bundle
-    ca_ok = bundle is not None and _usable(bundle, hosts, now)[0]
-    if bundle is not None and ca_ok:
-        ca_cert, ca_key = _first_pem(bundle.ca_bundle), bundle.ca_key
-        trusted = _still_valid(bundle.ca_bundle, now)
-    else:
-        ca_cert, ca_key = new_ca(now)
-        still_valid = _still_valid(bundle.ca_bundle, now) if bundle is not None else b""
-        trusted = ca_cert + still_valid
+    ca_cert, ca_key = new_ca(now)
     cert, key = issue(ca_cert, ca_key, hosts, now)
-    return TLSBundle(ca_bundle=trusted, ca_key=ca_key, cert=cert, key=key)
+    still_valid = _still_trusted(bundle.ca_bundle, now) if bundle is not None else b""
+    return TLSBundle(ca_bundle=ca_cert + still_valid, cert=cert, key=key)
 
 
-def _first_pem(pems: bytes) -> bytes:
-    return x509.load_pem_x509_certificates(pems)[0].public_bytes(serialization.Encoding.PEM)
-
-
-def _still_valid(pems: bytes, now: datetime) -> bytes:
-    """The CAs of ``pems`` that have not expired (unreadable input counts as none)."""
+def _still_trusted(pems: bytes, now: datetime) -> bytes:
+    """The CAs of ``pems`` that have not expired and live no longer than `CA_VALIDITY` (a longer-lived one
+    is of the time its key was stored; unreadable input counts as none)."""
     try:
         cas = x509.load_pem_x509_certificates(pems)
     except ValueError:
         return b""
-    return b"".join(ca.public_bytes(serialization.Encoding.PEM) for ca in cas if ca.not_valid_after_utc > now)
+    return b"".join(ca.public_bytes(serialization.Encoding.PEM) for ca in cas
+                    if ca.not_valid_after_utc > now
+                    and ca.not_valid_after_utc - ca.not_valid_before_utc <= CA_VALIDITY + CLOCK_SKEW)
 
 
 def not_after(cert: bytes) -> datetime:

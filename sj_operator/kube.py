@@ -9,6 +9,11 @@ round trip). Both retry what is worth retrying (connection errors, 429, 5xx) wit
 (tenacity). What is not worth retrying is raised as a typed error the controller knows how to handle:
 `NotFound`, `Conflict` (optimistic-concurrency loss or already exists), `Invalid` (the API server refused
 the object).
+
+Each method declares the permissions its requests need (`needs`, collected in `ACCESS`): the chart's
+ClusterRole and Role (deploy/chart/templates/rbac.yaml) grant exactly those of the methods the operator
+calls, and `tests/unit/test_rbac.py` fails when a method's requests, the declarations or the chart drift
+apart.
 """
 from __future__ import annotations
 
@@ -21,8 +26,9 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, Final, Literal, TypeVar, cast
 
 import aiohttp
 import urllib3
@@ -54,6 +60,43 @@ SEND_TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=10)
 _BACKGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar("kube_background", default=False)
 # Waits between retries: 0.2-0.4 s, 0.4-0.6 s, 0.8-1.0 s, ... capped at 5 s.
 RETRY_WAIT = wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.2)
+
+
+Where = Literal["anywhere", "own namespace", "own lease", "own webhook secret", "own webhook configuration"]
+"""Where a permission is needed: in any namespace (or of a cluster-scoped resource, any object); in the
+operator's own namespace (any name: a create cannot be limited to a name); or only on one object of the
+operator's own: its leader Lease and its webhook's Secret (in its namespace), its webhook configurations
+(cluster-scoped, by name)."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """One permission: an RBAC verb on a resource (``jobs/status`` for a subresource) of an API group."""
+
+    group: str
+    resource: str
+    verb: str
+    where: Where = "anywhere"
+
+
+def access(group: str, resource: str, *verbs: str, where: Where = "anywhere") -> tuple[Access, ...]:
+    return tuple(Access(group, resource, verb, where) for verb in verbs)
+
+
+ACCESS: Final[dict[str, tuple[Access, ...]]] = {}
+"""What each `Kube` method's requests need, by method name (`needs`)."""
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def needs(*accesses: Access | tuple[Access, ...]) -> Callable[[F], F]:
+    """Declares what the decorated `Kube` method's requests need (``test_rbac`` checks it against them)."""
+    flat = tuple(a for item in accesses for a in (item if isinstance(item, tuple) else (item,)))
+
+    def declare(fn: F) -> F:
+        ACCESS[fn.__name__] = flat
+        return fn
+
+    return declare
 
 
 class KubeError(Exception):
@@ -189,7 +232,6 @@ class Kube:
         self.policy = client.PolicyV1Api(self.api)
         self.scheduling = client.SchedulingV1Api(self.api)
         self.coordination = client.CoordinationV1Api(self.api)
-        self.admission = client.AdmissionregistrationV1Api(self.api)
         self.retry_for = retry_for
         self.stop = stop if stop is not None else stop_after_delay(retry_for)
         self.sleep = sleep if sleep is not None else asyncio.sleep
@@ -335,6 +377,7 @@ class Kube:
             raise _error(response.status, response.reason or "", message)
         return response
 
+    @needs()  # list of the path given: the watch caches' paths (`caches.py`)
     async def list_raw(self, path: str, *, selector: str | None = None,
                        page: int = 500) -> tuple[list[dict[str, Any]], str]:
         """Every object at ``path`` (``/api/v1/pods``) with the labels ``selector`` asks for, as the API
@@ -356,6 +399,7 @@ class Kube:
                 return items, str(meta.get("resourceVersion", ""))
             params = {**first, "continue": meta["continue"]}
 
+    @needs()  # watch of the path given, likewise
     async def watch_raw(self, path: str, resource_version: str, *, selector: str | None = None,
                         timeout: int = 270) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """The events at ``path`` after ``resource_version``, as (type, object) with bookmarks, until the
@@ -378,6 +422,7 @@ class Kube:
         finally:
             response.release()
 
+    @needs()
     async def close(self) -> None:
         sessions = [made[1] for made in self._senders.values()
                     if made[0] is asyncio.get_running_loop()]
@@ -387,20 +432,25 @@ class Kube:
                 await session.close()
 
     # --- Leases (leader election) -----------------------------------------------
+    @needs(Access("coordination.k8s.io", "leases", "get", "own lease"))
     async def read_lease(self, namespace: str, name: str) -> Any:
         return await self._call(self.coordination.read_namespaced_lease, name, namespace)
 
+    @needs(Access("coordination.k8s.io", "leases", "create", "own namespace"))
     async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> None:
         await self._call(self.coordination.create_namespaced_lease, namespace, body)
 
+    @needs(Access("coordination.k8s.io", "leases", "update", "own lease"))
     async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
         """Fails with Conflict when the Lease changed since ``body``'s resourceVersion was read."""
         await self._call(self.coordination.replace_namespaced_lease, name, namespace, body)
 
+    @needs(Access("coordination.k8s.io", "leases", "patch", "own lease"))
     async def patch_lease(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         await self._call(self.coordination.patch_namespaced_lease, name, namespace, patch)
 
     # --- ScavengerJobs -------------------------------------------------------
+    @needs(Access(GROUP, f"{PLURAL}/status", "patch"))
     async def patch_sj_status(self, namespace: str, name: str, status: Mapping[str, Any],
                               resource_version: str | None) -> dict[str, Any]:
         """Merge-patches status; with resource_version, fails with Conflict if the SJ changed since."""
@@ -413,25 +463,30 @@ class Kube:
         return cast(dict[str, Any], patched)
 
     # --- runs ------------------------------------------------------------------
+    @needs(Access("batch", "jobs", "create"))
     async def create_job(self, job: Mapping[str, Any]) -> None:
         await self._send("POST", f"/apis/batch/v1/namespaces/{job['metadata']['namespace']}/jobs",
                          "create_namespaced_job", job)
 
+    @needs(Access("batch", "jobs", "delete"))
     async def delete_job(self, namespace: str, name: str) -> None:
         """Deletes a run; its pods are deleted by the garbage collector, each with its grace period."""
         with contextlib.suppress(NotFound):
             await self._send("DELETE", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}", "delete_namespaced_job",
                              params={"propagationPolicy": "Background"})
 
+    @needs(Access("", "services", "create"))
     async def create_service(self, svc: Mapping[str, Any]) -> None:
         await self._send("POST", f"/api/v1/namespaces/{svc['metadata']['namespace']}/services",
                          "create_namespaced_service", svc)
 
+    @needs(Access("", "services", "delete"))
     async def delete_service(self, namespace: str, name: str) -> None:
         with contextlib.suppress(NotFound):
             await self._send("DELETE", f"/api/v1/namespaces/{namespace}/services/{name}",
                              "delete_namespaced_service")
 
+    @needs()  # what ``create`` needs
     async def create_or_keep(self, create: Callable[[], Any]) -> bool:
         """Runs a create call; returns False when the object already existed."""
         try:
@@ -440,11 +495,13 @@ class Kube:
         except Conflict:
             return False
 
+    @needs(Access("", "secrets", "create"))
     async def create_secret_unless_exists(self, secret: Mapping[str, Any]) -> bool:
         """Creates a Secret; an existing one is kept as it is (e.g. ssh keys reused across runs)."""
         return await self.create_or_keep(lambda: self._call(
             self.core.create_namespaced_secret, secret["metadata"]["namespace"], secret))
 
+    @needs(access("", "configmaps", "create", "patch"))
     async def apply_config_map(self, cm: Mapping[str, Any]) -> None:
         """Creates a ConfigMap, or replaces the data of the existing one."""
         ns, name = cm["metadata"]["namespace"], cm["metadata"]["name"]
@@ -453,6 +510,8 @@ class Kube:
         except Conflict:
             await self._call(self.core.patch_namespaced_config_map, name, ns, {"data": cm.get("data", {})})
 
+    @needs(Access("", "persistentvolumeclaims", "get"), Access("", "configmaps", "get"),
+           Access("", "secrets", "get"))
     async def exists(self, kind: str, namespace: str, name: str) -> bool:
         read = {
             "persistentVolumeClaim": self.core.read_namespaced_persistent_volume_claim,
@@ -466,64 +525,49 @@ class Kube:
             return False
 
     # --- the webhook's certificates and configuration ----------------------------
+    @needs(Access("", "secrets", "get", "own webhook secret"))
     async def read_secret(self, namespace: str, name: str) -> Any:
         return await self._call(self.core.read_namespaced_secret, name, namespace)
 
+    @needs(Access("", "secrets", "create", "own namespace"))
     async def create_secret(self, secret: Mapping[str, Any]) -> None:
         """Fails with Conflict when a Secret of that name exists."""
         await self._call(self.core.create_namespaced_secret, secret["metadata"]["namespace"], secret)
 
+    @needs(Access("", "secrets", "update", "own webhook secret"))
     async def replace_secret(self, secret: Mapping[str, Any]) -> None:
         """Fails with Conflict when the Secret changed since ``secret``'s resourceVersion was read."""
         meta = secret["metadata"]
         await self._call(self.core.replace_namespaced_secret, meta["name"], meta["namespace"], secret)
 
-    async def apply_validating_webhook(self, configuration: Mapping[str, Any]) -> None:
-        """Creates the ValidatingWebhookConfiguration, or replaces its webhooks when it exists."""
-        a = self.admission
-        await self._apply_webhook(a.create_validating_webhook_configuration, a.read_validating_webhook_configuration,
-                                  a.replace_validating_webhook_configuration, configuration)
-
-    async def apply_mutating_webhook(self, configuration: Mapping[str, Any]) -> None:
-        """Creates the MutatingWebhookConfiguration, or replaces its webhooks when it exists."""
-        a = self.admission
-        await self._apply_webhook(a.create_mutating_webhook_configuration, a.read_mutating_webhook_configuration,
-                                  a.replace_mutating_webhook_configuration, configuration)
-
-    async def _apply_webhook(self, create: Callable[..., Any], read: Callable[..., Any], replace: Callable[..., Any],
-                             configuration: Mapping[str, Any]) -> None:
-        """Replaced whole, not patched: a patch would merge a Service reference into a URL one (or back)
-        when the operator moves between running in and outside the cluster, which the API server refuses."""
-        name = configuration["metadata"]["name"]
-        for _ in range(3):
-            try:
-                await self._call(create, configuration)
-                return
-            except Conflict:
-                pass
-            try:
-                current = await self._call(read, name)
-            except NotFound:
-                continue
-            body = {**configuration, "metadata": {**configuration["metadata"],
-                                                  "resourceVersion": current.metadata.resource_version}}
-            try:
-                await self._call(replace, name, body)
-                return
-            except (Conflict, NotFound):
-                continue
-        raise Conflict(409, "Conflict", f"webhook configuration {name} kept changing")
+    @needs(Access("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch",
+                  "own webhook configuration"),
+           Access("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch",
+                  "own webhook configuration"))
+    async def patch_ca_bundle(self, kind: Literal["validating", "mutating"], name: str, webhook: str,
+                              ca_bundle: str) -> None:
+        """Sets the ``caBundle`` of ``webhook`` in the webhook configuration ``name`` (which the chart ships),
+        leaving the rest as it is: a strategic merge patch of that one webhook, found by its name. Raises
+        NotFound when the configuration is missing, and Invalid when it has no webhook of that name (a
+        strategic merge would add one, which the API server refuses as incomplete)."""
+        await self._send("PATCH", f"/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations/{name}",
+                         f"patch_{kind}_webhook_configuration",
+                         {"webhooks": [{"name": webhook, "clientConfig": {"caBundle": ca_bundle}}]},
+                         content_type="application/strategic-merge-patch+json")
 
     # --- adopted Jobs ------------------------------------------------------------------
+    @needs(Access(GROUP, PLURAL, "create"))
     async def create_sj(self, sj: Mapping[str, Any]) -> bool:
         """Creates an SJ; False when one of that name exists."""
         return await self.create_or_keep(lambda: self._call(
             self.custom.create_namespaced_custom_object, GROUP, VERSION, sj["metadata"]["namespace"], PLURAL, sj))
 
+    @needs(Access("batch", "jobs/status", "patch"))
     async def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         await self._call(self.batch.patch_namespaced_job_status, name, namespace, {"status": dict(status)})
 
     # --- what the namespace allows ---------------------------------------------------
+    @needs(Access("", "pods", "create"))  # dry runs only: the chart's operator guard refuses others
     async def dry_run_pod(self, pod: Mapping[str, Any]) -> None:
         """Creates ``pod`` as a server-side dry run: every admission rule of its namespace is applied and
         nothing is stored. Raises Forbidden (or Invalid) with the API server's reason when refused."""
@@ -531,11 +575,13 @@ class Kube:
                          pod, params={"dryRun": "All"})
 
     # --- pods and budgets ------------------------------------------------------
+    @needs(Access("", "pods", "patch"))  # only its protection label: the operator guard
     async def label_pod(self, namespace: str, name: str, labels: Mapping[str, str | None]) -> None:
         with contextlib.suppress(NotFound):
             await self._send("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", "patch_namespaced_pod",
                              {"metadata": {"labels": dict(labels)}}, content_type="application/merge-patch+json")
 
+    @needs(access("policy", "poddisruptionbudgets", "create", "patch"))
     async def apply_pdb(self, pdb: Mapping[str, Any]) -> None:
         ns, name = pdb["metadata"]["namespace"], pdb["metadata"]["name"]
         try:
@@ -543,6 +589,7 @@ class Kube:
         except Conflict:
             await self._call(_unread(self.policy.patch_namespaced_pod_disruption_budget), name, ns, pdb)
 
+    @needs(Access("scheduling.k8s.io", "priorityclasses", "create"))
     async def ensure_priority_class(self, pc: Mapping[str, Any]) -> bool:
         """Creates a PriorityClass unless one of that name exists (never clobbers). True if created."""
         try:
@@ -552,6 +599,7 @@ class Kube:
             return False
 
     # --- events ------------------------------------------------------------------
+    @needs(Access("", "events", "create"))
     async def event(self, *, namespace: str, name: str, uid: str, kind: str, api_version: str,
                     type_: str, reason: str, message: str, component: str = "scavenger",
                     at: datetime | None = None) -> None:

@@ -1,9 +1,18 @@
-"""The validating admission webhook: an HTTPS server every replica runs, with certificates it keeps itself.
+"""The admission webhooks: an HTTPS server every replica runs, with certificates it keeps itself.
 
 On start and every ``REFRESH`` the replica reads the shared Secret, renews what is due
-(:mod:`sj_operator.certs`; replicas race with resourceVersions, the loser takes the winner's), loads
-the serving pair into its TLS context (new connections get it at once, no restart), and makes the
-ValidatingWebhookConfiguration trust the current CAs. Answers come from :func:`admission.review`.
+(:mod:`sj_operator.certs`; replicas race with resourceVersions, the loser takes the winner's), sets the
+current CAs as the ``caBundle`` of its two webhook configurations, and then loads the serving pair into
+its TLS context (new connections get it at once, no restart): the API server trusts a new certificate's CA
+before any connection is served with it. Answers come from :func:`admission.review` and
+:func:`adoption.mutate_review`.
+
+The configurations themselves ship in the Helm chart (deploy/chart/templates/webhooks.yaml, kept equal
+to `webhook_configuration` and `adoption_configuration` by ``tests/unit/test_chart.py``), so the operator
+never creates one and ``helm uninstall`` removes them; it may only patch their ``caBundle``, by name. A
+configuration that is missing is logged and looked for again at the next refresh (every `MISSING_RETRY`
+while one is missing); outside a cluster (``url``), whoever runs the operator creates them
+(`webhook_configuration`, `adoption_configuration`: the e2e harness does).
 
 The configuration's failure policy is ``Ignore``: SJs can be submitted while no replica answers (an
 upgrade, a crash), and the decision loop applies the same validation, so an SJ that slips in then is
@@ -20,7 +29,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from aiohttp import web
 
@@ -43,12 +52,21 @@ ADOPTION_FAILURE_POLICY: Final = "Fail"
 """Only Jobs labelled for adoption are sent (an object selector): while no replica answers, creating
 such a Job fails instead of letting it run unsuspended at its own priority."""
 REFRESH: Final = timedelta(minutes=10)
-_SECRET_KEYS: Final = {"ca_bundle": "ca.crt", "ca_key": "ca.key", "cert": "tls.crt", "key": "tls.key"}
+MISSING_RETRY: Final = timedelta(seconds=30)
+"""How soon a refresh is tried again while a webhook configuration is missing (being installed)."""
+_SECRET_KEYS: Final = {"ca_bundle": "ca.crt", "cert": "tls.crt", "key": "tls.key"}
+_LEGACY_CA_KEY: Final = "ca.key"
+"""Where a Secret written before 0.2 kept its CA's private key: such a Secret is renewed at once."""
+CONFIGURATIONS: Final[tuple[tuple[Literal["validating", "mutating"], str, str], ...]] = (
+    ("validating", CONFIGURATION_NAME, WEBHOOK_NAME),
+    ("mutating", ADOPTION_CONFIGURATION_NAME, ADOPTION_WEBHOOK_NAME))
+"""The webhook configurations whose ``caBundle`` the operator sets: (kind, name, webhook)."""
 
 
-def _client_config(ca_bundle: bytes, service: str | None, url: str | None, path: str) -> dict[str, Any]:
-    """Where the API server sends reviews: the Service, or ``url`` (scheme, host and port) outside a cluster."""
-    client_config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
+def _client_config(ca_bundle: bytes | None, service: str | None, url: str | None, path: str) -> dict[str, Any]:
+    """Where the API server sends reviews: the Service, or ``url`` (scheme, host and port) outside a cluster;
+    with the CAs it trusts there (none yet: the operator sets them)."""
+    client_config: dict[str, Any] = {} if ca_bundle is None else {"caBundle": base64.b64encode(ca_bundle).decode()}
     if service is not None:
         namespace, name = service.split("/", 1)
         client_config["service"] = {"namespace": namespace, "name": name, "path": path, "port": 443}
@@ -57,7 +75,7 @@ def _client_config(ca_bundle: bytes, service: str | None, url: str | None, path:
     return client_config
 
 
-def adoption_configuration(*, ca_bundle: bytes, service: str | None, url: str | None,
+def adoption_configuration(*, ca_bundle: bytes | None = None, service: str | None, url: str | None,
                            namespaces: tuple[str, ...] = ()) -> dict[str, Any]:
     """The MutatingWebhookConfiguration sending the creates of Jobs labelled for adoption (in the
     namespaces this operator handles) to this operator."""
@@ -74,7 +92,7 @@ def adoption_configuration(*, ca_bundle: bytes, service: str | None, url: str | 
                           ADOPTION_FAILURE_POLICY, _client_config(ca_bundle, service, url, MUTATE_PATH), webhook)
 
 
-def webhook_configuration(*, ca_bundle: bytes, service: str | None, url: str | None) -> dict[str, Any]:
+def webhook_configuration(*, ca_bundle: bytes | None = None, service: str | None, url: str | None) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration sending SJ creates and updates to this operator."""
     rules = [{"apiGroups": [GROUP], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
               "resources": [PLURAL], "scope": "Namespaced"}]
@@ -103,7 +121,10 @@ def _configuration(kind: str, name: str, webhook: str, failure_policy: str, clie
 
 
 def bundle_from_secret(secret: Any) -> TLSBundle | None:
+    """The bundle a Secret holds; None when it is incomplete, unreadable, or still holds a CA's key."""
     data = getattr(secret, "data", None) or {}
+    if _LEGACY_CA_KEY in data:
+        return None
     try:
         return TLSBundle(**{field: base64.b64decode(data[key]) for field, key in _SECRET_KEYS.items()})
     except (KeyError, ValueError, TypeError):
@@ -134,6 +155,8 @@ class WebhookServer:
         self.secret_namespace, self.secret_name = secret_namespace, secret_name
         self.limits, self.clock, self.refresh = limits, clock, refresh
         self.bundle: TLSBundle | None = None
+        self.missing: tuple[str, ...] = ()
+        """The webhook configurations found missing at the last refresh."""
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._runner: web.AppRunner | None = None
@@ -155,7 +178,7 @@ class WebhookServer:
                  not_after(self.bundle.cert).isoformat())
         try:
             while True:
-                await asyncio.sleep(self.refresh.total_seconds())
+                await asyncio.sleep((MISSING_RETRY if self.missing else self.refresh).total_seconds())
                 await self._refresh_logged()
         finally:
             await self._runner.cleanup()
@@ -167,15 +190,32 @@ class WebhookServer:
             log.warning("webhook certificates: %s; retrying", exc)
 
     async def refresh_once(self) -> None:
-        """Read (and renew when due) the shared bundle, load it, and have the API server trust it."""
+        """Read (and renew when due) the shared bundle, have the API server trust it, and load it."""
         bundle = await self._shared_bundle()
+        await self._trust(bundle)
         if bundle != self.bundle:
             self._load(bundle)
             self.bundle = bundle
-        await self.kube.apply_validating_webhook(
-            webhook_configuration(ca_bundle=bundle.ca_bundle, service=self.service, url=self.url))
-        await self.kube.apply_mutating_webhook(adoption_configuration(
-            ca_bundle=bundle.ca_bundle, service=self.service, url=self.url, namespaces=self.namespaces))
+
+    async def _trust(self, bundle: TLSBundle) -> None:
+        """Sets the bundle's CAs as the ``caBundle`` of each webhook configuration. One that is missing
+        (not installed yet, or deleted) is logged and tried again: no request comes through it meanwhile.
+        Any other failure is raised before the new certificate is loaded, so this replica goes on serving
+        the one the API server trusts."""
+        ca_bundle, missing = base64.b64encode(bundle.ca_bundle).decode(), []
+        for kind, name, webhook in CONFIGURATIONS:
+            try:
+                await self.kube.patch_ca_bundle(kind, name, webhook, ca_bundle)
+            except NotFound:
+                missing.append(name)
+                if name not in self.missing:
+                    log.warning("%s webhook configuration %s not found: it is installed by the chart "
+                                "(webhook.enabled) or, outside a cluster, by whoever runs the operator; "
+                                "trying again every %ss", kind, name, int(MISSING_RETRY.total_seconds()))
+            else:
+                if name in self.missing:
+                    log.info("%s webhook configuration %s found: it trusts the current CAs", kind, name)
+        self.missing = tuple(missing)
 
     async def _shared_bundle(self) -> TLSBundle:
         for _ in range(5):
@@ -187,6 +227,10 @@ class WebhookServer:
             now = self.clock()
             if current is not None and not renewal_due(current, self.hosts, now):
                 return current
+            if secret is not None and _LEGACY_CA_KEY in (secret.data or {}):
+                log.warning("Secret %s/%s holds a CA private key (written before 0.2): replaced by a new CA "
+                            "whose key is not kept, and the old CA no longer trusted", self.secret_namespace,
+                            self.secret_name)
             renewed = renew(current, self.hosts, now)
             version = secret.metadata.resource_version if secret is not None else None
             body = secret_of(renewed, namespace=self.secret_namespace, name=self.secret_name,

@@ -11,9 +11,13 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from kubernetes import client, config
+
+if TYPE_CHECKING:
+    from sj_operator.config import OperatorConfig
 
 REPO = Path(__file__).resolve().parents[2]
 USE_KIND = os.environ.get("SJ_E2E_CLUSTER", "local") == "kind"
@@ -158,7 +162,9 @@ def _apply_crd(api: client.ApiClient, path: Path) -> None:
 def operator(request: pytest.FixtureRequest, api: client.ApiClient, crd: None) -> Iterator[object]:
     """The operator running in-process (in a thread with its own event loop).
 
-    A test module may set OPERATOR_CONFIG = {...} to override settings."""
+    A test module may set OPERATOR_CONFIG = {...} to override settings. With a webhook, its two
+    configurations are made here first, as the chart makes them in a cluster (the operator only sets
+    their caBundle), pointing the API server at this process; they are deleted at the end."""
     from tests.e2e.sj import InProcessOperator, test_config
 
     settings = dict(getattr(request.module, "OPERATOR_CONFIG", {}))
@@ -167,6 +173,38 @@ def operator(request: pytest.FixtureRequest, api: client.ApiClient, crd: None) -
         # (the webhook listens on every address).
         settings["webhook_host"] = _kind_gateway()
     op = InProcessOperator(test_config(**settings))
+    webhook = op.config.webhook_port is not None
+    if webhook:
+        _make_webhook_configurations(api, op.config)
     op.start()
-    yield op.config
-    op.stop()
+    try:
+        yield op.config
+    finally:
+        op.stop()
+        if webhook:
+            _delete_webhook_configurations(api)
+
+
+def _make_webhook_configurations(api: client.ApiClient, settings: OperatorConfig) -> None:
+    """The webhook configurations of an operator outside the cluster (``url``), without a caBundle yet."""
+    from sj_operator.webhook import adoption_configuration, webhook_configuration
+
+    url = f"https://{settings.webhook_host}:{settings.webhook_port}"
+    admission = client.AdmissionregistrationV1Api(api)
+    _delete_webhook_configurations(api)  # left by an interrupted run
+    admission.create_validating_webhook_configuration(webhook_configuration(service=None, url=url))
+    admission.create_mutating_webhook_configuration(
+        adoption_configuration(service=None, url=url, namespaces=settings.namespaces))
+
+
+def _delete_webhook_configurations(api: client.ApiClient) -> None:
+    from sj_operator.webhook import ADOPTION_CONFIGURATION_NAME, CONFIGURATION_NAME
+
+    admission = client.AdmissionregistrationV1Api(api)
+    for delete, name in ((admission.delete_validating_webhook_configuration, CONFIGURATION_NAME),
+                         (admission.delete_mutating_webhook_configuration, ADOPTION_CONFIGURATION_NAME)):
+        try:
+            delete(name)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -49,8 +49,7 @@ def webhook(api: client.ApiClient, operator: Any) -> Iterator[None]:
         return message is not None and "admission webhook" in message
 
     wait_for("the validating webhook answers", answering, timeout=60)
-    yield
-    client.AdmissionregistrationV1Api(api).delete_validating_webhook_configuration(CONFIGURATION_NAME)
+    yield  # the operator fixture deletes the configurations it made
 
 
 def _named(field: str, message: str) -> bool:

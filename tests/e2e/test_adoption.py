@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sj_operator.webhook import ADOPTION_CONFIGURATION_NAME, CONFIGURATION_NAME
 from tests.e2e.kube import dedicated_node, free_port, sim_annotations, sim_container, wait_for
 from tests.e2e.sj import run_pods, status, wait_phase
 
@@ -44,10 +43,7 @@ def adoption(api: client.ApiClient, operator: Any) -> Iterator[None]:
     probe = job_manifest("probe", activeDeadlineSeconds=60)
     wait_for("the adoption webhook answers", lambda: "spec.activeDeadlineSeconds" in (
         _refusal(api, "default", probe, dry_run=True) or ""), timeout=60)
-    yield
-    hooks = client.AdmissionregistrationV1Api(api)
-    hooks.delete_mutating_webhook_configuration(ADOPTION_CONFIGURATION_NAME)
-    hooks.delete_validating_webhook_configuration(CONFIGURATION_NAME)
+    yield  # the operator fixture deletes the configurations it made
 
 
 def job_condition(api: client.ApiClient, namespace: str, name: str, kind: str) -> Any | None:

@@ -23,12 +23,11 @@ from kubernetes import client, watch
 from sj_operator.observed import pod_requests
 from sj_operator.resources import to_milli
 from tests.e2e.kube import CHECKS, unique, wait_for
+from tests.e2e.privileges import MAY, MAY_NOT, SA, SYSTEM
 from tests.e2e.sj import create_sj, event_messages, jobs_of, run_pods, sj_spec, status, wait_phase
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = "scavenger-real-node"
-SYSTEM = "scavenger-system"
-SA = f"system:serviceaccount:{SYSTEM}:scavenger-operator"
 ON_NODE = {"nodeSelector": {"scavenger.dev/node": "real"}}
 
 pytestmark = [pytest.mark.real_node, pytest.mark.kwok_only]
@@ -326,43 +325,58 @@ def test_killing_the_active_operator_hands_over_without_losing_or_doubling_an_sj
         assert [j.metadata.name for j in jobs_of(api, namespace, name)] == [f"{name}-r1"], "launched once"
 
 
-# What the operator's ServiceAccount may and may not do (kubectl auth can-i).
-MAY = [
-    ("patch", "scavengerjobs.scavenger.dev/status", "team-a"), ("watch", "scavengerjobs.scavenger.dev", ""),
-    ("create", "jobs.batch", "team-a"), ("delete", "jobs.batch", "team-a"), ("watch", "pods", ""),
-    ("patch", "pods", "team-a"), ("create", "services", "team-a"), ("create", "secrets", "team-a"),
-    ("create", "poddisruptionbudgets.policy", "team-a"), ("create", "events", "team-a"),
-    ("create", "priorityclasses.scheduling.k8s.io", ""), ("update", "leases.coordination.k8s.io", SYSTEM),
-    ("watch", "nodes", ""), ("create", "pods", "team-a"), ("watch", "resourcequotas", ""),
-    ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io", ""),
-    ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", ""),
-    # Adoption: the SJ of a labelled Job, and that Job's final status.
-    ("create", "scavengerjobs.scavenger.dev", "team-a"), ("patch", "jobs.batch/status", "team-a"),
-]
-MAY_NOT = [
-    ("delete", "pods", "team-a"), ("list", "secrets", "team-a"),
-    ("watch", "secrets", ""), ("update", "nodes", ""), ("delete", "nodes", ""),
-    ("delete", "scavengerjobs.scavenger.dev", "team-a"), ("update", "jobs.batch", "team-a"),
-    ("patch", "jobs.batch", "team-a"),
-    ("update", "customresourcedefinitions.apiextensions.k8s.io", ""),
-    ("create", "clusterrolebindings.rbac.authorization.k8s.io", ""),
-    ("escalate", "clusterroles.rbac.authorization.k8s.io", ""), ("impersonate", "serviceaccounts", ""),
-    ("delete", "namespaces", ""), ("delete", "priorityclasses.scheduling.k8s.io", ""),
-    ("create", "pods/exec", "team-a"),
-]
+def _can_i(verb: str, resource: str, ns: str, *, as_: str = SA) -> str:
+    # `can-i VERB TYPE/NAME` reads "pods/exec" as the pod named exec: a subresource is a flag of its own.
+    kind, _, subresource = resource.partition("/")
+    kind, _, name = kind.partition(":")
+    args = ["auth", "can-i", verb, f"{kind}/{name}" if name else kind, f"--as={as_}",
+            *([f"--subresource={subresource}"] if subresource else [])]
+    args += ["-n", ns] if ns else ["--all-namespaces"]
+    return kubectl(*args, check=False).stdout.strip()
 
 
 @pytest.mark.parametrize(("verb", "resource", "ns", "allowed"),
                          [(*row, True) for row in MAY] + [(*row, False) for row in MAY_NOT],
-                         ids=[f"may-{v}-{r.split('.')[0]}" for v, r, _ in MAY]
-                         + [f"may-not-{v}-{r.split('.')[0]}" for v, r, _ in MAY_NOT])
+                         ids=[f"may-{v}-{r.split('.')[0]}-{ns or 'all'}" for v, r, ns in MAY]
+                         + [f"may-not-{v}-{r.split('.')[0]}-{ns or 'all'}" for v, r, ns in MAY_NOT])
 def test_least_privilege(cluster_operator: None, verb: str, resource: str, ns: str, allowed: bool) -> None:
-    # `can-i VERB TYPE/NAME` reads "pods/exec" as the pod named exec: a subresource is a flag of its own.
-    kind, _, subresource = resource.partition("/")
-    args = ["auth", "can-i", verb, kind, f"--as={SA}", *([f"--subresource={subresource}"] if subresource else [])]
-    args += ["-n", ns] if ns else ["--all-namespaces"]
-    answer = kubectl(*args, check=False).stdout.strip()
-    assert answer == ("yes" if allowed else "no"), f"{verb} {resource}: {answer}"
+    answer = _can_i(verb, resource, ns)
+    assert answer == ("yes" if allowed else "no"), f"{verb} {resource} in {ns or 'all namespaces'}: {answer}"
+
+
+def test_the_operator_guard_lets_its_service_account_create_pods_only_as_dry_runs_and_change_only_the_label(
+        api: client.ApiClient, namespace: str, cluster_operator: None) -> None:
+    """What RBAC cannot say, the chart's operator guard (a ValidatingAdmissionPolicy) does: a pod created with
+    the operator's token for real is refused, as a dry run accepted; a pod's labels other than the
+    protection label, its spec, and pods that are no run's, are not the operator's to change."""
+    def pod(name: str, labels: dict[str, str]) -> str:
+        return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+                           "spec": {"nodeSelector": {"scavenger.dev/nowhere": "true"},  # never scheduled
+                                    "containers": [{"name": "c", "image": "scavenger/pause:dev"}]}})
+
+    as_operator = (f"--as={SA}", "-n", namespace)
+    real = kubectl("create", "-f", "-", *as_operator, input=pod("real", {}), check=False)
+    assert real.returncode != 0 and "only as server-side dry runs" in real.stderr, real.stderr
+    dry = kubectl("create", "--dry-run=server", "-f", "-", *as_operator, input=pod("dry", {}), check=False)
+    assert dry.returncode == 0, dry.stderr
+    # Pods made by someone else (here the test's administrator): a run's and another.
+    kubectl("create", "-n", namespace, "-f", "-", input=pod("member", {"scavenger.dev/job-name": "sj"}))
+    kubectl("create", "-n", namespace, "-f", "-", input=pod("other", {"app": "x"}))
+
+    def patch(name: str, body: dict[str, Any], kind: str = "merge") -> subprocess.CompletedProcess[str]:
+        return kubectl("patch", "pod", name, f"--type={kind}", "-p", json.dumps(body), *as_operator, check=False)
+
+    assert patch("member", {"metadata": {"labels": {"scavenger.dev/protected": "true"}}}).returncode == 0
+    refused = [patch("member", {"metadata": {"labels": {"scavenger.dev/job-name": "else"}}}),
+               patch("member", {"metadata": {"annotations": {"a": "b"}}}),
+               patch("member", {"spec": {"containers": [{"name": "c", "image": "scavenger/generic-counter:dev"}]}},
+                     "strategic"),
+               patch("other", {"metadata": {"labels": {"scavenger.dev/protected": "true"}}})]
+    for answer in refused:
+        assert answer.returncode != 0 and "only the scavenger.dev/protected label" in answer.stderr, answer.stderr
+    member = client.CoreV1Api(api).read_namespaced_pod("member", namespace)
+    assert member.metadata.labels == {"scavenger.dev/job-name": "sj", "scavenger.dev/protected": "true"}
+    assert member.spec.containers[0].image == "scavenger/pause:dev"
 
 
 def test_operator_pods_meet_the_restricted_pod_security_standard(api: client.ApiClient,
@@ -386,7 +400,10 @@ def test_the_in_cluster_webhook_refuses_an_invalid_sj_naming_the_field(api: clie
     hook = client.AdmissionregistrationV1Api(api).read_validating_webhook_configuration(
         "scavengerjobs.scavenger.dev").webhooks[0]
     assert hook.client_config.service.namespace == SYSTEM and hook.client_config.service.name == "scavenger-webhook"
-    assert client.CoreV1Api(api).read_namespaced_secret("scavenger-webhook-tls", SYSTEM).type == "kubernetes.io/tls"
+    assert hook.client_config.ca_bundle, "the operator set the chart's configuration's caBundle"
+    secret = client.CoreV1Api(api).read_namespaced_secret("scavenger-webhook-tls", SYSTEM)
+    assert secret.type == "kubernetes.io/tls" and set(secret.data) == {"ca.crt", "tls.crt", "tls.key"}, \
+        "no CA private key is kept"
     manifest = json.dumps({"apiVersion": "scavenger.dev/v1alpha1", "kind": "ScavengerJob",
                            "metadata": {"name": "too-short", "namespace": namespace},
                            "spec": {"image": "scavenger/generic-counter:dev", "duration": "5s"}})

@@ -1,0 +1,34 @@
+"""The chart's webhook configurations (deploy/chart/templates/webhooks.yaml) are the ones the code describes
+(`webhook.webhook_configuration`, `webhook.adoption_configuration`), without the caBundle the operator sets."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sj_operator.webhook import adoption_configuration, webhook_configuration
+from tests.unit.chart import of_kind, render
+
+SERVICE = "ops/scavenger-webhook"
+
+
+def _without_labels(configuration: dict[str, Any]) -> dict[str, Any]:
+    """The chart labels its objects as Helm's; the rest must be equal."""
+    return {**configuration, "metadata": {"name": configuration["metadata"]["name"]}}
+
+
+@pytest.mark.parametrize("namespaces", [(), ("a", "b")], ids=["all-namespaces", "some"])
+def test_the_charts_webhook_configurations_are_the_codes(namespaces: tuple[str, ...]) -> None:
+    sets = ["namespace=ops", *([f"namespaces={{{','.join(namespaces)}}}"] if namespaces else [])]
+    objects = render(*sets)
+    [validating] = of_kind(objects, "ValidatingWebhookConfiguration")
+    [mutating] = of_kind(objects, "MutatingWebhookConfiguration")
+    assert _without_labels(validating) == _without_labels(webhook_configuration(service=SERVICE, url=None))
+    assert _without_labels(mutating) == _without_labels(
+        adoption_configuration(service=SERVICE, url=None, namespaces=namespaces))
+    assert "caBundle" not in str(objects)
+
+
+def test_without_the_webhook_the_chart_has_no_webhook_configuration() -> None:
+    objects = render("webhook.enabled=false")
+    assert not of_kind(objects, "ValidatingWebhookConfiguration") + of_kind(objects, "MutatingWebhookConfiguration")
