@@ -208,7 +208,7 @@ def _check(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
         return []
     if not _type_ok(kind, value):
         return [f"{path}: must be of type {kind}"]
-    errors = _check_bounds(schema, value, path) + _check_text(schema, value, path)
+    errors = _check_bounds(schema, value, path) + _check_text(schema, value, path) + _check_size(schema, value, path)
     if kind == "object":
         errors += _check_object(schema, value, path)
     if kind == "array":
@@ -222,6 +222,15 @@ def _check_int_or_string(schema: dict[str, Any], value: Any, path: str) -> list[
         return [f"{path}: must be an integer or a string"]
     if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
         return [f"{path}: does not match {schema['pattern']}"]
+    if isinstance(value, str) and len(value) > schema.get("maxLength", len(value)):
+        return [f"{path}: longer than {schema['maxLength']}"]
+    return []
+
+
+def _check_size(schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    for keyword, what in (("maxItems", "items"), ("maxProperties", "properties")):
+        if keyword in schema and len(value) > schema[keyword]:
+            return [f"{path}: more than {schema[keyword]} {what}"]
     return []
 
 
@@ -242,6 +251,8 @@ def _check_bounds(schema: dict[str, Any], value: Any, path: str) -> list[str]:
 
 def _check_text(schema: dict[str, Any], value: Any, path: str) -> list[str]:
     errors: list[str] = []
+    if not isinstance(value, str):
+        return errors
     if "minLength" in schema and len(value) < schema["minLength"]:
         errors.append(f"{path}: shorter than {schema['minLength']}")
     if "maxLength" in schema and len(value) > schema["maxLength"]:
