@@ -12,6 +12,7 @@ import yaml
 
 from sj_operator.api import ScavengerJobSpec, ScavengerJobStatus, parse_spec, parse_status
 from sj_operator.api.crd import CRD_FILE_NAME, QUOTA_CRD_FILE_NAME, build_crd, render_crd_yaml
+from sj_operator.api.reference import REFERENCE_PATH, render_reference
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "crds" / CRD_FILE_NAME
@@ -33,6 +34,13 @@ def test_committed_crd_matches_the_models(path: Path) -> None:
     assert path.read_text() == render_crd_yaml(quota=quota), (
         f"{path.relative_to(REPO)} is stale: regenerate it with "
         f"`python -m sj_operator.api.crd{' quota' if quota else ''} > {path.relative_to(REPO)}`"
+    )
+
+
+def test_committed_api_reference_matches_the_crds() -> None:
+    assert (REPO / REFERENCE_PATH).read_text() == render_reference(), (
+        f"{REFERENCE_PATH} is stale: regenerate it with `make crd` "
+        f"(`python -m sj_operator.api.reference > {REFERENCE_PATH}`)"
     )
 
 
