@@ -11,7 +11,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup venv binaries mpi lint chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd bench bench-loop bench-events bench-e2e bench-writes bench-scale e2e-kind \
+.PHONY: setup venv binaries mpi lint chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd reference bench bench-loop bench-events bench-e2e bench-writes bench-scale e2e-kind \
 	mutation clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
@@ -101,8 +101,14 @@ demo-down:
 run: venv ## the operator in the foreground against $$KUBECONFIG
 	$(PY) -m sj_operator
 
-crd: venv ## regenerate crds/ from the model
+crd: venv ## regenerate the CRDs (crds/ and the chart's) and docs/reference/api.md from the models
 	$(PY) -m sj_operator.api.crd > crds/scavengerjobs.scavenger.dev.yaml
+	$(PY) -m sj_operator.api.crd quota > crds/scavengerquotas.scavenger.dev.yaml
+	cp crds/scavengerjobs.scavenger.dev.yaml crds/scavengerquotas.scavenger.dev.yaml deploy/chart/crds/
+	$(MAKE) --no-print-directory reference
+
+reference: venv ## regenerate the API reference (docs/reference/api.md) from the CRDs
+	$(PY) -m sj_operator.api.reference > docs/reference/api.md
 
 bench: venv
 	$(PY) benchmarks/bench_policy.py

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from gang.hosts import DEFAULT_CLUSTER_DOMAIN
 from sj_operator.api import SpecLimits
 from sj_operator.api.fields import parse_duration
-from sj_operator.api.parse import check_min_duration
+from sj_operator.api.parse import check_max_termination_grace, check_min_duration
 from sj_operator.settings import (
     DEFAULT_AGING_STEP,
     DEFAULT_CACHE_TIMEOUT,
@@ -124,10 +124,15 @@ class OperatorConfig(BaseModel):
     def _threshold(cls, value: float) -> float:
         return check_threshold(value)
 
-    @field_validator("protect_level", "max_termination_grace")
+    @field_validator("protect_level")
     @classmethod
     def _non_negative(cls, value: int) -> int:
         return check_non_negative(value)
+
+    @field_validator("max_termination_grace")
+    @classmethod
+    def _max_termination_grace(cls, value: int) -> int:
+        return check_max_termination_grace(value)
 
     @field_validator("min_duration")
     @classmethod

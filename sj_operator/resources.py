@@ -24,6 +24,8 @@ __all__ = ["EMPTY", "Resources", "accumulate", "format_amount", "freeze", "parse
            "to_milli", "total"]
 
 _BINARY = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
+_FLOAT_MOST = 10**300
+"""Milli-units from which ``format_amount`` leaves floats (which end near 1.8e308) for decimals."""
 
 
 def parse_quantity(quantity: str | int | float | Decimal) -> Decimal:
@@ -90,7 +92,12 @@ def sub(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
 
 def format_amount(resource: str, milli: int) -> str:
     """An amount for people: ``format_amount("cpu", 1500)`` is ``"1.5 CPU"``, memory in binary units
-    (``"1.5Gi"``), anything else as a number with its resource name (``"2 nvidia.com/gpu"``)."""
+    (``"1.5Gi"``), anything else as a number with its resource name (``"2 nvidia.com/gpu"``). An amount past
+    what a float holds (a ScavengerQuota's, which no webhook bounds) is written as ``1.000e+400``."""
+    if abs(milli) >= _FLOAT_MOST:
+        number = f"{Decimal(milli).scaleb(-3):.3e}"
+        return number if resource in ("memory", "ephemeral-storage") else (
+            f"{number} CPU" if resource == "cpu" else f"{number} {resource}")
     if resource in ("memory", "ephemeral-storage"):
         units = milli / 1000
         for suffix, size in _BINARY:

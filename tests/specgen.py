@@ -10,8 +10,11 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
+from sj_operator.api import bounds
+from sj_operator.api.fields import format_duration
 from sj_operator.names import RESERVED_ENV_NAMES
 
 T = TypeVar("T")
@@ -184,19 +187,107 @@ def _toleration_value_with_exists(spec: Spec, p: Picker) -> str:
     return f"spec.tolerations[{len(tolerations) - 1}].value"
 
 
+# --- the far ends of every bound (``sj_operator.api.bounds``) ----------------------------------------
+
+PAST_DURATIONS = (format_duration(bounds.MAX_DURATION + timedelta(microseconds=1)), "721h", "2562047h",
+                  "9999999999h", "23999999976h")
+"""Durations past ``MAX_DURATION``: just past it, Go's largest, and past what a ``timedelta`` holds."""
+PAST_QUANTITIES = ("1000000000000000001", "1.0000001E", "2Ei", "1e19", "1e400", "1e999999", "9" * 64,
+                   "1" + "0" * bounds.MAX_QUANTITY_LENGTH, 10**19)
+EDGE_QUANTITIES = (bounds.MAX_QUANTITY, "1000000000000000000", "1e18", "0.5e18", "999999999999999999",
+                   10**18, "1e-400", "0", "1n", "0." + "0" * 61 + "1")
+"""Quantities at the ends of what is accepted: the largest, the smallest, the longest."""
+
+
+def _far(bound: int) -> tuple[int, ...]:
+    return (bound + 1, 2 * bound, 2**31, 2**63, 10**30)
+
+
+def _past_quantity(spec: Spec, p: Picker) -> str:
+    where = p.choice(("requests", "limits"))
+    resource = p.choice(("cpu", "memory", "nvidia.com/gpu"))
+    spec["resources"] = {where: {resource: p.choice(PAST_QUANTITIES)}}
+    return f"spec.resources.{where}[{resource}]"
+
+
+def _too_many(field: str, most: int, item: Callable[[int], Any]) -> Invalidator:
+    def breaks(spec: Spec, p: Picker) -> str:
+        spec.pop("checkpointVolume", None)
+        spec.pop("mpi", None)
+        spec[field] = [item(i) for i in range(most + 1)]
+        return f"spec.{field}"
+    breaks.__name__ = f"too many {field}"
+    return breaks
+
+
+def _too_many_keys(field: str, most: int) -> Invalidator:
+    def breaks(spec: Spec, p: Picker) -> str:
+        spec[field] = {f"k{i}": "v" for i in range(most + 1)}
+        return f"spec.{field}"
+    breaks.__name__ = f"too many {field}"
+    return breaks
+
+
+def _too_long(field: str, most: int) -> Invalidator:
+    def breaks(spec: Spec, p: Picker) -> str:
+        spec[field] = "/" + "x" * most
+        return f"spec.{field}"
+    breaks.__name__ = f"too long {field}"
+    return breaks
+
+
+def _too_long_item(field: str, most: int) -> Invalidator:
+    def breaks(spec: Spec, p: Picker) -> str:
+        spec.pop("mpi", None)
+        spec[field] = ["ok", "x" * (most + 1)]
+        return f"spec.{field}[1]"
+    breaks.__name__ = f"too long {field} item"
+    return breaks
+
+
+def _too_big(spec: Spec, p: Picker) -> str:
+    spec.pop("mpi", None)
+    count = bounds.MAX_SPEC_BYTES // bounds.MAX_ARG_LENGTH + 1
+    spec["args"] = ["x" * bounds.MAX_ARG_LENGTH] * count
+    return "spec"
+
+
+BOUND_INVALIDATORS: tuple[Invalidator, ...] = (
+    _set("duration", *PAST_DURATIONS),
+    _set("fallbackAfter", *PAST_DURATIONS, "-1m"),
+    _set("maxInterruptions", *_far(bounds.MAX_INTERRUPTIONS)),
+    _set("runAsGroup", *_far(bounds.MAX_ID)),
+    _past_quantity,
+    _too_many("env", bounds.MAX_ENV, lambda i: {"name": f"V{i}", "value": "x"}),
+    _too_many("imagePullSecrets", bounds.MAX_IMAGE_PULL_SECRETS, lambda i: {"name": f"s{i}"}),
+    _too_many("tolerations", bounds.MAX_TOLERATIONS, lambda i: {"key": f"k{i}", "operator": "Exists"}),
+    _too_many("volumes", bounds.MAX_VOLUMES, lambda i: {"name": f"v{i}", "mountPath": f"/v{i}", "emptyDir": {}}),
+    _too_many_keys("podLabels", bounds.MAX_POD_LABELS),
+    _too_many_keys("podAnnotations", bounds.MAX_POD_ANNOTATIONS),
+    _too_many_keys("nodeSelector", bounds.MAX_NODE_SELECTOR),
+    _too_long("image", bounds.MAX_IMAGE_LENGTH),
+    _too_long("workingDir", bounds.MAX_PATH_LENGTH),
+    _too_long_item("args", bounds.MAX_ARG_LENGTH),
+    _too_long_item("command", bounds.MAX_ARG_LENGTH),
+    _too_big,
+)
+"""One bound broken, just or far past it: refused naming the field, by the CRD or the webhook."""
+
+
 INVALIDATORS: tuple[Invalidator, ...] = (
     _set("image", "", "has space", "tab\there"),
-    _set("parallelism", 0, -3, 1001, 100_000, "2"),
+    _set("parallelism", 0, -3, 1001, 100_000, "2", 2**63),
     _set("duration", "soon", "0s", "5s", "9s", "-1m", "", "30", "1d"),
-    _set("priorityLevels", 0, -1, 101, "3"),
-    _set("terminationGracePeriodSeconds", -1, 301, 3600, 1_000_000_000),
-    _set("runAsUser", -1, "root"),
+    _set("priorityLevels", 0, -1, 101, "3", 2**63),
+    _set("terminationGracePeriodSeconds", -1, 301, 3600, 3601, 1_000_000_000),
+    _set("runAsUser", -1, "root", *_far(bounds.MAX_ID)),
     _set("maxInterruptions", -1, "many"),
     _set("serviceAccountName", "Bad_Name", "", "a..b"),
     _set("suspend", "yes", 1),
     _bad_request, _limit_below_request, _reserved_env, _env_value_and_source, _volume_sources, _relative_mount,
     _missing_checkpoint_volume, _read_only_checkpoint_volume, _mpi_without_gang, _mpi_without_command,
     _bad_label_key, _reserved_pod_label, _toleration_value_with_exists,
+    *BOUND_INVALIDATORS,
 )
 
 
@@ -207,3 +298,54 @@ def invalid_spec(p: Picker) -> tuple[Spec, str, str]:
     broken = copy.deepcopy(spec)
     field = breaker(broken, p)
     return broken, field, breaker.__name__
+
+
+# --- specs at the far ends of what the schema admits ---------------------------------------------
+
+EDGE_DURATIONS = (format_duration(bounds.MAX_DURATION), "720h", "719h59m59.999999s", "11s", "10.000001s",
+                  "1.5h", "43200m")
+
+
+def _edge_int(p: Picker, low: int, high: int) -> int:
+    return p.choice((low, high, p.integer(low, high)))
+
+
+def edge_spec(p: Picker) -> Spec:
+    """A valid spec with some fields at the ends of their bounds (the largest duration, quantity, counts)."""
+    spec = valid_spec(p)
+    spec["duration"] = p.choice(EDGE_DURATIONS + DURATIONS)
+    spec["priorityLevels"] = _edge_int(p, 1, bounds.MAX_PRIORITY_LEVELS)
+    spec["parallelism"] = _edge_int(p, 1, bounds.MAX_PARALLELISM)
+    if spec["parallelism"] < 2:
+        spec.pop("mpi", None)
+    if p.choice((True, False)):
+        spec["maxInterruptions"] = _edge_int(p, 0, bounds.MAX_INTERRUPTIONS)
+    resource = p.choice(("cpu", "memory", "nvidia.com/gpu", "ephemeral-storage"))
+    amount = p.choice(EDGE_QUANTITIES)
+    spec["resources"] = {"requests": {resource: amount}} if p.choice((True, False)) else \
+        {"requests": {resource: "0"}, "limits": {resource: amount}}
+    if p.choice((True, False)):
+        spec["fallbackAfter"] = p.choice((*EDGE_DURATIONS, "0s"))
+        spec["fallbacks"] = [{"parallelism": _edge_int(p, 2, bounds.MAX_PARALLELISM),
+                              "resources": {"requests": {resource: p.choice(EDGE_QUANTITIES)}}}
+                             for _ in range(p.integer(1, bounds.MAX_FALLBACKS))]
+    if p.choice((True, False)):
+        spec["runAsUser"] = _edge_int(p, 0, bounds.MAX_ID)
+        spec["runAsGroup"] = _edge_int(p, 0, bounds.MAX_ID)
+    if "mpi" in spec:
+        spec["mpi"] = {"slotsPerWorker": _edge_int(p, 1, bounds.MAX_SLOTS_PER_WORKER)}
+    if p.choice((True, False)):
+        spec["tolerations"] = [{"key": "k", "operator": "Exists", "effect": "NoExecute",
+                                "tolerationSeconds": _edge_int(p, 0, bounds.MAX_TOLERATION_SECONDS)}]
+    return spec
+
+
+def far_spec(p: Picker) -> Spec:
+    """An edge spec with one field pushed past its bound, as far as the schema's pattern admits: refused, or
+    (on a model without that bound) accepted with a value the decision pass must still handle."""
+    spec = edge_spec(p)
+    broken = p.choice((*BOUND_INVALIDATORS, _past_quantity, _past_quantity, _set("duration", *PAST_DURATIONS)))
+    broken(spec, p)
+    if "fallbacks" in spec and p.choice((True, False)):
+        spec["fallbackAfter"] = p.choice(PAST_DURATIONS)
+    return spec

@@ -16,8 +16,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from sj_operator.api.bounds import MAX_NAME_LENGTH
 from sj_operator.api.quota import ScavengerQuotaSpec
-from sj_operator.api.spec import MAX_NAME_LENGTH, ScavengerJobSpec
+from sj_operator.api.spec import ScavengerJobSpec
 from sj_operator.api.status import ScavengerJobStatus
 from sj_operator.names import (
     CRD_NAME,
@@ -41,7 +42,8 @@ GENERATED_HEADER = (
 )
 
 _SCALAR_TYPES = frozenset({"string", "integer", "number", "boolean"})
-_COPIED_KEYWORDS = ("enum", "format", "pattern", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems")
+_COPIED_KEYWORDS = ("enum", "format", "pattern", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems",
+                    "minProperties", "maxProperties")
 
 
 class SchemaConversionError(ValueError):
@@ -82,8 +84,9 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], *, with_defaults: bool)
 def _int_or_string(node: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"description": node["description"]} if "description" in node else {}
     out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-    if "pattern" in node:
-        out["pattern"] = node["pattern"]
+    for keyword in ("pattern", "maxLength"):
+        if keyword in node:
+            out[keyword] = node[keyword]
     out["x-kubernetes-int-or-string"] = True
     return out
 
@@ -129,7 +132,22 @@ def _keywords(node: dict[str, Any]) -> dict[str, Any]:
         out["maximum"] = node["exclusiveMaximum"]
         out["exclusiveMaximum"] = True
     out.update({key: value for key, value in node.items() if key.startswith("x-kubernetes-")})
+    key_rule = _key_length_rule(node)
+    if key_rule is not None:
+        out["x-kubernetes-validations"] = [*out.get("x-kubernetes-validations", ()), key_rule]
     return out
+
+
+def _key_length_rule(node: dict[str, Any]) -> dict[str, str] | None:
+    """A map's bound on its keys' length (``propertyNames``, which a structural schema cannot carry) as a
+    CEL rule."""
+    names = node.get("propertyNames")
+    if names is None:
+        return None
+    if set(names) != {"maxLength"}:
+        raise SchemaConversionError(f"unsupported propertyNames: {names!r}")
+    most = names["maxLength"]
+    return {"rule": f"self.all(k, k.size() <= {most})", "message": f"keys must be at most {most} characters"}
 
 
 def model_schema(model: type[BaseModel], *, with_defaults: bool) -> dict[str, Any]:

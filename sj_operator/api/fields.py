@@ -9,13 +9,31 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, StrictStr, WithJsonSchema
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    PlainSerializer,
+    StrictStr,
+    WithJsonSchema,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
+from sj_operator.api.bounds import (
+    MAX_DURATION_LENGTH,
+    MAX_LABEL_VALUE_LENGTH,
+    MAX_QUALIFIED_NAME_LENGTH,
+    MAX_QUANTITY,
+    MAX_QUANTITY_LENGTH,
+)
 from sj_operator.resources import parse_quantity
 
 # --------------------------------------------------------------------------------------------
@@ -130,13 +148,44 @@ def _coerce_duration(value: Any) -> timedelta:
     raise invalid("must be a duration such as 90s, 30m, 2h or 1h30m")
 
 
+def _coerce_bounded_duration(value: Any) -> timedelta:
+    if isinstance(value, str) and len(value) > MAX_DURATION_LENGTH:
+        raise invalid(f"must be at most {MAX_DURATION_LENGTH} characters")
+    return _coerce_duration(value)
+
+
 Duration = Annotated[
     timedelta,
-    BeforeValidator(_coerce_duration),
+    BeforeValidator(_coerce_bounded_duration),
     PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
+    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN, "maxLength": MAX_DURATION_LENGTH}),
 ]
 """A Go style duration string in the API, a ``timedelta`` in Python."""
+
+
+@dataclass(frozen=True)
+class DurationRange:
+    """``Annotated[Duration, DurationRange(maximum)]``: a duration at most ``maximum`` (and at least ``minimum``,
+    when given), checked by the model and, for the maximum, by the CRD with a CEL rule (the pattern alone
+    admits durations past any ``timedelta``; it admits no negative one)."""
+
+    maximum: timedelta
+    minimum: timedelta | None = None
+
+    def _check(self, value: timedelta) -> timedelta:
+        if value > self.maximum:
+            raise invalid(f"must be at most {format_duration(self.maximum)}")
+        if self.minimum is not None and value < self.minimum:
+            raise invalid(f"must be at least {format_duration(self.minimum)}")
+        return value
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        top = format_duration(self.maximum)
+        rule = {"rule": f"duration(self) <= duration('{top}')", "message": f"must be at most {top}"}
+        return {**handler(schema), "x-kubernetes-validations": [rule]}
 
 Timestamp = Annotated[
     datetime,
@@ -199,10 +248,15 @@ def _check_dns_subdomain(value: str) -> str:
     return value
 
 
+_QUANTITY_CEILING = parse_quantity(MAX_QUANTITY)
+
+
 def _coerce_quantity(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise invalid("must be a quantity such as 500m, 2 or 1Gi")
     text = str(value)
+    if len(text) > MAX_QUANTITY_LENGTH:
+        raise invalid(f"must be at most {MAX_QUANTITY_LENGTH} characters")
     if _SIGNED_QUANTITY_RE.fullmatch(text) is None:
         raise invalid(f"{text!r} is not a valid quantity")
     try:
@@ -211,10 +265,11 @@ def _coerce_quantity(value: Any) -> str:
         raise invalid(f"{text!r} is not a valid quantity") from None
     if quantity < 0:
         raise invalid("must not be negative")
+    if quantity > _QUANTITY_CEILING:
+        raise invalid(f"must be at most {MAX_QUANTITY} (10^18)")
     return text
 
 
-NonEmptyStr = Annotated[StrictStr, Field(min_length=1)]
 DNSLabel = Annotated[StrictStr, Field(min_length=1, max_length=63), AfterValidator(_check_dns_label)]
 DNSSubdomain = Annotated[StrictStr, Field(min_length=1, max_length=253), AfterValidator(_check_dns_subdomain)]
 Quantity = Annotated[
@@ -224,11 +279,17 @@ Quantity = Annotated[
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": QUANTITY_PATTERN,
+            "maxLength": MAX_QUANTITY_LENGTH,
             "x-kubernetes-int-or-string": True,
         }
     ),
 ]
-"""A Kubernetes resource quantity (``500m``, ``2``, ``1Gi``), kept as the string the user wrote."""
+"""A Kubernetes resource quantity (``500m``, ``2``, ``1Gi``), kept as the string the user wrote; at most
+:data:`MAX_QUANTITY` (checked by the model: the API server's schema bounds its length)."""
+QualifiedKey = Annotated[StrictStr, Field(max_length=MAX_QUALIFIED_NAME_LENGTH)]
+"""A map key that must be a qualified name (``[prefix/]name``); its form is checked by the map's validator."""
+LabelValue = Annotated[StrictStr, Field(max_length=MAX_LABEL_VALUE_LENGTH)]
+"""A label value; its form is checked by the map's validator (:func:`check_label_map`)."""
 
 
 def check_qualified_keys(value: dict[str, str], what: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ The same function serves every reader of a spec, so what the loop refuses is wha
 
 from __future__ import annotations
 
+import json
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from sj_operator.api.bounds import MAX_DURATION, MAX_SPEC_BYTES, MAX_TERMINATION_GRACE_SECONDS
 from sj_operator.api.fields import InvalidSpec, format_duration
 from sj_operator.api.spec import DURATION_FLOOR_MESSAGE, MIN_DURATION, ScavengerJobSpec
 from sj_operator.api.status import ScavengerJobStatus
@@ -32,14 +34,26 @@ class SpecLimits:
     min_duration: timedelta = DEFAULT_MIN_DURATION
 
     def __post_init__(self) -> None:
-        check_non_negative(self.max_termination_grace)
+        check_max_termination_grace(self.max_termination_grace)
         check_min_duration(self.min_duration)
 
 
+def check_max_termination_grace(value: int) -> int:
+    """A cluster maximum for ``spec.terminationGracePeriodSeconds``: zero or more, and within the model's own
+    (the CRD's) ceiling, :data:`~sj_operator.api.bounds.MAX_TERMINATION_GRACE_SECONDS`."""
+    check_non_negative(value)
+    if value > MAX_TERMINATION_GRACE_SECONDS:
+        raise ValueError(f"must be at most {MAX_TERMINATION_GRACE_SECONDS}, got {value}")
+    return value
+
+
 def check_min_duration(value: timedelta) -> timedelta:
-    """A cluster minimum for ``spec.duration`` must lie above the model's own floor."""
+    """A cluster minimum for ``spec.duration`` must lie above the model's own floor and at most its ceiling
+    (:data:`~sj_operator.api.bounds.MAX_DURATION`), so that some duration is accepted."""
     if value <= MIN_DURATION:
         raise ValueError(DURATION_FLOOR_MESSAGE)
+    if value > MAX_DURATION:
+        raise ValueError(f"must be at most {format_duration(MAX_DURATION)}")
     return value
 
 
@@ -62,19 +76,40 @@ def parse_spec(raw: Mapping[str, Any] | None, limits: SpecLimits = DEFAULT_LIMIT
     """
     if raw is not None and not isinstance(raw, Mapping):
         raise InvalidSpec("spec", "must be an object")
+    plain = _plain(raw or {})
+    size = spec_size(plain)
+    if size > MAX_SPEC_BYTES:
+        raise InvalidSpec("spec", f"must be at most {MAX_SPEC_BYTES} bytes serialized as JSON (is {size})")
     try:
-        spec = ScavengerJobSpec.model_validate(_plain(raw or {}))
+        spec = ScavengerJobSpec.model_validate(plain)
     except ValidationError as exc:
         error = _as_invalid_spec(exc)
-        # Below the model's own floor is below the cluster's minimum too: say the one that applies.
-        raise (_too_short(limits) if error.message == DURATION_FLOOR_MESSAGE else error) from None
+        # Below the model's own floor is below the cluster's minimum too, and above the model's ceiling above
+        # the cluster's maximum: say the one that applies.
+        if error.message == DURATION_FLOOR_MESSAGE:
+            raise _too_short(limits) from None
+        if error.field == _GRACE and error.message == _GRACE_CEILING_MESSAGE:
+            raise _too_much_grace(limits) from None
+        raise error from None
     if spec.termination_grace_period_seconds > limits.max_termination_grace:
-        raise InvalidSpec("spec.terminationGracePeriodSeconds",
-                          f"must be at most {limits.max_termination_grace} (the cluster's maximum grace period, "
-                          "set by the operator's --max-termination-grace)")
+        raise _too_much_grace(limits)
     if spec.duration < limits.min_duration:
         raise _too_short(limits)
     return spec
+
+
+def spec_size(plain: Any) -> int:
+    """The bytes of a spec serialized as compact JSON (UTF-8), as :data:`MAX_SPEC_BYTES` counts them."""
+    return len(json.dumps(plain, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+
+
+_GRACE = "spec.terminationGracePeriodSeconds"
+_GRACE_CEILING_MESSAGE = f"must be at most {MAX_TERMINATION_GRACE_SECONDS}"
+
+
+def _too_much_grace(limits: SpecLimits) -> InvalidSpec:
+    return InvalidSpec(_GRACE, f"must be at most {limits.max_termination_grace} (the cluster's maximum grace "
+                       "period, set by the operator's --max-termination-grace)")
 
 
 def _too_short(limits: SpecLimits) -> InvalidSpec:
@@ -126,6 +161,7 @@ _SIMPLE_MESSAGES = {
     "model_type": "must be an object",
     "model_attributes_type": "must be an object",
     "string_too_short": "must not be empty",
+    "too_short": "must not be empty",
 }
 
 
@@ -144,6 +180,8 @@ def _error_message(error: Mapping[str, Any]) -> str:
         return f"must be greater than {ctx['gt']}"
     if kind == "string_too_long":
         return f"must be at most {ctx['max_length']} characters"
+    if kind == "too_long":
+        return f"must have at most {ctx['max_length']} items"
     if kind in ("literal_error", "enum"):
         return f"must be {ctx['expected']}"
     return str(error["msg"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from sj_operator.api.fields import Quantity, check_qualified_keys
+from sj_operator.api.bounds import MAX_RESOURCES
+from sj_operator.api.fields import QualifiedKey, Quantity, check_qualified_keys
 
 MAX_WEIGHT = 1000
 
@@ -15,8 +16,8 @@ class ScavengerQuotaSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
 
-    hard: dict[str, Quantity] = Field(
-        default_factory=dict,
+    hard: dict[QualifiedKey, Quantity] = Field(
+        default_factory=dict, max_length=MAX_RESOURCES,
         description="resource -> quantity: the most this namespace's SJ runs may request at once.")
     weight: int = Field(default=1, ge=1, le=MAX_WEIGHT,
                         description="Fair-share weight between namespaces: room is shared in proportion to it.")

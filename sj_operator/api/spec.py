@@ -11,18 +11,48 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from gang.hostfile import MPIImplementation
 from gang.mpi import RESERVED_VOLUME_NAMES, reserved_mount_path
+from sj_operator.api.bounds import (
+    MAX_ARG_LENGTH,
+    MAX_ARGS,
+    MAX_DURATION,
+    MAX_ENV,
+    MAX_ENV_NAME_LENGTH,
+    MAX_ENV_VALUE_LENGTH,
+    MAX_FALLBACK_AFTER,
+    MAX_FALLBACKS,
+    MAX_ID,
+    MAX_IMAGE_LENGTH,
+    MAX_IMAGE_PULL_SECRETS,
+    MAX_INTERRUPTIONS,
+    MAX_NODE_SELECTOR,
+    MAX_PARALLELISM,
+    MAX_PATH_LENGTH,
+    MAX_POD_ANNOTATIONS,
+    MAX_POD_ANNOTATIONS_BYTES,
+    MAX_POD_LABELS,
+    MAX_PRIORITY_LEVELS,
+    MAX_RESOURCES,
+    MAX_SLOTS_PER_WORKER,
+    MAX_TERMINATION_GRACE_SECONDS,
+    MAX_TOLERATION_SECONDS,
+    MAX_TOLERATIONS,
+    MAX_VALUE_FROM_SOURCES,
+    MAX_VOLUMES,
+)
 from sj_operator.api.fields import (
     DNSLabel,
     DNSSubdomain,
     Duration,
-    NonEmptyStr,
+    DurationRange,
+    LabelValue,
+    QualifiedKey,
     Quantity,
     check_label_map,
     check_qualified_keys,
@@ -34,20 +64,17 @@ from sj_operator.api.frozen import FrozenModel
 from sj_operator.names import RESERVED_ENV_NAMES, RESERVED_LABEL_PREFIX
 from sj_operator.resources import parse_quantity
 
-MAX_PARALLELISM = 1000
-MAX_PRIORITY_LEVELS = 100
 DEFAULT_DURATION = "30m"
 MIN_DURATION = timedelta(seconds=1)
 DURATION_FLOOR_MESSAGE = f"must be longer than {format_duration(MIN_DURATION)}"
-MAX_NAME_LENGTH = 63
-"""An SJ's name is a DNS label, so its runs, pods, Services and label values derive from it readably."""
-MAX_VOLUMES = 64
-MAX_ENV = 512
-MAX_TOLERATIONS = 64
-MAX_ARGS = 1024
-MAX_FALLBACKS = 8
 DEFAULT_FALLBACK_AFTER = "10m"
 VOLUME_SOURCES = ("persistentVolumeClaim", "configMap", "secret", "emptyDir")
+
+Image = Annotated[StrictStr, Field(min_length=1, max_length=MAX_IMAGE_LENGTH)]
+Arg = Annotated[StrictStr, Field(max_length=MAX_ARG_LENGTH)]
+Path = Annotated[StrictStr, Field(min_length=1, max_length=MAX_PATH_LENGTH)]
+KeyedLabels = dict[QualifiedKey, LabelValue]
+"""Labels (and a node selector): the form of each key and value is checked by ``check_label_map``."""
 
 
 def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
@@ -80,10 +107,13 @@ class EnvVar(_SpecModel):
         _cel("!has(self.value) || !has(self.valueFrom)", "cannot be set together with value", ".valueFrom"),
     ))
 
-    name: NonEmptyStr = Field(description="Name of the variable.")
-    value: StrictStr | None = Field(default=None, description="Literal value.")
+    name: Annotated[StrictStr, Field(min_length=1, max_length=MAX_ENV_NAME_LENGTH)] = Field(
+        description="Name of the variable.")
+    value: Annotated[StrictStr, Field(max_length=MAX_ENV_VALUE_LENGTH)] | None = Field(
+        default=None, description="Literal value.")
     value_from: dict[str, Any] | None = Field(
-        default=None, description="Source of the value (fieldRef, configMapKeyRef, secretKeyRef, ...)."
+        default=None, max_length=MAX_VALUE_FROM_SOURCES,
+        description="Source of the value (fieldRef, configMapKeyRef, secretKeyRef, ...)."
     )
 
     @field_validator("name")
@@ -112,8 +142,10 @@ class EnvVar(_SpecModel):
 class ResourceRequirements(_SpecModel):
     """Per-pod compute resources; after parsing, a side missing for a resource is copied from the other."""
 
-    requests: dict[str, Quantity] = Field(default_factory=dict, description="Requested resources.")
-    limits: dict[str, Quantity] = Field(default_factory=dict, description="Resource limits.")
+    requests: dict[QualifiedKey, Quantity] = Field(default_factory=dict, max_length=MAX_RESOURCES,
+                                                   description="Requested resources.")
+    limits: dict[QualifiedKey, Quantity] = Field(default_factory=dict, max_length=MAX_RESOURCES,
+                                                 description="Resource limits.")
 
     @field_validator("requests", "limits")
     @classmethod
@@ -164,9 +196,9 @@ class Volume(_SpecModel):
     ))
 
     name: DNSLabel = Field(description="Name of the volume, unique within the SJ.")
-    mount_path: NonEmptyStr = Field(description="Absolute path of the mount in the container.")
+    mount_path: Path = Field(description="Absolute path of the mount in the container.")
     read_only: StrictBool | None = Field(default=None, description="Mount read-only.")
-    sub_path: NonEmptyStr | None = Field(default=None, description="Sub-path inside the volume to mount.")
+    sub_path: Path | None = Field(default=None, description="Sub-path inside the volume to mount.")
     persistent_volume_claim: PersistentVolumeClaimSource | None = Field(
         default=None, description="Mount a PersistentVolumeClaim."
     )
@@ -218,14 +250,15 @@ class Volume(_SpecModel):
 class Toleration(_SpecModel):
     """A pod toleration, as in a Kubernetes Toleration."""
 
-    key: StrictStr | None = Field(default=None, description="Taint key; empty matches every key (with Exists).")
+    key: QualifiedKey | None = Field(default=None, description="Taint key; empty matches every key (with Exists).")
     operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal (default).")
-    value: StrictStr | None = Field(default=None, description="Taint value to match with Equal.")
+    value: LabelValue | None = Field(default=None, description="Taint value to match with Equal.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to match; empty matches every effect."
     )
     toleration_seconds: StrictInt | None = Field(
-        default=None, description="How long a NoExecute taint is tolerated before eviction."
+        default=None, ge=0, le=MAX_TOLERATION_SECONDS,
+        description="How long a NoExecute taint is tolerated before eviction."
     )
 
     @model_validator(mode="after")
@@ -259,10 +292,10 @@ class Fallback(_SpecModel):
 
     parallelism: StrictInt | None = Field(default=None, ge=1, le=MAX_PARALLELISM, description="Pods in the gang.")
     resources: ResourceRequirements | None = Field(default=None, description="Per-pod requests and limits.")
-    args: tuple[StrictStr, ...] | None = Field(default=None, max_length=MAX_ARGS,
-                                               description="Arguments to the entrypoint.")
-    node_selector: dict[StrictStr, StrictStr] | None = Field(
-        default=None, description="Node selector of the pods (an overflow pool).")
+    args: tuple[Arg, ...] | None = Field(default=None, max_length=MAX_ARGS,
+                                         description="Arguments to the entrypoint.")
+    node_selector: KeyedLabels | None = Field(
+        default=None, max_length=MAX_NODE_SELECTOR, description="Node selector of the pods (an overflow pool).")
     tolerations: tuple[Toleration, ...] | None = Field(default=None, max_length=MAX_TOLERATIONS,
                                                        description="Tolerations of the pods (an overflow pool).")
 
@@ -270,6 +303,13 @@ class Fallback(_SpecModel):
     @classmethod
     def _complete(cls, resources: ResourceRequirements | None) -> ResourceRequirements | None:
         return None if resources is None else complete_resources(resources)
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_selector_labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None:
+            check_label_map(value)
+        return value
 
 
 class LocalObjectReference(_SpecModel):
@@ -281,7 +321,7 @@ class LocalObjectReference(_SpecModel):
 class MPISpec(_SpecModel):
     """MPI wiring of a gang: pod 0 is the launcher, connected to the others by ssh keys and a hostfile."""
 
-    slots_per_worker: StrictInt = Field(default=1, ge=1, description="MPI slots per pod.")
+    slots_per_worker: StrictInt = Field(default=1, ge=1, le=MAX_SLOTS_PER_WORKER, description="MPI slots per pod.")
     implementation: MPIImplementation = Field(
         default=MPIImplementation.OPENMPI, description="OpenMPI or MPICH."
     )
@@ -300,17 +340,17 @@ class ScavengerJobSpec(_SpecModel):
              "is required with spec.mpi (pod 0 runs it; the image's entrypoint is not known)", ".command"),
     ))
 
-    image: NonEmptyStr = Field(description="Container image.")
-    command: tuple[StrictStr, ...] | None = Field(
+    image: Image = Field(description="Container image.")
+    command: tuple[Arg, ...] | None = Field(
         default=None, max_length=MAX_ARGS, description="Entrypoint; the image's by default."
     )
-    args: tuple[StrictStr, ...] | None = Field(
+    args: tuple[Arg, ...] | None = Field(
         default=None, max_length=MAX_ARGS, description="Arguments to the entrypoint."
     )
     env: tuple[EnvVar, ...] = Field(
         default=(), max_length=MAX_ENV, description="Environment variables of the container."
     )
-    working_dir: NonEmptyStr | None = Field(default=None, description="Working directory of the container.")
+    working_dir: Path | None = Field(default=None, description="Working directory of the container.")
     resources: ResourceRequirements = Field(
         default_factory=ResourceRequirements,
         description="Per-pod requests and limits; a missing side is copied from the other.",
@@ -325,7 +365,7 @@ class ScavengerJobSpec(_SpecModel):
     checkpoint_volume: DNSLabel | None = Field(
         default=None, description="Name of the volume holding checkpoints; exported as SJ_CHECKPOINT_DIR."
     )
-    duration: Duration = Field(
+    duration: Annotated[Duration, DurationRange(MAX_DURATION)] = Field(
         default=DEFAULT_DURATION,
         validate_default=True,
         description="How long the work must run to be worth it; it has surely checkpointed within it.",
@@ -333,25 +373,31 @@ class ScavengerJobSpec(_SpecModel):
     priority_levels: StrictInt = Field(
         default=3, ge=1, le=MAX_PRIORITY_LEVELS, description="Running-priority steps one duration is cut into."
     )
-    run_as_user: StrictInt | None = Field(default=None, ge=0, description="UID the container runs as.")
-    run_as_group: StrictInt | None = Field(default=None, ge=0, description="GID the container runs as.")
+    run_as_user: StrictInt | None = Field(default=None, ge=0, le=MAX_ID, description="UID the container runs as.")
+    run_as_group: StrictInt | None = Field(default=None, ge=0, le=MAX_ID, description="GID the container runs as.")
     termination_grace_period_seconds: StrictInt = Field(
-        default=30, ge=0, description="Seconds the app gets after SIGTERM to checkpoint."
+        default=30, ge=0, le=MAX_TERMINATION_GRACE_SECONDS,
+        description="Seconds the app gets after SIGTERM to checkpoint (the cluster may allow fewer: the "
+        "operator's --max-termination-grace)."
     )
-    node_selector: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="Node selector of the pods.")
+    node_selector: KeyedLabels = Field(default_factory=dict, max_length=MAX_NODE_SELECTOR,
+                                       description="Node selector of the pods.")
     tolerations: tuple[Toleration, ...] = Field(
         default=(), max_length=MAX_TOLERATIONS, description="Tolerations of the pods."
     )
     service_account_name: DNSSubdomain | None = Field(default=None, description="Service account of the pods.")
     image_pull_secrets: tuple[LocalObjectReference, ...] = Field(
-        default=(), max_length=MAX_TOLERATIONS, description="Secrets used to pull the image."
+        default=(), max_length=MAX_IMAGE_PULL_SECRETS, description="Secrets used to pull the image."
     )
-    pod_labels: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="Labels copied onto every pod.")
-    pod_annotations: dict[StrictStr, StrictStr] = Field(
-        default_factory=dict, description="Annotations copied onto every pod."
+    pod_labels: KeyedLabels = Field(default_factory=dict, max_length=MAX_POD_LABELS,
+                                    description="Labels copied onto every pod.")
+    pod_annotations: dict[QualifiedKey, Annotated[StrictStr, Field(max_length=MAX_POD_ANNOTATIONS_BYTES)]] = Field(
+        default_factory=dict, max_length=MAX_POD_ANNOTATIONS,
+        description=f"Annotations copied onto every pod; keys and values at most {MAX_POD_ANNOTATIONS_BYTES} "
+        "bytes together."
     )
     max_interruptions: StrictInt | None = Field(
-        default=None, ge=0, description="The SJ fails once interrupted more often than this."
+        default=None, ge=0, le=MAX_INTERRUPTIONS, description="The SJ fails once interrupted more often than this."
     )
     suspend: StrictBool = Field(default=False, description="Cancel the current run and hold the SJ.")
     mpi: MPISpec | None = Field(default=None, description="Run the gang as an MPI job.")
@@ -359,7 +405,7 @@ class ScavengerJobSpec(_SpecModel):
         default=(), max_length=MAX_FALLBACKS,
         description="Smaller configurations, tried in order when the preferred one has not been admitted "
         "within fallbackAfter; status.configIndex and SJ_CONFIG_INDEX say which runs (0: the preferred).")
-    fallback_after: Duration = Field(
+    fallback_after: Annotated[Duration, DurationRange(MAX_FALLBACK_AFTER, minimum=timedelta(0))] = Field(
         default=DEFAULT_FALLBACK_AFTER, validate_default=True,
         description="How long the preferred configuration waits before the fallbacks are tried too.")
 
@@ -397,6 +443,9 @@ class ScavengerJobSpec(_SpecModel):
     @field_validator("pod_annotations")
     @classmethod
     def _pod_annotation_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        size = sum(len(key.encode()) + len(text.encode()) for key, text in value.items())
+        if size > MAX_POD_ANNOTATIONS_BYTES:
+            raise invalid(f"keys and values must be at most {MAX_POD_ANNOTATIONS_BYTES} bytes together (are {size})")
         return check_qualified_keys(value, "invalid key")
 
     @model_validator(mode="after")

@@ -12,6 +12,7 @@ import yaml
 
 from sj_operator.api import ScavengerJobSpec, ScavengerJobStatus, parse_spec, parse_status
 from sj_operator.api.crd import CRD_FILE_NAME, QUOTA_CRD_FILE_NAME, build_crd, render_crd_yaml
+from sj_operator.api.reference import REFERENCE_PATH, render_reference
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "crds" / CRD_FILE_NAME
@@ -33,6 +34,13 @@ def test_committed_crd_matches_the_models(path: Path) -> None:
     assert path.read_text() == render_crd_yaml(quota=quota), (
         f"{path.relative_to(REPO)} is stale: regenerate it with "
         f"`python -m sj_operator.api.crd{' quota' if quota else ''} > {path.relative_to(REPO)}`"
+    )
+
+
+def test_committed_api_reference_matches_the_crds() -> None:
+    assert (REPO / REFERENCE_PATH).read_text() == render_reference(), (
+        f"{REFERENCE_PATH} is stale: regenerate it with `make crd` "
+        f"(`python -m sj_operator.api.reference > {REFERENCE_PATH}`)"
     )
 
 
@@ -208,7 +216,7 @@ def _check(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
         return []
     if not _type_ok(kind, value):
         return [f"{path}: must be of type {kind}"]
-    errors = _check_bounds(schema, value, path) + _check_text(schema, value, path)
+    errors = _check_bounds(schema, value, path) + _check_text(schema, value, path) + _check_size(schema, value, path)
     if kind == "object":
         errors += _check_object(schema, value, path)
     if kind == "array":
@@ -222,6 +230,15 @@ def _check_int_or_string(schema: dict[str, Any], value: Any, path: str) -> list[
         return [f"{path}: must be an integer or a string"]
     if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
         return [f"{path}: does not match {schema['pattern']}"]
+    if isinstance(value, str) and len(value) > schema.get("maxLength", len(value)):
+        return [f"{path}: longer than {schema['maxLength']}"]
+    return []
+
+
+def _check_size(schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    for keyword, what in (("maxItems", "items"), ("maxProperties", "properties")):
+        if keyword in schema and len(value) > schema[keyword]:
+            return [f"{path}: more than {schema[keyword]} {what}"]
     return []
 
 
@@ -242,6 +259,8 @@ def _check_bounds(schema: dict[str, Any], value: Any, path: str) -> list[str]:
 
 def _check_text(schema: dict[str, Any], value: Any, path: str) -> list[str]:
     errors: list[str] = []
+    if not isinstance(value, str):
+        return errors
     if "minLength" in schema and len(value) < schema["minLength"]:
         errors.append(f"{path}: shorter than {schema['minLength']}")
     if "maxLength" in schema and len(value) > schema["maxLength"]:

@@ -332,7 +332,7 @@ INVALID_SPECS: list[tuple[Any, str, str]] = [
     # labels and annotations
     (spec_with(podLabels={"scavenger.dev/run": "x"}), "spec.podLabels[scavenger.dev/run]", "reserved for the operator"),
     (spec_with(podLabels={"team": "a b"}), "spec.podLabels[team]", "invalid label value"),
-    (spec_with(podLabels={"team": "x" * 64}), "spec.podLabels[team]", "invalid label value"),
+    (spec_with(podLabels={"team": "x" * 64}), "spec.podLabels[team]", "must be at most 63 characters"),
     (spec_with(podLabels={"-team": "a"}), "spec.podLabels[-team]", "invalid key"),
     (spec_with(podLabels={"team": 1}), "spec.podLabels[team]", "must be a string"),
     (spec_with(podAnnotations={"Bad Key/x": "v"}), "spec.podAnnotations[Bad Key/x]", "prefix must be a DNS subdomain"),
