@@ -20,18 +20,25 @@ from sj_operator.names import (
     LABEL_RUN,
     LABEL_SJ,
 )
+from sj_operator.api.fields import TIMESTAMP_YEARS
 from sj_operator.resources import Resources, accumulate, resources_milli
 
 
 def parse_time(raw: Any) -> datetime | None:
+    """A timestamp the API reports; None when missing, unreadable, without a timezone, or outside the years
+    `TIMESTAMP_YEARS` (the time arithmetic of a pass must not leave what a ``datetime`` holds)."""
     if not raw:
         return None
     if isinstance(raw, datetime):
-        return raw
-    try:
-        return datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-    except ValueError:
+        value = raw
+    else:
+        try:
+            value = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if value.utcoffset() is None or value.year not in TIMESTAMP_YEARS:
         return None
+    return value
 
 
 def small_int(raw: Any, most: int = 1 << 31) -> int | None:

@@ -43,14 +43,16 @@ def to_milli(quantity: str | int | float | Decimal) -> int:
 
 
 def resources_milli(raw: Mapping[str, Any] | None) -> dict[str, int]:
-    """A resource list in milli-units; an unparsable quantity is skipped (for objects the API server
-    already validated: a watch stream must never stop on one odd field)."""
+    """A resource list in milli-units; an unparsable or negative quantity is skipped (for objects the API
+    server already validated: a watch stream must never stop on one odd field)."""
     out: dict[str, int] = {}
     for name, qty in (raw or {}).items():
         try:
-            out[name] = to_milli(qty)
+            amount = to_milli(qty)
         except (ValueError, TypeError, ArithmeticError):
             continue
+        if amount >= 0:
+            out[name] = amount
     return out
 
 

@@ -130,10 +130,18 @@ def format_timestamp(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+TIMESTAMP_YEARS = range(1900, 9001)
+"""The years a timestamp may be in: the arithmetic on them (a checkpoint period, a start timeout, a backoff
+added) must stay inside what a ``datetime`` holds (years 1 to 9999); a status that says otherwise is not
+one this operator wrote."""
+
+
 def _normalize_timestamp(value: datetime) -> datetime:
     """Make a timestamp timezone-aware UTC with whole seconds (naive values are taken as UTC)."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
+    if value.year not in TIMESTAMP_YEARS:
+        raise invalid(f"must be in the years {TIMESTAMP_YEARS.start} to {TIMESTAMP_YEARS.stop - 1}")
     return value.astimezone(UTC).replace(microsecond=0)
 
 
