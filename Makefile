@@ -101,8 +101,12 @@ demo-down:
 run: venv ## the operator in the foreground against $$KUBECONFIG
 	$(PY) -m sj_operator
 
-crd: venv ## regenerate crds/ from the model
-	$(PY) -m sj_operator.api.crd > crds/scavengerjobs.scavenger.dev.yaml
+crd: venv ## regenerate crds/ and the chart's crds/ from the models
+	for dir in crds deploy/chart/crds; do \
+	  $(PY) -m sj_operator.api.crd > $$dir/scavengerjobs.scavenger.dev.yaml && \
+	  $(PY) -m sj_operator.api.crd quota > $$dir/scavengerquotas.scavenger.dev.yaml && \
+	  $(PY) -m sj_operator.api.crd clusterquota > $$dir/scavengerclusterquotas.scavenger.dev.yaml || exit 1; \
+	done
 
 bench: venv
 	$(PY) benchmarks/bench_policy.py
