@@ -47,6 +47,7 @@ from sj_operator.policy.admission import AdmissionPass, Eligibility, PolicyConfi
 from sj_operator.policy.lifecycle import LifecycleConfig, quiet_until, recorded_until
 from sj_operator.policy.queue import queue_order
 from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Resources, Taint
+from sj_operator.policy.tenancy import EffectiveQuotas
 from sj_operator.resources import freeze
 
 
@@ -153,6 +154,7 @@ class PassMemo:
     _admitted: _Admitted | None = None
     _order: _Order | None = None
     _eligibility: Eligibility = field(default_factory=Eligibility)
+    _quotas: tuple[tuple[Any, ...], EffectiveQuotas] | None = None
 
     # --- parsing -------------------------------------------------------------------------
     def spec_of(self, sj: SJObject) -> ScavengerJobSpec | InvalidSpec:
@@ -282,8 +284,10 @@ class PassMemo:
         self.sums.update(view.active_pods)
         nodes = self.node_views(view)
         # By value: a pod replaced without a change of its requests or node (most pod events) changes nothing.
-        inputs = (queue, nodes, dict(self.sums.cluster), runs, view.quotas,
-                  {ns: dict(used) for ns, used in self.sums.namespaces.items()} if view.quotas else None, config)
+        quotas = self.quotas(view, config)
+        fair = bool(quotas.namespaces) or quotas.default is not None
+        inputs = (queue, nodes, dict(self.sums.cluster), runs, quotas,
+                  {ns: dict(used) for ns, used in self.sums.namespaces.items()} if fair else None, config)
         last = self._admitted
         if last is not None and now < last.until and last.inputs == inputs:
             return last.result
@@ -291,12 +295,20 @@ class PassMemo:
         if order is None or not (now < order.until and order.queue == queue and order.config == config):
             order = self._order = _Order(queue, config, queue_order(queue, now, config),
                                          settled_until(queue, now, config))
-        quotas = quota_table(view)
         snapshot = ClusterSnapshot(nodes=nodes, cluster_requested=self.sums.cluster, in_flight=runs, queue=queue,
-                                   quotas=quotas, namespace_used=self._namespace_used(runs) if quotas else {})
+                                   quotas=quotas.namespaces, default_quota=quotas.default,
+                                   namespace_used=self._namespace_used(runs) if fair else {})
         result = decide_pass(snapshot, now, config, ordered=order.ordered, eligibility=self._eligibility)
         self._admitted = _Admitted(inputs, order.until, result)
         return result
+
+    def quotas(self, view: ClusterView, config: PolicyConfig) -> EffectiveQuotas:
+        """``decide.quota_table``, worked out again only when a quota, a namespace's labels or the defaults
+        changed (the same object is returned while none did)."""
+        key = (view.quotas, view.cluster_quotas, view.namespaces, config.quota_defaults)
+        if self._quotas is None or self._quotas[0] != key:
+            self._quotas = (key, quota_table(view, config.quota_defaults))
+        return self._quotas[1]
 
     def node_views(self, view: ClusterView) -> tuple[NodeView, ...]:
         """``decide.node_views`` from the running sums: a node's view is rebuilt only when its object or
