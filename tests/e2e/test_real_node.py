@@ -334,6 +334,7 @@ MAY = [
     ("create", "poddisruptionbudgets.policy", "team-a"), ("create", "events", "team-a"),
     ("create", "priorityclasses.scheduling.k8s.io", ""), ("update", "leases.coordination.k8s.io", SYSTEM),
     ("watch", "nodes", ""), ("create", "pods", "team-a"), ("watch", "resourcequotas", ""),
+    ("watch", "scavengerclusterquotas.scavenger.dev", ""), ("watch", "namespaces", ""),
     ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io", ""),
     ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", ""),
     # Adoption: the SJ of a labelled Job, and that Job's final status.
@@ -348,7 +349,7 @@ MAY_NOT = [
     ("create", "clusterrolebindings.rbac.authorization.k8s.io", ""),
     ("escalate", "clusterroles.rbac.authorization.k8s.io", ""), ("impersonate", "serviceaccounts", ""),
     ("delete", "namespaces", ""), ("delete", "priorityclasses.scheduling.k8s.io", ""),
-    ("create", "pods/exec", "team-a"),
+    ("create", "pods/exec", "team-a"), ("update", "scavengerclusterquotas.scavenger.dev", ""),
 ]
 
 
