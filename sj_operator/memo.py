@@ -16,7 +16,9 @@ object as last pass" means "unchanged". On that:
   object changed;
 * the admission pass is reused while its inputs are the same objects and no SJ's clock has ticked
   (``admission.settled_until``); when it is not, which nodes each selector and set of tolerations may use
-  is kept while no node's labels, taints or schedulability changed (``admission.Eligibility``).
+  is kept while no node's labels, taints or schedulability changed (``admission.Eligibility``);
+* each namespace's effective quota (``tenancy.effective_quotas``) is kept while no quota, namespace label
+  or default changed.
 
 Entries of SJs that no longer exist are dropped once the caches have grown past the cluster's SJs.
 """

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from sj_operator.names import CLUSTER_QUOTA_KIND, CLUSTER_QUOTA_PLURAL, GROUP, QUOTA_KIND, QUOTA_PLURAL, VERSION
-from tests.e2e.kube import dedicated_node, unique, wait_for
+from tests.e2e.kube import TEST_TAINT_KEY, dedicated_node, unique, wait_for
 from tests.e2e.sj import create_sj, jobs_of, sj_spec, status, wait_phase
 
 
@@ -86,14 +86,18 @@ def test_a_tenants_own_quota_does_not_raise_their_share(api, namespace, operator
     custom.create_cluster_custom_object(GROUP, VERSION, CLUSTER_QUOTA_PLURAL, {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": CLUSTER_QUOTA_KIND, "metadata": {"name": cluster_quota},
         "spec": {"namespaceSelector": {"matchLabels": {"scavenger.dev/e2e-tenant": tenant}}, "hard": {"cpu": "2"}}})
+    pool = unique("pool")
+    placed = {"nodeSelector": {"scavenger.dev/e2e-pool": pool},
+              "tolerations": [{"key": TEST_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]}
+    names = [f"work-{i}" for i in range(4)]
     try:
-        with dedicated_node(cpu="8") as node:
-            names = [f"work-{i}" for i in range(4)]
-            for name in names:
-                create_sj(api, namespace, name, sj_spec(run_for=None, cpu="1", memory="64Mi",
-                                                        nodeSelector=node["nodeSelector"],
-                                                        tolerations=node["tolerations"]))
-
+        for name in names:
+            create_sj(api, namespace, name, sj_spec(run_for=None, cpu="1", memory="64Mi", **placed))
+        # Every SJ waits for the pool's node, so the operator has seen the label and the cluster quota
+        # (watched before the SJs were made) by the time the node appears.
+        wait_for("every SJ waiting, saying why", lambda: all(_admitted(status(api, namespace, n)) for n in names),
+                 timeout=60)
+        with dedicated_node(cpu="8", extra={"scavenger.dev/e2e-pool": pool}):
             def launched() -> list[str]:
                 return [n for n in names if status(api, namespace, n).get("jobName")]
 
