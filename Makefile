@@ -102,9 +102,11 @@ run: venv ## the operator in the foreground against $$KUBECONFIG
 	$(PY) -m sj_operator
 
 crd: venv ## regenerate the CRDs (crds/ and the chart's) and docs/reference/api.md from the models
-	$(PY) -m sj_operator.api.crd > crds/scavengerjobs.scavenger.dev.yaml
-	$(PY) -m sj_operator.api.crd quota > crds/scavengerquotas.scavenger.dev.yaml
-	cp crds/scavengerjobs.scavenger.dev.yaml crds/scavengerquotas.scavenger.dev.yaml deploy/chart/crds/
+	for dir in crds deploy/chart/crds; do \
+	  $(PY) -m sj_operator.api.crd > $$dir/scavengerjobs.scavenger.dev.yaml && \
+	  $(PY) -m sj_operator.api.crd quota > $$dir/scavengerquotas.scavenger.dev.yaml && \
+	  $(PY) -m sj_operator.api.crd clusterquota > $$dir/scavengerclusterquotas.scavenger.dev.yaml || exit 1; \
+	done
 	$(MAKE) --no-print-directory reference
 
 reference: venv ## regenerate the API reference (docs/reference/api.md) from the CRDs

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
@@ -14,8 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from gang.hosts import DEFAULT_CLUSTER_DOMAIN
 from sj_operator.api import SpecLimits
-from sj_operator.api.fields import parse_duration
+from sj_operator.api.fields import QUANTITY_PATTERN, parse_duration, qualified_name_error
 from sj_operator.api.parse import check_max_termination_grace, check_min_duration
+from sj_operator.api.quota import MAX_WEIGHT
+from sj_operator.resources import to_milli
 from sj_operator.settings import (
     DEFAULT_AGING_STEP,
     DEFAULT_CACHE_TIMEOUT,
@@ -108,6 +111,11 @@ class OperatorConfig(BaseModel):
     cluster_domain: str = Field(DEFAULT_CLUSTER_DOMAIN, max_length=200,
                                 pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
     """The cluster's DNS domain: gang members are named ``<pod>.<run>.<namespace>.svc.<cluster_domain>``."""
+    default_namespace_quota: dict[str, int] = Field(default_factory=dict)
+    """The cap (resource -> milli-units) of every namespace that no ScavengerClusterQuota selects; empty:
+    uncapped. A namespace's own ScavengerQuota can only tighten it."""
+    default_namespace_weight: int = Field(1, ge=1, le=MAX_WEIGHT)
+    """The fair-share weight of every namespace that no ScavengerClusterQuota selects."""
 
     @property
     def spec_limits(self) -> SpecLimits:
@@ -218,6 +226,13 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
      "the cluster's DNS domain, without a trailing dot: gang members reach each other as "
      "<pod>.<run>.<namespace>.svc.<domain>, and MPI gangs pin their ssh host key for that domain "
      "(default cluster.local)"),
+    ("--default-namespace-quota", "SJ_DEFAULT_NAMESPACE_QUOTA", "default_namespace_quota",
+     "the most the SJ runs of a namespace that no ScavengerClusterQuota selects may request at once, "
+     "RESOURCE=QUANTITY separated by ',', e.g. 'cpu=8,memory=32Gi'; the namespace's own ScavengerQuota can only "
+     "tighten it (default none: uncapped)"),
+    ("--default-namespace-weight", "SJ_DEFAULT_NAMESPACE_WEIGHT", "default_namespace_weight",
+     "fair-share weight of a namespace that no ScavengerClusterQuota selects, 1 to 1000; the namespace's own "
+     "ScavengerQuota can only lower it (default 1)"),
 )
 
 _DURATIONS = {"start_timeout", "tick", "cache_timeout", "stall_timeout", "retry_backoff", "max_retry_backoff",
@@ -232,7 +247,30 @@ def _convert(field: str, raw: str) -> object:
         return parse_pools(raw)
     if field == "namespaces":
         return tuple(ns.strip() for ns in raw.split(",") if ns.strip())
+    if field == "default_namespace_quota":
+        return parse_caps(raw)
     return raw
+
+
+def parse_caps(text: str) -> dict[str, int]:
+    """``cpu=8,memory=32Gi`` as milli-units by resource; ValueError naming the item that is not one."""
+    caps: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, eq, amount = (part.strip() for part in item.partition("="))
+        problem = qualified_name_error(name) if eq else "expected RESOURCE=QUANTITY"
+        if problem:
+            raise ValueError(f"{item!r}: {problem}")
+        if name in caps:
+            raise ValueError(f"{text!r}: {name} is given twice")
+        try:
+            if not re.fullmatch(QUANTITY_PATTERN, amount):
+                raise ValueError
+            caps[name] = to_milli(amount)
+        except (ValueError, ArithmeticError):
+            raise ValueError(f"{item!r}: {amount!r} is not a quantity such as 500m, 8 or 32Gi") from None
+    return caps
 
 
 def parse_config(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> OperatorConfig:

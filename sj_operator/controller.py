@@ -68,7 +68,7 @@ from sj_operator.policy.lifecycle import (
 )
 from sj_operator.policy.priority import launch_class
 from sj_operator.policy.snapshot import InFlightRun
-from sj_operator.policy.tenancy import ResourceQuotaView, quota_shortfall
+from sj_operator.policy.tenancy import QuotaDefaults, ResourceQuotaView, quota_shortfall
 from sj_operator.quarantine import Quarantine
 from sj_operator.resources import EMPTY, Resources, resources_milli, total
 
@@ -332,7 +332,9 @@ class Controller:
     @property
     def policy_config(self) -> PolicyConfig:
         return PolicyConfig(threshold=self.config.threshold, starvation_after=self.config.starvation_after,
-                            aging_step=self.config.aging_step, pools=self.config.pools)
+                            aging_step=self.config.aging_step, pools=self.config.pools,
+                            quota_defaults=QuotaDefaults(hard=self.config.default_namespace_quota,
+                                                         weight=self.config.default_namespace_weight))
 
     def handles(self, namespace: str) -> bool:
         return not self.config.namespaces or namespace in self.config.namespaces

@@ -15,7 +15,16 @@ from typing import Any
 
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus, parse_status
 from sj_operator.names import run_job_name
-from sj_operator.observed import AdoptedJob, JobView, NodeInfo, PodView, QuotaView, SJObject
+from sj_operator.observed import (
+    AdoptedJob,
+    ClusterQuotaView,
+    JobView,
+    NamespaceView,
+    NodeInfo,
+    PodView,
+    QuotaView,
+    SJObject,
+)
 from sj_operator.policy.lifecycle import WAITING, LifecycleConfig, Run, Step, step
 from sj_operator.policy.priority import (
     RunProgress,
@@ -28,12 +37,12 @@ from sj_operator.policy.priority import (
 from sj_operator.policy.snapshot import (
     ClusterSnapshot,
     InFlightRun,
-    NamespaceQuota,
     NodeView,
     QueuedSJ,
     Shape,
     Taint,
 )
+from sj_operator.policy.tenancy import NO_DEFAULTS, EffectiveQuotas, QuotaDefaults, effective_quotas
 from sj_operator.resources import accumulate, freeze, resources_milli, total
 
 RunKey = tuple[str, str]
@@ -50,8 +59,14 @@ class ClusterView:
     """Every non-terminated pod in the cluster, scheduled or not."""
     nodes: tuple[NodeInfo, ...]
     quotas: tuple[QuotaView, ...] = ()
+    """Every ScavengerQuota (namespaced)."""
     adopted: tuple[AdoptedJob, ...] = ()
     """Jobs labelled for adoption."""
+    cluster_quotas: tuple[ClusterQuotaView, ...] = ()
+    """Every ScavengerClusterQuota."""
+    namespaces: tuple[NamespaceView, ...] = ()
+    """Every namespace with its labels, for the cluster quotas' selectors (may be left empty while there are
+    no cluster quotas)."""
 
 
 @dataclass(frozen=True)
@@ -223,20 +238,19 @@ def node_views(view: ClusterView) -> tuple[NodeView, ...]:
     )
 
 
-def admission_snapshot(view: ClusterView, queue: tuple[QueuedSJ, ...],
-                       runs: tuple[InFlightRun, ...]) -> ClusterSnapshot:
-    quotas = quota_table(view)
+def admission_snapshot(view: ClusterView, queue: tuple[QueuedSJ, ...], runs: tuple[InFlightRun, ...],
+                       defaults: QuotaDefaults = NO_DEFAULTS) -> ClusterSnapshot:
+    quotas = quota_table(view, defaults)
+    fair = bool(quotas.namespaces) or quotas.default is not None
     return ClusterSnapshot(nodes=node_views(view), cluster_requested=total(p.requests for p in view.active_pods),
-                           in_flight=runs, queue=queue, quotas=quotas,
-                           namespace_used=namespace_used(view, runs) if quotas else {})
+                           in_flight=runs, queue=queue, quotas=quotas.namespaces, default_quota=quotas.default,
+                           namespace_used=namespace_used(view, runs) if fair else {})
 
 
-def quota_table(view: ClusterView) -> dict[str, NamespaceQuota]:
-    """The ScavengerQuota that counts in each namespace: the first by name, when there are several."""
-    quotas: dict[str, NamespaceQuota] = {}
-    for q in sorted(view.quotas, key=lambda q: (q.namespace, q.name)):
-        quotas.setdefault(q.namespace, NamespaceQuota(q.name, freeze(q.hard), q.weight))
-    return quotas
+def quota_table(view: ClusterView, defaults: QuotaDefaults = NO_DEFAULTS) -> EffectiveQuotas:
+    """Each namespace's effective quota (`policy.tenancy.effective_quotas`): the cluster quotas selecting it,
+    its own ScavengerQuotas and the operator's defaults, the tightest winning."""
+    return effective_quotas(view.namespaces, view.cluster_quotas, view.quotas, defaults)
 
 
 def namespace_used(view: ClusterView, runs: tuple[InFlightRun, ...]) -> dict[str, dict[str, int]]:

@@ -30,13 +30,15 @@ from sj_operator.faults import Fault, Watchdog, describe
 from sj_operator.kube import Kube
 from sj_operator.leader import LeaseElector, campaign_once_ready
 from sj_operator.metrics import Metrics, serve
-from sj_operator.names import GROUP, KIND, LABEL_SCAVENGE, LABEL_SJ, QUOTA_PLURAL, VERSION
+from sj_operator.names import CLUSTER_QUOTA_PLURAL, GROUP, KIND, LABEL_SCAVENGE, LABEL_SJ, QUOTA_PLURAL, VERSION
 from sj_operator.observed import (
     AdoptedJob,
     JobView,
     SJObject,
     adopted_job,
+    cluster_quota_view,
     job_view,
+    namespace_view,
     node_info,
     quota_view,
     remember_disrupted,
@@ -170,6 +172,20 @@ async def quotas(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     return _indexed("quota", "ScavengerQuota", quota_view, body, memo)
 
 
+@kopf.index(GROUP, VERSION, CLUSTER_QUOTA_PLURAL)
+async def cluster_quotas(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    memo.wake.set()
+    return _indexed("quota", "ScavengerClusterQuota", cluster_quota_view, body, memo)
+
+
+@kopf.index("", "v1", "namespaces")
+async def namespaces(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    """Namespaces' labels, which the cluster quotas' selectors read (kopf watches namespaces anyway: the
+    loop is released by the `default` namespace's first event)."""
+    memo.wake.set()
+    return _indexed("namespace", "Namespace", namespace_view, body, memo)
+
+
 @kopf.index("", "v1", "nodes")
 async def nodes(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     memo.wake.set()
@@ -194,13 +210,14 @@ Indexes = kopf.Index[Any, Any]
 
 # kopf passes indexes as keyword arguments named after them, which its handler protocol cannot express.
 @kopf.on.event("", "v1", "namespaces", when=lambda name, **_: name == "default")  # type: ignore[arg-type]
-async def indexes_ready(nodes: Indexes, quotas: Indexes, memo: kopf.Memo, **_: Any) -> None:
+async def indexes_ready(nodes: Indexes, quotas: Indexes, cluster_quotas: Indexes, namespaces: Indexes,
+                        memo: kopf.Memo, **_: Any) -> None:
     """Runs only once every index is populated: hands the indexes to the loop once the operator's own watch
     caches (`caches.py`) have their first listings too."""
     if not memo.ready.is_set():
         for cache in memo.caches.all():
             await cache.ready.wait()
-        memo.shared["indexes"] = (nodes, quotas, memo.caches)
+        memo.shared["indexes"] = KopfIndexes(nodes, quotas, cluster_quotas, namespaces, memo.caches)
         memo.ready.set()
         log.info("watch caches are complete; the decision loop starts")
 
@@ -223,8 +240,21 @@ class Caches:
         return (self.pods, self.runs, self.adopted, self.sjs, self.resource_quotas)
 
 
+@dataclass(frozen=True)
+class KopfIndexes:
+    """kopf's indexes and the operator's own watch caches, as the loop reads them."""
+
+    nodes: Indexes
+    quotas: Indexes
+    cluster_quotas: Indexes
+    namespaces: Indexes
+    caches: Caches
+
+
 def _view(shared: dict[str, Any]) -> ClusterView:
-    node_idx, quota_idx, caches = shared["indexes"]
+    indexes: KopfIndexes = shared["indexes"]
+    caches = indexes.caches
+    cluster_quotas = tuple(indexes.cluster_quotas.get("quota", ()))
     jobs = caches.runs.objects()
     run_pods, shared["disrupted"] = with_disrupted(caches.pods.runs(), shared["disrupted"], jobs)
     return ClusterView(
@@ -232,9 +262,12 @@ def _view(shared: dict[str, Any]) -> ClusterView:
         jobs=jobs,
         run_pods=run_pods,
         active_pods=caches.pods.active(),
-        nodes=tuple(node_idx.get("node", ())),
-        quotas=tuple(quota_idx.get("quota", ())),
+        nodes=tuple(indexes.nodes.get("node", ())),
+        quotas=tuple(indexes.quotas.get("quota", ())),
         adopted=tuple(caches.adopted.held().values()),
+        cluster_quotas=cluster_quotas,
+        # Only the cluster quotas' selectors read them: none, none read.
+        namespaces=tuple(indexes.namespaces.get("namespace", ())) if cluster_quotas else (),
     )
 
 

@@ -16,7 +16,9 @@ object as last pass" means "unchanged". On that:
   object changed;
 * the admission pass is reused while its inputs are the same objects and no SJ's clock has ticked
   (``admission.settled_until``); when it is not, which nodes each selector and set of tolerations may use
-  is kept while no node's labels, taints or schedulability changed (``admission.Eligibility``).
+  is kept while no node's labels, taints or schedulability changed (``admission.Eligibility``);
+* each namespace's effective quota (``tenancy.effective_quotas``) is kept while no quota, namespace label
+  or default changed.
 
 Entries of SJs that no longer exist are dropped once the caches have grown past the cluster's SJs.
 """
@@ -48,6 +50,7 @@ from sj_operator.policy.admission import AdmissionPass, Eligibility, PolicyConfi
 from sj_operator.policy.lifecycle import LifecycleConfig, quiet_until, recorded_until
 from sj_operator.policy.queue import queue_order
 from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Resources, Taint
+from sj_operator.policy.tenancy import EffectiveQuotas
 from sj_operator.resources import freeze
 
 OnFault = Callable[[SJObject, Stage, Exception], None]
@@ -157,6 +160,7 @@ class PassMemo:
     _admitted: _Admitted | None = None
     _order: _Order | None = None
     _eligibility: Eligibility = field(default_factory=Eligibility)
+    _quotas: tuple[tuple[Any, ...], EffectiveQuotas] | None = None
 
     # --- parsing -------------------------------------------------------------------------
     def spec_of(self, sj: SJObject) -> ScavengerJobSpec | InvalidSpec:
@@ -300,8 +304,10 @@ class PassMemo:
         self.sums.update(view.active_pods)
         nodes = self.node_views(view)
         # By value: a pod replaced without a change of its requests or node (most pod events) changes nothing.
-        inputs = (queue, nodes, dict(self.sums.cluster), runs, view.quotas,
-                  {ns: dict(used) for ns, used in self.sums.namespaces.items()} if view.quotas else None, config)
+        quotas = self.quotas(view, config)
+        fair = bool(quotas.namespaces) or quotas.default is not None
+        inputs = (queue, nodes, dict(self.sums.cluster), runs, quotas,
+                  {ns: dict(used) for ns, used in self.sums.namespaces.items()} if fair else None, config)
         last = self._admitted
         if last is not None and now < last.until and last.inputs == inputs:
             return last.result
@@ -309,12 +315,20 @@ class PassMemo:
         if order is None or not (now < order.until and order.queue == queue and order.config == config):
             order = self._order = _Order(queue, config, queue_order(queue, now, config),
                                          settled_until(queue, now, config))
-        quotas = quota_table(view)
         snapshot = ClusterSnapshot(nodes=nodes, cluster_requested=self.sums.cluster, in_flight=runs, queue=queue,
-                                   quotas=quotas, namespace_used=self._namespace_used(runs) if quotas else {})
+                                   quotas=quotas.namespaces, default_quota=quotas.default,
+                                   namespace_used=self._namespace_used(runs) if fair else {})
         result = decide_pass(snapshot, now, config, ordered=order.ordered, eligibility=self._eligibility)
         self._admitted = _Admitted(inputs, order.until, result)
         return result
+
+    def quotas(self, view: ClusterView, config: PolicyConfig) -> EffectiveQuotas:
+        """``decide.quota_table``, worked out again only when a quota, a namespace's labels or the defaults
+        changed (the same object is returned while none did)."""
+        key = (view.quotas, view.cluster_quotas, view.namespaces, config.quota_defaults)
+        if self._quotas is None or self._quotas[0] != key:
+            self._quotas = (key, quota_table(view, config.quota_defaults))
+        return self._quotas[1]
 
     def node_views(self, view: ClusterView) -> tuple[NodeView, ...]:
         """``decide.node_views`` from the running sums: a node's view is rebuilt only when its object or

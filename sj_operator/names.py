@@ -28,6 +28,10 @@ QUOTA_KIND: Final = "ScavengerQuota"
 QUOTA_PLURAL: Final = "scavengerquotas"
 QUOTA_SHORT_NAME: Final = "sjq"
 QUOTA_CRD_NAME: Final = f"{QUOTA_PLURAL}.{GROUP}"
+CLUSTER_QUOTA_KIND: Final = "ScavengerClusterQuota"
+CLUSTER_QUOTA_PLURAL: Final = "scavengerclusterquotas"
+CLUSTER_QUOTA_SHORT_NAME: Final = "sjcq"
+CLUSTER_QUOTA_CRD_NAME: Final = f"{CLUSTER_QUOTA_PLURAL}.{GROUP}"
 
 # --- labels and annotations ------------------------------------------------------------------------
 RESERVED_LABEL_PREFIX: Final = f"{GROUP}/"

@@ -12,6 +12,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+from sj_operator.api.fields import TIMESTAMP_YEARS
 from sj_operator.names import (
     ANNOTATION_COMPLETION_INDEX,
     ANNOTATION_CONFIG_INDEX,
@@ -20,7 +21,6 @@ from sj_operator.names import (
     LABEL_RUN,
     LABEL_SJ,
 )
-from sj_operator.api.fields import TIMESTAMP_YEARS
 from sj_operator.resources import Resources, accumulate, resources_milli
 
 
@@ -316,10 +316,71 @@ def quota_view(body: Mapping[str, Any]) -> QuotaView:
     """Tolerant, like every view of the watch: the CRD's schema has checked the object already."""
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
-    weight = spec.get("weight", 1)
     return QuotaView(namespace=meta.get("namespace", ""), name=meta.get("name", ""),
-                     hard=resources_milli(spec.get("hard")),
-                     weight=weight if isinstance(weight, int) and not isinstance(weight, bool) and weight > 0 else 1)
+                     hard=resources_milli(spec.get("hard")), weight=_weight(spec))
+
+
+@dataclass(frozen=True)
+class SelectorView:
+    """A label selector: every ``match_labels`` pair and every ``(key, operator, values)`` requirement must
+    hold (`policy.tenancy.selects`)."""
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[tuple[str, str, frozenset[str]], ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterQuotaView:
+    """A ScavengerClusterQuota: the cap and fair-share weight of each namespace its selector selects
+    (``selector`` None: none)."""
+    name: str
+    selector: SelectorView | None
+    hard: Resources
+    weight: int
+
+
+@dataclass(frozen=True)
+class NamespaceView:
+    """A namespace's name and labels (what a ScavengerClusterQuota's selector reads)."""
+    name: str
+    labels: Mapping[str, str]
+
+
+def _weight(spec: Mapping[str, Any]) -> int:
+    weight = spec.get("weight", 1)
+    return weight if isinstance(weight, int) and not isinstance(weight, bool) and weight > 0 else 1
+
+
+def selector_view(raw: Any) -> SelectorView | None:
+    """A label selector as the API holds it; None for none. Tolerant: a requirement it cannot read (the
+    CRD's schema has checked them) is kept with an unknown operator, which selects nothing."""
+    if not isinstance(raw, Mapping):
+        return None
+    labels = raw.get("matchLabels")
+    expressions = []
+    for term in raw.get("matchExpressions") or ():
+        term = term if isinstance(term, Mapping) else {}
+        values = term.get("values")
+        expressions.append((str(term.get("key", "")), str(term.get("operator", "")),
+                            frozenset(str(v) for v in values) if isinstance(values, list) else frozenset()))
+    return SelectorView(
+        match_labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())) if isinstance(labels, Mapping)
+        else (),
+        match_expressions=tuple(expressions))
+
+
+def cluster_quota_view(body: Mapping[str, Any]) -> ClusterQuotaView:
+    """Tolerant, like every view of the watch: the CRD's schema has checked the object already."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    return ClusterQuotaView(name=meta.get("name", ""), selector=selector_view(spec.get("namespaceSelector")),
+                            hard=resources_milli(spec.get("hard")), weight=_weight(spec))
+
+
+def namespace_view(body: Mapping[str, Any]) -> NamespaceView:
+    meta = body.get("metadata") or {}
+    labels = meta.get("labels")
+    return NamespaceView(name=meta.get("name", ""),
+                         labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {})
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sj_operator.api import bounds
-from sj_operator.api.crd import build_crd, build_quota_crd
+from sj_operator.api.crd import build_cluster_quota_crd, build_crd, build_quota_crd
 from sj_operator.api.fields import DURATION_PATTERN, QUANTITY_PATTERN, format_duration
 
 REFERENCE_PATH = "docs/reference/api.md"
@@ -86,7 +86,7 @@ def _schema(crd: dict[str, Any]) -> dict[str, Any]:
 
 def render_reference() -> str:
     """The API reference as Markdown."""
-    sj, quota = _schema(build_crd()), _schema(build_quota_crd())
+    sj, quota, cluster = _schema(build_crd()), _schema(build_quota_crd()), _schema(build_cluster_quota_crd())
     lines = [
         GENERATED_HEADER.rstrip("\n"),
         "",
@@ -134,9 +134,20 @@ def render_reference() -> str:
         "",
         "## ScavengerQuota",
         "",
+        "Namespaced: a cap a namespace's own quota sets, which can only tighten what applies to it (see",
+        "[quotas](../quotas.md)).",
+        "",
         "### spec",
         "",
         *_table(quota["properties"]["spec"]),
+        "",
+        "## ScavengerClusterQuota",
+        "",
+        "Cluster-scoped: the admin's cap and fair-share weight of every namespace its selector selects.",
+        "",
+        "### spec",
+        "",
+        *_table(cluster["properties"]["spec"]),
     ]
     return "\n".join(lines) + "\n"
 

@@ -62,7 +62,15 @@ from sj_operator.policy.queue import (
     waiting_again_since,
     waiting_since,
 )
-from sj_operator.policy.snapshot import ClusterSnapshot, NodeView, QueuedSJ, Resources, Taint, Toleration
+from sj_operator.policy.snapshot import (
+    ClusterSnapshot,
+    NamespaceQuota,
+    NodeView,
+    QueuedSJ,
+    Resources,
+    Taint,
+    Toleration,
+)
 from sj_operator.resources import format_amount
 from sj_operator.settings import DEFAULT_POOL, Pool
 
@@ -150,7 +158,7 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
     head_found = False
     head: QueuedSJ | None = None
     kept = ""
-    fair = _FairShare(snapshot, state.totals()) if snapshot.quotas else None
+    fair = _FairShare(snapshot, state.totals()) if snapshot.quotas or snapshot.default_quota else None
     ordered = queue_order(snapshot.queue, now, config) if ordered is None else ordered
     for sj in ordered if fair is None else fair.order(ordered):
         if sj.key in taken or (sj.not_before is not None and sj.not_before > now):
@@ -233,22 +241,28 @@ def _fallback(state: _PassState, sj: QueuedSJ, now: datetime, fair: _FairShare |
 
 
 class _FairShare:
-    """Fair share between namespaces once any ScavengerQuota exists (dominant resource fairness).
+    """Fair share between namespaces once any quota applies (dominant resource fairness).
 
     The next SJ comes from the namespace furthest below its weighted share: the one whose dominant share
     (the largest, over resources, of what its SJ pods request over what the schedulable nodes hold),
     divided by its weight, is smallest; within a namespace the queue order stays. A namespace's
-    ``hard`` caps what its SJ runs request at once. Namespaces without a quota have weight 1 and no cap.
+    ``hard`` caps what its SJ runs request at once. Each namespace's quota is its effective one
+    (`policy.tenancy.effective_quotas`); a namespace without one has the snapshot's ``default_quota``, else
+    weight 1 and no cap.
     """
 
     def __init__(self, snapshot: ClusterSnapshot, totals: Mapping[str, int]) -> None:
         self._quotas = snapshot.quotas
+        self._default = snapshot.default_quota
         self._used = {ns: dict(res) for ns, res in snapshot.namespace_used.items()}
         self._totals = {r: amount for r, amount in totals.items() if amount > 0 and r != "pods"}
 
+    def _quota(self, namespace: str) -> NamespaceQuota | None:
+        return self._quotas.get(namespace, self._default)
+
     def _share(self, namespace: str) -> Fraction:
         used = self._used.get(namespace, {})
-        quota = self._quotas.get(namespace)
+        quota = self._quota(namespace)
         dominant = max((Fraction(used.get(r, 0), total) for r, total in self._totals.items()), default=Fraction(0))
         return dominant / (quota.weight if quota is not None else 1)
 
@@ -273,15 +287,15 @@ class _FairShare:
     def over_quota(self, key: str, pods: int, need: _Need) -> str | None:
         """Why the namespace's quota refuses ``pods`` more pods of ``need``, or None."""
         namespace = _namespace(key)
-        quota = self._quotas.get(namespace)
+        quota = self._quota(namespace)
         if quota is None:
             return None
         used = self._used.get(namespace, {})
         for r, amount in need:
             cap = quota.hard.get(r)
             if cap is not None and used.get(r, 0) + amount * pods > cap:
-                return (f"namespace {namespace} may request {_amount(r, cap)} for its SJs at once (ScavengerQuota "
-                        f"{quota.name}) and they request {_amount(r, used.get(r, 0))}")
+                return (f"namespace {namespace} may request {_amount(r, cap)} for its SJs at once "
+                        f"({quota.capped_by.get(r, 'its quota')}) and they request {_amount(r, used.get(r, 0))}")
         return None
 
     def charge(self, key: str, pods: int, need: _Need) -> None:

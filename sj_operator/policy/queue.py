@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sj_operator.policy.snapshot import QueuedSJ
+from sj_operator.policy.tenancy import NO_DEFAULTS, QuotaDefaults
 from sj_operator.settings import (
     DEFAULT_AGING_CAP,
     DEFAULT_AGING_STEP,
@@ -36,6 +37,8 @@ class PolicyConfig:
     """...at most this many times."""
     pools: tuple[Pool, ...] = ()
     """Node pools with their own threshold; the nodes in none of them form the default pool."""
+    quota_defaults: QuotaDefaults = NO_DEFAULTS
+    """The cap and weight of a namespace that no ScavengerClusterQuota selects (`policy.tenancy`)."""
 
     def __post_init__(self) -> None:
         try:

@@ -142,11 +142,23 @@ class InFlightRun:
 
 @dataclass(frozen=True)
 class NamespaceQuota:
-    """A namespace's ScavengerQuota: a cap per resource (absent: none) and a fair-share weight."""
+    """What one namespace's SJ runs may request at once (a cap per resource; absent: none) and its fair-share
+    weight: the tightest of every quota that applies to it (`policy.tenancy.effective_quotas`)."""
 
-    name: str
     hard: Resources = field(default_factory=_no_resources)
+    """A cap of 0 is a cap (nothing of that resource), unlike a zero amount elsewhere: it is kept."""
     weight: int = 1
+    capped_by: Mapping[str, str] = field(default_factory=_no_labels)
+    """Per capped resource, the quota whose cap it is, as a message names it (``ScavengerClusterQuota
+    tenants``)."""
+
+    def __post_init__(self) -> None:
+        if self.weight < 1:
+            raise ValueError(f"weight must be at least 1, got {self.weight}")
+        if any(amount < 0 for amount in self.hard.values()):
+            raise ValueError("a cap must not be negative")
+        object.__setattr__(self, "hard", MappingProxyType(dict(self.hard)))
+        object.__setattr__(self, "capped_by", MappingProxyType(dict(self.capped_by)))
 
 
 @dataclass(frozen=True)
@@ -159,7 +171,10 @@ class ClusterSnapshot:
     in_flight: tuple[InFlightRun, ...] = ()
     queue: tuple[QueuedSJ, ...] = ()
     quotas: Mapping[str, NamespaceQuota] = field(default_factory=dict)
-    """ScavengerQuotas by namespace. With none, one queue for all (no fair share, no caps)."""
+    """The effective quota of each namespace some quota applies to (`policy.tenancy.effective_quotas`)."""
+    default_quota: NamespaceQuota | None = None
+    """What every other namespace gets (the operator's defaults); None: no cap and weight 1. With neither
+    this nor any ``quotas``, one queue for all (no fair share, no caps)."""
     namespace_used: Mapping[str, Resources] = field(default_factory=dict)
     """What each namespace's SJ pods request now, scheduled or not (in-flight runs' unseen pods too)."""
 

@@ -14,7 +14,7 @@ SA = f"system:serviceaccount:{SYSTEM}:scavenger-operator"
 # `delete services` and `delete jobs` anywhere (the code deletes only what its SJ owns).
 MAY = [
     ("patch", "scavengerjobs.scavenger.dev/status", "team-a"), ("watch", "scavengerjobs.scavenger.dev", ""),
-    ("watch", "scavengerquotas.scavenger.dev", ""),
+    ("watch", "scavengerquotas.scavenger.dev", ""), ("watch", "scavengerclusterquotas.scavenger.dev", ""),
     ("create", "jobs.batch", "team-a"), ("delete", "jobs.batch", "team-a"), ("watch", "jobs.batch", ""),
     ("watch", "pods", ""), ("patch", "pods", "team-a"), ("create", "pods", "team-a"),
     ("create", "services", "team-a"), ("delete", "services", "team-a"),
@@ -36,6 +36,8 @@ MAY = [
     ("create", "scavengerjobs.scavenger.dev", "team-a"), ("patch", "jobs.batch/status", "team-a"),
 ]
 MAY_NOT = [
+    # The admin's quotas: read, never written.
+    ("update", "scavengerclusterquotas.scavenger.dev", ""), ("update", "scavengerquotas.scavenger.dev", "team-a"),
     # Secrets: no listing or watching anywhere, no change to anyone's.
     ("list", "secrets", "team-a"), ("list", "secrets", ""), ("watch", "secrets", ""),
     ("update", "secrets", "team-a"), ("patch", "secrets", "team-a"), ("delete", "secrets", "team-a"),

@@ -1,12 +1,16 @@
 """An SJ's pods get only what its namespace allows: where Pod Security or a ResourceQuota refuses them,
-the SJ waits in its place saying why instead of cycling through runs, and runs once it is allowed."""
+the SJ waits in its place saying why instead of cycling through runs, and runs once it is allowed; and a
+tenant's own ScavengerQuota never raises what the administrator's ScavengerClusterQuota allows it."""
 from __future__ import annotations
 
+import contextlib
 import time
 
+import pytest
 from kubernetes import client
 
-from tests.e2e.kube import wait_for
+from sj_operator.names import CLUSTER_QUOTA_KIND, CLUSTER_QUOTA_PLURAL, GROUP, QUOTA_KIND, QUOTA_PLURAL, VERSION
+from tests.e2e.kube import TEST_TAINT_KEY, dedicated_node, unique, wait_for
 from tests.e2e.sj import create_sj, jobs_of, sj_spec, status, wait_phase
 
 
@@ -65,3 +69,61 @@ def test_a_gang_the_quota_cannot_hold_whole_waits_with_the_numbers(api, namespac
     st = _waits_saying(api, namespace, "gang", "has no room for the whole gang")
     assert "ResourceQuota team: 3 pod(s) need requests.cpu 1500m, 1 of 1 is free" in st["message"]
     _does_not_cycle(api, namespace, "gang", 5)
+
+
+def _admitted(st: dict) -> dict | None:
+    return next((c for c in st.get("conditions", []) if c["type"] == "Admitted"), None)
+
+
+@pytest.mark.kwok_only  # a dedicated simulated node: room enough for every SJ, so only the quota holds them
+def test_a_tenants_own_quota_does_not_raise_their_share(api, namespace, operator):
+    """The administrator's ScavengerClusterQuota caps the namespace at 2 CPUs: 2 of 4 one-CPU SJs run and the
+    others wait naming it. The tenant's own ScavengerQuota with a far bigger cap and weight lets no more run;
+    the cluster quota raised, all run."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    tenant, cluster_quota = unique("tenant"), unique("e2e-tenants")
+    core.patch_namespace(namespace, {"metadata": {"labels": {"scavenger.dev/e2e-tenant": tenant}}})
+    custom.create_cluster_custom_object(GROUP, VERSION, CLUSTER_QUOTA_PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": CLUSTER_QUOTA_KIND, "metadata": {"name": cluster_quota},
+        "spec": {"namespaceSelector": {"matchLabels": {"scavenger.dev/e2e-tenant": tenant}}, "hard": {"cpu": "2"}}})
+    pool = unique("pool")
+    placed = {"nodeSelector": {"scavenger.dev/e2e-pool": pool},
+              "tolerations": [{"key": TEST_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]}
+    names = [f"work-{i}" for i in range(4)]
+    try:
+        for name in names:
+            create_sj(api, namespace, name, sj_spec(run_for=None, cpu="1", memory="64Mi", **placed))
+        # Every SJ waits for the pool's node, so the operator has seen the label and the cluster quota
+        # (watched before the SJs were made) by the time the node appears.
+        wait_for("every SJ waiting, saying why", lambda: all(_admitted(status(api, namespace, n)) for n in names),
+                 timeout=60)
+        with dedicated_node(cpu="8", extra={"scavenger.dev/e2e-pool": pool}):
+            def launched() -> list[str]:
+                return [n for n in names if status(api, namespace, n).get("jobName")]
+
+            def held_by_the_cluster_quota() -> list[dict] | None:
+                waiting = [_admitted(status(api, namespace, n)) for n in names if n not in launched()]
+                return waiting if len(waiting) == 2 and all(
+                    c is not None and c["status"] == "False" and c["reason"] == "QuotaExceeded"
+                    and f"(ScavengerClusterQuota {cluster_quota})" in c["message"] for c in waiting) else None
+
+            wait_for("2 SJs launched", lambda: len(launched()) == 2, timeout=60)
+            held = wait_for("the other 2 held by the cluster quota", held_by_the_cluster_quota, timeout=30)
+            assert f"namespace {namespace} may request 2 CPU for its SJs at once" in held[0]["message"], held
+
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, QUOTA_PLURAL, {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": QUOTA_KIND, "metadata": {"name": "mine"},
+                "spec": {"hard": {"cpu": "100"}, "weight": 100}})
+            deadline = time.monotonic() + 8  # several passes (tick 1 s) with the tenant's quota in the cache
+            while time.monotonic() < deadline:
+                assert len(launched()) == 2, "the tenant's own quota let more SJs run"
+                time.sleep(1)
+            assert held_by_the_cluster_quota() is not None, "the cluster quota still holds them"
+
+            custom.patch_cluster_custom_object(GROUP, VERSION, CLUSTER_QUOTA_PLURAL, cluster_quota,
+                                               {"spec": {"hard": {"cpu": "4"}}})
+            for name in names:
+                wait_phase(api, namespace, name, "Running", timeout=60)
+    finally:
+        with contextlib.suppress(client.ApiException):
+            custom.delete_cluster_custom_object(GROUP, VERSION, CLUSTER_QUOTA_PLURAL, cluster_quota)

@@ -51,6 +51,8 @@ DEFAULTS: dict[str, Any] = {
     "webhook_host": None,
     "webhook_secret": "scavenger-webhook-tls",
     "cluster_domain": "cluster.local",
+    "default_namespace_quota": {},
+    "default_namespace_weight": 1,
 }
 
 
@@ -128,6 +130,13 @@ VALID: list[tuple[str, list[str], dict[str, str], dict[str, Any]]] = [
      {"pools": (asdict(Pool("burst", (("scavenger.dev/pool", "burst"),), 1.0)),)}),
     ("pools from the environment", [], {"SJ_POOLS": "spot:a=b,c=d:0.5;burst:p=b:1"},
      {"pools": (asdict(Pool("spot", (("a", "b"), ("c", "d")), 0.5)), asdict(Pool("burst", (("p", "b"),), 1.0)))}),
+    ("a default namespace quota and weight", ["--default-namespace-quota", "cpu=8, memory=32Gi,nvidia.com/gpu=0",
+                                              "--default-namespace-weight", "2"], {},
+     {"default_namespace_quota": {"cpu": 8000, "memory": 32 * 2**30 * 1000, "nvidia.com/gpu": 0},
+      "default_namespace_weight": 2}),
+    ("the default namespace quota from the environment", [],
+     {"SJ_DEFAULT_NAMESPACE_QUOTA": "cpu=500m", "SJ_DEFAULT_NAMESPACE_WEIGHT": "1000"},
+     {"default_namespace_quota": {"cpu": 500}, "default_namespace_weight": 1000}),
 ]
 
 
@@ -177,6 +186,13 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("--cluster-domain", "SJ_CLUSTER_DOMAIN", "Cluster.Local", "should match pattern"),
     ("--cluster-domain", "SJ_CLUSTER_DOMAIN", "cluster..local", "should match pattern"),
     ("--cluster-domain", "SJ_CLUSTER_DOMAIN", "cluster local", "should match pattern"),
+    ("--default-namespace-quota", "SJ_DEFAULT_NAMESPACE_QUOTA", "cpu", "'cpu': expected RESOURCE=QUANTITY"),
+    ("--default-namespace-quota", "SJ_DEFAULT_NAMESPACE_QUOTA", "cpu=lots", "'lots' is not a quantity"),
+    ("--default-namespace-quota", "SJ_DEFAULT_NAMESPACE_QUOTA", "cpu=-1", "'-1' is not a quantity"),
+    ("--default-namespace-quota", "SJ_DEFAULT_NAMESPACE_QUOTA", "cpu=1,cpu=2", "cpu is given twice"),
+    ("--default-namespace-quota", "SJ_DEFAULT_NAMESPACE_QUOTA", "bad name=1", "name part must be"),
+    ("--default-namespace-weight", "SJ_DEFAULT_NAMESPACE_WEIGHT", "0", "greater than or equal to 1"),
+    ("--default-namespace-weight", "SJ_DEFAULT_NAMESPACE_WEIGHT", "1001", "less than or equal to 1000"),
 ]
 INVALID_IDS = [f"{flag} {value}" for flag, _, value, _ in INVALID]
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from sj_operator.api import ScavengerJobSpec, ScavengerJobStatus, parse_spec, parse_status
-from sj_operator.api.crd import CRD_FILE_NAME, QUOTA_CRD_FILE_NAME, build_crd, render_crd_yaml
+from sj_operator.api.crd import CRD_FILE_NAME, CRDS, build_cluster_quota_crd, build_crd, render_crd_yaml
 from sj_operator.api.reference import REFERENCE_PATH, render_reference
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,14 +27,17 @@ STATUS_SCHEMA = SCHEMA["properties"]["status"]
 CHART_CRDS = REPO / "deploy/chart/crds"
 
 
-@pytest.mark.parametrize("path", [CRD_PATH, CHART_CRDS / CRD_FILE_NAME, REPO / "crds" / QUOTA_CRD_FILE_NAME,
-                                  CHART_CRDS / QUOTA_CRD_FILE_NAME], ids=["crds", "chart", "quota-crds", "quota-chart"])
-def test_committed_crd_matches_the_models(path: Path) -> None:
-    quota = "scavengerquotas" in path.name
-    assert path.read_text() == render_crd_yaml(quota=quota), (
-        f"{path.relative_to(REPO)} is stale: regenerate it with "
-        f"`python -m sj_operator.api.crd{' quota' if quota else ''} > {path.relative_to(REPO)}`"
-    )
+@pytest.mark.parametrize(("which", "folder"), [(which, folder) for which in CRDS for folder in ("crds", "chart")])
+def test_committed_crd_matches_the_models(which: str, folder: str) -> None:
+    path = (REPO / "crds" if folder == "crds" else CHART_CRDS) / CRDS[which].file_name
+    assert path.read_text() == render_crd_yaml(which), (
+        f"{path.relative_to(REPO)} is stale: regenerate it with `make crd`")
+
+
+def test_every_committed_crd_is_generated() -> None:
+    names = {crd.file_name for crd in CRDS.values()}
+    assert {p.name for p in (REPO / "crds").glob("*.yaml")} == names
+    assert {p.name for p in CHART_CRDS.glob("*.yaml")} == names
 
 
 def test_committed_api_reference_matches_the_crds() -> None:
@@ -404,3 +407,20 @@ def test_status_patch_passes_the_schema() -> None:
     )
     assert _check(SCHEMA, _object({"image": "x"}, status.to_patch())) == []
     assert _check(SCHEMA, _object({"image": "x"}, {"phase": "Exploded"})) != []
+
+
+def test_the_cluster_quota_crd_is_cluster_scoped_and_accepts_a_selector() -> None:
+    crd = build_cluster_quota_crd()
+    assert crd["spec"]["scope"] == "Cluster"
+    assert crd["spec"]["names"]["shortNames"] == ["sjcq"]
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    good = {"apiVersion": "scavenger.dev/v1alpha1", "kind": "ScavengerClusterQuota", "metadata": {"name": "tenants"},
+            "spec": {"namespaceSelector": {"matchLabels": {"tier": "tenant"}, "matchExpressions": [
+                {"key": "gpu", "operator": "DoesNotExist"}, {"key": "team", "operator": "In", "values": ["a", "b"]}]},
+                "hard": {"cpu": "8", "memory": "32Gi"}, "weight": 2}}
+    assert _check(schema, good) == []
+    bad = {**good, "spec": {"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}}
+    assert any(e.startswith(".spec.namespaceSelector.matchExpressions[0].operator: must be one of")
+               for e in _check(schema, bad)), _check(schema, bad)
+    requirement = schema["properties"]["spec"]["properties"]["namespaceSelector"]["properties"]["matchExpressions"]
+    assert [rule["fieldPath"] for rule in requirement["items"]["x-kubernetes-validations"]] == [".values"]

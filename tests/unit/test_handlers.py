@@ -21,7 +21,7 @@ def test_no_handler_detects_changes_so_the_diff_base_is_never_read() -> None:
     assert registry._changing.get_all_handlers() == []  # on.create/update/delete/resume/field
     assert registry._spawning.get_all_handlers() == []  # daemons and timers diff too
     indexes = registry._indexing.get_all_handlers()
-    assert sorted(h.id for h in indexes) == ["nodes", "quotas"]
+    assert sorted(h.id for h in indexes) == ["cluster_quotas", "namespaces", "nodes", "quotas"]
     # Pods, Jobs and SJs are the operator's own watch caches' (sj_operator.caches): no kopf handler watches them.
     watched = [str(h.selector) for h in [*indexes, *registry._watching.get_all_handlers()]]
     assert not [w for w in watched if any(f"'{kind}'" in w for kind in ("pods", "jobs", "scavengerjobs"))], watched

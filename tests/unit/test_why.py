@@ -2,6 +2,7 @@
 write storm."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from sj_operator.api import Condition, ScavengerJobStatus
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import WHY_REFRESH, Controller
+from sj_operator.observed import ClusterQuotaView, NamespaceView, QuotaView, selector_view
 from sj_operator.policy.admission import PolicyConfig, Waiting, decide, decide_pass
 from sj_operator.policy.conditions import WAIT_REASONS, admitted_condition, set_admitted, wait_changed
 from sj_operator.policy.lifecycle import launch_forbidden
@@ -150,3 +152,22 @@ def test_moving_numbers_are_written_at_most_once_per_refresh(kube):
     clock[0] = 10.0 + WHY_REFRESH
     ctl.run(controller, ctl.view(waiting, nodes=(ctl.node(), small)))
     assert kube.kinds() == ["status"] and "9 CPU allocatable" in _admitted(kube)["message"]
+
+
+@pytest.mark.parametrize(("config", "quotas", "cluster_quotas", "named"), [
+    (OperatorConfig(default_namespace_quota={"cpu": 500}), (), (),
+     "may request 0.5 CPU for its SJs at once (the operator's --default-namespace-quota)"),
+    (OperatorConfig(), (QuotaView("ns", "mine", {"cpu": 100_000}, 100),),
+     (ClusterQuotaView("tenants", selector_view({}), {"cpu": 500}, 1),),
+     "may request 0.5 CPU for its SJs at once (ScavengerClusterQuota tenants)"),
+], ids=["default", "cluster-quota"])
+def test_an_sj_over_its_namespaces_quota_says_which_quota_capped_it(kube, config, quotas, cluster_quotas, named):
+    """What `kubectl sj why` shows: the reason, the numbers and the quota whose cap it is, from the
+    operator's flags and the watched quotas through the controller (a tenant's own bigger quota beside)."""
+    controller = Controller(kube, config, clock=lambda: ctl.NOW)  # type: ignore[arg-type]
+    v = replace(ctl.view(ctl.sj(cpu="1")), quotas=quotas, cluster_quotas=cluster_quotas,
+                namespaces=(NamespaceView("ns", {}),))
+    ctl.run(controller, v)
+    cond = _admitted(kube)
+    assert (cond["status"], cond["reason"]) == ("False", "QuotaExceeded")
+    assert named in cond["message"] and cond["message"].startswith("needs 1 pod of 1 CPU, 1Gi memory; namespace ns ")
