@@ -58,7 +58,8 @@ class LabelSelectorRequirement(_QuotaModel):
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
         description="In, NotIn, Exists or DoesNotExist.")
     values: tuple[LabelValue, ...] | None = Field(
-        default=None, max_length=MAX_SELECTOR_TERMS, description="Label values: non-empty for In and NotIn, empty for Exists and DoesNotExist.")
+        default=None, max_length=MAX_SELECTOR_TERMS,
+        description="Label values: non-empty for In and NotIn, empty for Exists and DoesNotExist.")
 
     @model_validator(mode="after")
     def _consistent(self) -> LabelSelectorRequirement:
@@ -77,7 +78,8 @@ class LabelSelector(_QuotaModel):
     must hold. An empty selector selects every namespace."""
 
     match_labels: dict[QualifiedKey, LabelValue] = Field(
-        default_factory=dict, max_length=MAX_SELECTOR_TERMS, description="Labels the namespace must carry, with these values.")
+        default_factory=dict, max_length=MAX_SELECTOR_TERMS,
+        description="Labels the namespace must carry, with these values.")
     match_expressions: tuple[LabelSelectorRequirement, ...] = Field(
         default=(), max_length=MAX_SELECTOR_TERMS, description="Requirements the namespace's labels must meet.")
 
