@@ -33,6 +33,7 @@ from sj_operator.decide import (
     Decided,
     Observation,
     Observed,
+    OwnedRun,
     RunKey,
     decide,
     exemptions,
@@ -60,6 +61,8 @@ class _Seen:
     pods: tuple[PodView, ...]
     observed: Observed
     known: tuple[RunKey, ...]
+    owned: tuple[OwnedRun, ...]
+    """``known`` with the SJ's uid: what the stray choice is given (`decide.stray_runs`)."""
     decided: Decided | None = None
     until: datetime | None = None
     flags: tuple[bool, bool] = (False, False)
@@ -209,7 +212,7 @@ class PassMemo:
         ``fresher``: when given, ``fresh`` is asked only about the uids in it (the others are read as
         the view has them)."""
         observed: list[Observed] = []
-        known: set[RunKey] = set()
+        known: set[OwnedRun] = set()
         jobs, run_pods, seen_of = view.jobs, view.run_pods, self._seen.get
         for sj in view.sjs if sjs is None else sjs:
             if sj.deleting or (handles is not None and not handles(sj.namespace)):
@@ -222,14 +225,18 @@ class PassMemo:
                 pods = run_pods.get(run, ()) if run is not None else ()
                 if job is seen.job and (pods is seen.pods or pods == seen.pods):
                     observed.append(seen.observed)
-                    known.update(seen.known)
+                    known.update(seen.owned)
                     continue
             status = self.status_of(sj, rv, raw)
             keys = run_keys(sj, status)
             one = observe_one(sj, rv, raw, status, self.spec_of(sj), view, keys[0] if keys else None)
-            self._seen[sj.uid] = _Seen(sj, rv, one.run.job, one.run.pods, one, keys)
+            owned = tuple((sj.uid, key) for key in keys)
+            # As the view shows them: a Job of the run's name that the SJ does not control is no run of it,
+            # but the same Job in the next view keeps the SJ as observed.
+            self._seen[sj.uid] = _Seen(sj, rv, jobs.get(keys[0]) if keys else None,
+                                       run_pods.get(keys[0], ()) if keys else (), one, keys, owned)
             observed.append(one)
-            known.update(keys)
+            known.update(owned)
         return Observation(tuple(observed), frozenset(known))
 
     def decide(self, observed: Sequence[Observed], now: datetime, cfg: LifecycleConfig, *,
