@@ -79,7 +79,15 @@ class SimulatedAPI:
                                                spec=sj.spec, status=merged)
         return {"metadata": {"resourceVersion": str(self.rv)}, "status": merged}
 
-    async def create_job(self, job: dict[str, Any]) -> None:
+    async def create_child(self, body: dict[str, Any], owner_uid: str) -> dict[str, Any] | None:
+        """Makes an SJ's object; a run's Job shows at once in the view, with a running pod."""
+        if body["kind"] == "Job":
+            await self._create_job(body)
+        else:
+            await self._call()
+        return None
+
+    async def _create_job(self, job: dict[str, Any]) -> None:
         await self._call()
         meta = job["metadata"]
         key = (meta["namespace"], meta["name"])
@@ -102,27 +110,19 @@ class SimulatedAPI:
         await self._call()
         return []
 
-    async def create_or_keep(self, create: Any) -> bool:
-        await create()
-        return True
-
-    async def apply_pdb(self, pdb: dict[str, Any]) -> None:
-        await self._call()
-
-    async def create_service(self, svc: dict[str, Any]) -> None:
-        await self._call()
-
     async def event(self, **_: Any) -> None:
         await self._call()
 
     async def label_pod(self, *_: Any) -> None:
         await self._call()
 
-    async def delete_job(self, *_: Any) -> None:
+    async def delete_child(self, *_: Any) -> bool:
         await self._call()
+        return True
 
-    async def delete_service(self, *_: Any) -> None:
+    async def delete_owned(self, *_: Any) -> bool:
         await self._call()
+        return True
 
     async def exists(self, *_: Any) -> bool:
         await self._call()

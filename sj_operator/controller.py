@@ -9,8 +9,10 @@ A pass:
 
 Status writes carry the resourceVersion the decision was based on, so a decision made on a stale
 cache fails with Conflict instead of applying twice; the loop then simply runs again on fresher data.
-Child names are deterministic, so a launch repeated after a crash finds its Job and adopts it.
-Restarting the operator at any moment therefore converges without duplicates.
+Child names are deterministic, so a launch repeated after a crash finds its Job and adopts it; only what the
+SJ controls (its controller ownerReference) is found so, reused, patched or deleted: an object of a child's
+name that someone else made holds the SJ back (``NameTaken``), as a refusal of the API server does, with a
+doubling delay. Restarting the operator at any moment therefore converges without duplicates.
 """
 from __future__ import annotations
 
@@ -37,12 +39,24 @@ from sj_operator.decide import (
     Decided,
     Observation,
     Observed,
+    OwnedRun,
     exemptions,
     in_flight,
     nodes_being_drained,
+    stray_runs,
 )
 from sj_operator.faults import CONDITION, Fault
-from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NotFound, in_background
+from sj_operator.kube import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    Kube,
+    KubeError,
+    NameTaken,
+    NotFound,
+    check_owner,
+    in_background,
+)
 from sj_operator.memo import PassMemo, forget_uids
 from sj_operator.metrics import Metrics
 from sj_operator.names import API_VERSION, KIND, LABEL_PROTECTED, mpi_secret_name, run_job_name
@@ -63,6 +77,7 @@ from sj_operator.policy.lifecycle import (
     launch_refused,
     launched,
     lost_work,
+    refusal_reason,
     retry_delay,
     waiting_for_room,
 )
@@ -117,6 +132,12 @@ calls once it exists (create, then patch). Past it, the budget is applied again,
 
 
 _NO_RUN = Run(job=None)
+
+
+class _Refused(Exception):
+    """The API server refused to create one of a run's objects (Forbidden or Invalid: a ResourceQuota on the
+    kind, an admission policy on it that the pod's dry run could not see); the message names the object and
+    gives the server's."""
 
 
 def _writes(d: Decided) -> bool:
@@ -668,7 +689,8 @@ class Controller:
         self._record(o.sj, result.events)
         for action in result.actions:
             if isinstance(action, DeleteRun):
-                await self.delete_run(o.sj.namespace, action.job_name, action.reason)
+                await self.delete_run(o.sj.namespace, action.job_name, action.reason, sj_uid=o.sj.uid,
+                                      job=o.run.job)
             elif isinstance(action, SetProtection):
                 await self._set_protection(o, action)
         return True
@@ -816,30 +838,53 @@ class Controller:
             self._flushing = False
 
     # --- runs ------------------------------------------------------------------------
-    async def delete_run(self, namespace: str, job_name: str, reason: str) -> None:
+    async def delete_run(self, namespace: str, job_name: str, reason: str, *, sj_uid: str,
+                         job: JobView | None = None) -> None:
+        """Deletes a run of the SJ of ``sj_uid``: its Job and its gang's Service, each only when that SJ controls
+        it and only the very object found (its uid as the precondition). ``job``: the run's Job as the view
+        shows it, when it does (else it is read first)."""
         log.info("deleting run %s/%s: %s", namespace, job_name, reason)
         self.launched.pop((namespace, job_name), None)
-        await self.kube.delete_job(namespace, job_name)
-        await self.kube.delete_service(namespace, job_name)
+        if job is not None and job.name == job_name and job.owner == sj_uid and job.uid:
+            await self.kube.delete_child("Job", namespace, job_name, job.uid)
+        else:
+            await self.kube.delete_owned("Job", namespace, job_name, sj_uid)
+        await self.kube.delete_owned("Service", namespace, job_name, sj_uid)
 
-    async def _delete_strays(self, view: ClusterView, known: frozenset[tuple[str, str]]) -> None:
-        """Runs no SJ status points at (e.g. left by a launch whose SJ then changed) are removed."""
-        for key, job in view.jobs.items():
-            if key in known or key in self.launched or job.deleting or not self.handles(job.namespace):
-                continue
-            await self.delete_run(job.namespace, job.name, "no ScavengerJob refers to this run")
+    async def _delete_strays(self, view: ClusterView, known: frozenset[OwnedRun]) -> None:
+        """Runs an SJ controls that it no longer points at, or whose SJ is gone (e.g. left by a launch whose SJ
+        then changed), are removed (`decide.stray_runs`); a Job no SJ controls is never touched."""
+        for job in stray_runs(view.jobs, known, keep=self.launched):
+            if job.owner is not None and self.handles(job.namespace):
+                await self.delete_run(job.namespace, job.name, "its ScavengerJob no longer refers to this run",
+                                      sj_uid=job.owner, job=job)
 
     async def _set_protection(self, o: Observed, action: SetProtection) -> None:
         """Toggles the label the SJ's PodDisruptionBudget selects on every pod of the run; the budget is applied
         first when it may be missing or counts another number of pods (a fallback's run)."""
         now, pods, applied = self.monotonic(), _run_size(o), self.budgets.get(o.sj.uid)
         if action.protected and (applied is None or applied[1] != pods or now - applied[0] > BUDGET_REFRESH):
-            await self.kube.apply_pdb(protection_budget(o.sj.namespace, o.sj.name, o.sj.uid, pods))
+            try:
+                await self._apply_budget(protection_budget(o.sj.namespace, o.sj.name, o.sj.uid, pods), o.sj.uid)
+            except NameTaken as exc:
+                # Someone else's budget of its name: neither patched nor taken, and the run is not protected.
+                log.warning("%s is not protected: %s", o.sj.key, exc.message)
+                self._record(o.sj, (Event("Warning", "NameTaken", f"the run is not protected: {exc.message}"),))
+                return
             self.budgets[o.sj.uid] = (now, pods)
         value = "true" if action.protected else "false"
         for pod in o.run.pods:
             if not pod.terminal and pod.protected != action.protected:
                 await self.kube.label_pod(o.sj.namespace, pod.name, {LABEL_PROTECTED: value})
+
+    async def _apply_budget(self, pdb: Mapping[str, Any], sj_uid: str) -> None:
+        """Creates the SJ's budget, or patches the one it controls (as read: Conflict when it changed since)."""
+        existing = await self.kube.create_child(pdb, sj_uid)
+        if existing is not None:
+            meta = pdb["metadata"]
+            await self.kube.patch_child("PodDisruptionBudget", meta["namespace"], meta["name"],
+                                        {"metadata": {"labels": meta["labels"]}, "spec": pdb["spec"]},
+                                        existing["metadata"]["resourceVersion"])
 
     # --- admission ---------------------------------------------------------------------
     def _admission(self, view: ClusterView, decided: list[Decided], runs: tuple[InFlightRun, ...],
@@ -935,15 +980,15 @@ class Controller:
             return launch_refused(status, now, "InvalidSpec", f"invalid spec: {exc}")
         try:
             refusal = await self._namespace_refusal(sj, spec, job)
-            if refusal is not None:
-                return self._hold(w, now, *refusal)
-            await self._create_children(sj, spec, job_name)
-            made_now = await self.kube.create_or_keep(lambda: self.kube.create_job(job))
-        except Invalid as exc:
+            made_now = (self._hold(w, now, *refusal) if refusal is not None
+                        else await self._make(w, now, spec, job, job_name))
+        except Invalid as exc:  # the run's pod itself is invalid (a dry run): it never will be otherwise
             return launch_refused(status, now, "InvalidRun", f"the API server rejected run {job_name}: {exc.message}")
         except KubeError as exc:
             log.warning("could not launch %s: %s (retried on a later pass)", sj.key, exc)
             return None
+        if isinstance(made_now, Step):
+            return made_now
         self.held.pop(sj.uid, None)
         # The start timeout counts from the Job's creation, not from the pass's start (which may be long
         # before it when API calls were retried).
@@ -963,6 +1008,20 @@ class Controller:
         return launched(status, made_at, job_name=job_name, priority_class_name=priority_class,
                         pods=spec.parallelism, config_index=config_index)
 
+    async def _make(self, w: _Waiting, now: datetime, spec: ScavengerJobSpec, job: Mapping[str, Any],
+                    job_name: str) -> bool | Step:
+        """Makes the run's objects, its Job last: whether the Job was made now (False: this SJ made it before).
+        When the API server refuses one of them, or one of their names is held by an object the SJ does not
+        control, the SJ is held back instead (`_hold`), saying what refused or whose name it is."""
+        try:
+            await self._create_children(w.sj, spec, job_name)
+            return await self._create(job, w.sj) is None
+        except NameTaken as exc:
+            return self._hold(w, now, "NameTaken", f"{exc.message}: it is neither used nor deleted; the SJ waits "
+                                                   "until that name is free")
+        except _Refused as exc:
+            return self._hold(w, now, refusal_reason(str(exc)), str(exc))
+
     async def _namespace_refusal(self, sj: SJObject, spec: ScavengerJobSpec,
                                  job: Mapping[str, Any]) -> tuple[NamespaceRefusal, str] | None:
         """Why the SJ's namespace would refuse the run's pods, before anything is made: one pod goes through
@@ -981,8 +1040,7 @@ class Controller:
                 if "cannot create resource" in exc.message:  # the operator's own RBAC, not the namespace's rules
                     log.warning("cannot try %s's pods as a dry run (%s); launching without it", sj.key, exc.message)
                     return None
-                reason: NamespaceRefusal = "QuotaExceeded" if "exceeded quota" in exc.message else "BackingOff"
-                return reason, f"namespace {sj.namespace} refuses this SJ's pods: {exc.message}"
+                return refusal_reason(exc.message), f"namespace {sj.namespace} refuses this SJ's pods: {exc.message}"
         if not (tried or spec.is_gang):
             return None
         quotas = self.resource_quotas(sj.namespace)
@@ -1011,26 +1069,46 @@ class Controller:
         log.info("%s waits: %s (trying again in %ss)", w.sj.key, message, delay.total_seconds())
         return launch_forbidden(w.status, now, reason, f"{message} (trying again in {int(delay.total_seconds())}s)")
 
+    async def _create(self, body: Mapping[str, Any], sj: SJObject) -> dict[str, Any] | None:
+        """Creates one of the SJ's objects (`Kube.create_child`): None when made, the stored object when the SJ
+        made it before. Raises `NameTaken` when someone else's object has its name, and `_Refused` when the API
+        server refuses it (Forbidden or Invalid: a ResourceQuota, a policy the dry run could not see)."""
+        try:
+            return await self.kube.create_child(body, sj.uid)
+        except (Forbidden, Invalid) as exc:
+            meta = body["metadata"]
+            raise _Refused(f"the API server refused to create {body['kind']} {meta['namespace']}/{meta['name']} "
+                          f"({exc.status} {exc.reason}): {exc.message}") from exc
+
     async def _create_children(self, sj: SJObject, spec: ScavengerJobSpec, job_name: str) -> None:
         """What a run needs before its Job: MPI objects, the gang's Service. (The protection budget is made
         when the run is first protected: most runs never are, and it saves a write per SJ.)"""
         if spec.mpi is not None:
             await self._ensure_mpi_objects(sj, spec, job_name)
         if spec.is_gang:
-            service = build_gang_service(job_name=job_name, namespace=sj.namespace, sj_name=sj.name, sj_uid=sj.uid)
-            await self.kube.create_or_keep(lambda: self.kube.create_service(service))
+            await self._create(build_gang_service(job_name=job_name, namespace=sj.namespace, sj_name=sj.name,
+                                                  sj_uid=sj.uid), sj)
 
     async def _ensure_mpi_objects(self, sj: SJObject, spec: ScavengerJobSpec, job_name: str) -> None:
-        """The SJ's ssh Secret (generated once, reused by every run) and the hostfile of this run."""
+        """The SJ's ssh Secret (generated once, reused by every run) and the hostfile of this run; a Secret or
+        ConfigMap of their names that the SJ does not control is neither used nor changed (`NameTaken`)."""
         assert spec.mpi is not None
-        if not await self.kube.exists("secret", sj.namespace, mpi_secret_name(sj.name)):
-            await self.kube.create_secret_unless_exists(build_mpi_secret(
-                sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, keys=generate_gang_keys(),
-                cluster_domain=self.config.cluster_domain))
-        await self.kube.apply_config_map(build_hostfile_configmap(
+        secret = await self.kube.read_child("Secret", sj.namespace, mpi_secret_name(sj.name))
+        if secret is not None:
+            check_owner(secret, sj.uid)
+        else:
+            await self._create(build_mpi_secret(sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid,
+                                                keys=generate_gang_keys(), cluster_domain=self.config.cluster_domain),
+                               sj)
+        hostfile = build_hostfile_configmap(
             sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, job_name=job_name,
             parallelism=spec.parallelism, slots_per_worker=spec.mpi.slots_per_worker,
-            implementation=spec.mpi.implementation, cluster_domain=self.config.cluster_domain))
+            implementation=spec.mpi.implementation, cluster_domain=self.config.cluster_domain)
+        existing = await self._create(hostfile, sj)
+        if existing is not None:  # the SJ's own, from an earlier run: this run's hosts written over it
+            meta = hostfile["metadata"]
+            await self.kube.patch_child("ConfigMap", meta["namespace"], meta["name"], {"data": hostfile["data"]},
+                                        existing["metadata"]["resourceVersion"])
 
     async def _missing_references(self, namespace: str, spec: ScavengerJobSpec) -> str | None:
         for i, volume in enumerate(spec.volumes):

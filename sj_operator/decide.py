@@ -8,7 +8,7 @@ carries the results out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -46,6 +46,8 @@ from sj_operator.policy.tenancy import NO_DEFAULTS, EffectiveQuotas, QuotaDefaul
 from sj_operator.resources import accumulate, freeze, resources_milli, total
 
 RunKey = tuple[str, str]
+OwnedRun = tuple[str, RunKey]
+"""A run as an SJ points at it: the SJ's uid, and the run's (namespace, name)."""
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,9 @@ class Decided:
 @dataclass(frozen=True)
 class Observation:
     sjs: tuple[Observed, ...]
-    known_runs: frozenset[RunKey]
-    """Every run some SJ's status points at (or will adopt): others are strays."""
+    known_runs: frozenset[OwnedRun]
+    """Every run some SJ's status points at (or will adopt), with that SJ's uid: the others its SJ controls are
+    strays (`stray_runs`)."""
 
 
 def observe(view: ClusterView, *, handles: Callable[[str], bool],
@@ -107,14 +110,14 @@ def observe(view: ClusterView, *, handles: Callable[[str], bool],
 
     ``status_of(sj, resource_version, raw)`` parses a status (the controller caches it by version)."""
     observed: list[Observed] = []
-    known: set[RunKey] = set()
+    known: set[OwnedRun] = set()
     for sj in view.sjs:
         if sj.deleting or not handles(sj.namespace):
             continue
         rv, raw_status = fresh(sj)
         status = parse_status(raw_status) if status_of is None else status_of(sj, rv, raw_status)
         keys = run_keys(sj, status)
-        known.update(keys)
+        known.update((sj.uid, key) for key in keys)
         observed.append(observe_one(sj, rv, raw_status, status, spec_of(sj), view, keys[0] if keys else None))
     return Observation(tuple(observed), frozenset(known))
 
@@ -133,12 +136,25 @@ def run_keys(sj: SJObject, status: ScavengerJobStatus) -> tuple[RunKey, ...]:
 
 def observe_one(sj: SJObject, rv: str, raw_status: Mapping[str, Any], status: ScavengerJobStatus,
                 spec: ScavengerJobSpec | InvalidSpec, view: ClusterView, run_key: RunKey | None) -> Observed:
-    """One SJ with its current run (``run_key``, the first of its ``run_keys``) as the view shows it."""
+    """One SJ with its current run (``run_key``, the first of its ``run_keys``) as the view shows it. A Job of
+    the run's name that this SJ does not control is not its run (nor are the pods labelled like it): the SJ
+    never takes it up, and its launch finds the name taken."""
     key = run_key or (sj.namespace, "")
-    run = Run(job=view.jobs.get(key), pods=view.run_pods.get(key, ()))
+    job = view.jobs.get(key)
+    run = (Run(job=job, pods=view.run_pods.get(key, ())) if job is None or job.owner == sj.uid
+           else Run(job=None))
     if status.config_index and not isinstance(spec, InvalidSpec) and status.phase not in (None, *WAITING):
         spec = spec.launched_config(status.config_index)
     return Observed(sj, rv, raw_status, status, spec, run)
+
+
+def stray_runs(jobs: Mapping[RunKey, JobView], known: Container[OwnedRun], *,
+               keep: Container[RunKey] = ()) -> list[JobView]:
+    """The runs to delete: Jobs an SJ controls (`JobView.owner`) that it no longer points at, or whose SJ is
+    gone. Never a Job no SJ controls (whatever its name and labels say), one being deleted already, or one
+    of ``keep`` (runs this process just launched, which the SJs' statuses may not name yet)."""
+    return [job for key, job in jobs.items()
+            if job.owner is not None and not job.deleting and (job.owner, key) not in known and key not in keep]
 
 
 def decide(observed: Iterable[Observed], now: datetime, cfg: LifecycleConfig,

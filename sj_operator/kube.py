@@ -8,7 +8,11 @@ request against more than one through the client: its models, its argument check
 round trip). Both retry what is worth retrying (connection errors, 429, 5xx) with exponential backoff
 (tenacity). What is not worth retrying is raised as a typed error the controller knows how to handle:
 `NotFound`, `Conflict` (optimistic-concurrency loss or already exists), `Invalid` (the API server refused
-the object).
+the object), `Forbidden`, and `NameTaken` (a child's name is held by an object its SJ does not control).
+
+What an SJ owns is made, reused, patched and deleted only through the ``*_child`` calls, which act on an
+object of the child's name only when the SJ controls it (`names.controlled_by`): a delete carries the uid of
+the object meant as its precondition, so an object of the same name made since is left alone.
 
 Each method declares the permissions its requests need (`needs`, collected in `ACCESS`): the chart's
 ClusterRole and Role (deploy/chart/templates/rbac.yaml) grant exactly those of the methods the operator
@@ -42,7 +46,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from sj_operator.names import GROUP, PLURAL, VERSION
+from sj_operator.names import GROUP, PLURAL, VERSION, controlled_by, controller_uid
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -121,6 +125,16 @@ class Invalid(KubeError):
 
 class Forbidden(KubeError):
     """Refused by authorization or an admission rule (Pod Security, a ResourceQuota, a policy)."""
+
+
+class NameTaken(KubeError):
+    """An object of the name an SJ's child must have exists and the SJ does not control it (a user's object, or
+    another SJ's): it is never taken as the SJ's, patched or deleted."""
+
+    def __init__(self, kind: str, namespace: str, name: str, owner: str | None) -> None:
+        whose = "no ScavengerJob controls it" if owner is None else f"it is controlled by ScavengerJob uid {owner}"
+        super().__init__(409, "AlreadyExists", f"{kind} {namespace}/{name} exists and is not this SJ's ({whose})")
+        self.kind, self.namespace, self.name, self.owner = kind, namespace, name, owner
 
 
 class Gone(KubeError):
@@ -205,6 +219,37 @@ def _unread(fn: Callable[..., Any]) -> Callable[..., None]:
         response.release_conn()
 
     return call
+
+
+def check_owner(existing: Mapping[str, Any], owner_uid: str) -> None:
+    """Raises `NameTaken` unless the SJ of ``owner_uid`` controls ``existing`` (an object as read, with its kind)."""
+    meta = existing.get("metadata") or {}
+    if not controlled_by(meta, owner_uid):
+        raise NameTaken(str(existing.get("kind", "")), str(meta.get("namespace", "")), str(meta.get("name", "")),
+                        controller_uid(meta))
+
+
+CHILD_PATHS: dict[str, tuple[str, str]] = {
+    "Job": ("/apis/batch/v1/namespaces/{namespace}/jobs", "job"),
+    "Service": ("/api/v1/namespaces/{namespace}/services", "service"),
+    "ConfigMap": ("/api/v1/namespaces/{namespace}/configmaps", "config_map"),
+    "Secret": ("/api/v1/namespaces/{namespace}/secrets", "secret"),
+    "PodDisruptionBudget": ("/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", "pod_disruption_budget"),
+}
+"""The kinds an SJ owns: their collection's path, and their name in the client's methods (the metrics'
+operation label: ``create_namespaced_job``)."""
+_CHILD_RESOURCES: dict[str, tuple[str, str]] = {
+    "Job": ("batch", "jobs"), "Service": ("", "services"), "ConfigMap": ("", "configmaps"),
+    "Secret": ("", "secrets"), "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
+}
+"""Their API group and resource, as RBAC names them."""
+
+
+def _child(kind: str, namespace: str, name: str | None = None) -> tuple[str, str]:
+    """A child's path (its collection's without ``name``) and the client's name for its kind."""
+    collection, noun = CHILD_PATHS[kind]
+    path = collection.format(namespace=namespace)
+    return (path if name is None else f"{path}/{name}"), noun
 
 
 def _operation(fn: Callable[..., Any]) -> str:
@@ -462,29 +507,73 @@ class Kube:
                                    content_type="application/merge-patch+json", read=True)
         return cast(dict[str, Any], patched)
 
-    # --- runs ------------------------------------------------------------------
-    @needs(Access("batch", "jobs", "create"))
-    async def create_job(self, job: Mapping[str, Any]) -> None:
-        await self._send("POST", f"/apis/batch/v1/namespaces/{job['metadata']['namespace']}/jobs",
-                         "create_namespaced_job", job)
+    # --- what an SJ owns: runs' Jobs and Services, MPI Secrets and hostfiles, budgets -----------------------
+    @needs(*(access(group, resource, "create", "get") for group, resource in _CHILD_RESOURCES.values()))
+    async def create_child(self, body: Mapping[str, Any], owner_uid: str) -> dict[str, Any] | None:
+        """Creates an object the SJ of ``owner_uid`` owns (``body`` names its kind). None when it was made; the
+        object as stored when one of its name exists that this SJ controls (made by an earlier launch whose
+        answer was lost, or by another decider). Raises `NameTaken` when one exists that it does not control:
+        such an object is never taken as the SJ's."""
+        meta = body["metadata"]
+        path, noun = _child(body["kind"], meta["namespace"])
+        try:
+            await self._send("POST", path, f"create_namespaced_{noun}", body)
+            return None
+        except Conflict:
+            existing = await self.read_child(body["kind"], meta["namespace"], meta["name"])
+        if existing is None:  # deleted since: made on a later try
+            raise Conflict(409, "AlreadyExists", f"{body['kind']} {meta['namespace']}/{meta['name']} existed "
+                                                 "and was deleted meanwhile")
+        check_owner(existing, owner_uid)
+        return existing
 
-    @needs(Access("batch", "jobs", "delete"))
-    async def delete_job(self, namespace: str, name: str) -> None:
-        """Deletes a run; its pods are deleted by the garbage collector, each with its grace period."""
-        with contextlib.suppress(NotFound):
-            await self._send("DELETE", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}", "delete_namespaced_job",
-                             params={"propagationPolicy": "Background"})
+    @needs(*(Access(group, resource, "get") for group, resource in _CHILD_RESOURCES.values()))
+    async def read_child(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object of an SJ child's kind and name as stored (with its kind), or None when there is none."""
+        path, noun = _child(kind, namespace, name)
+        try:
+            found = await self._send("GET", path, f"read_namespaced_{noun}", read=True)
+        except NotFound:
+            return None
+        return {**cast(dict[str, Any], found), "kind": kind}
 
-    @needs(Access("", "services", "create"))
-    async def create_service(self, svc: Mapping[str, Any]) -> None:
-        await self._send("POST", f"/api/v1/namespaces/{svc['metadata']['namespace']}/services",
-                         "create_namespaced_service", svc)
+    @needs(Access("", "configmaps", "patch"), Access("policy", "poddisruptionbudgets", "patch"))
+    async def patch_child(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any],
+                          resource_version: str) -> None:
+        """Merge-patches an SJ's child as read at ``resource_version`` (whose owner the caller checked): Conflict
+        when it changed since, so an object of that name made meanwhile by anyone else is never patched."""
+        path, noun = _child(kind, namespace, name)
+        meta = {**(patch.get("metadata") or {}), "resourceVersion": resource_version}
+        await self._send("PATCH", path, f"patch_namespaced_{noun}", {**patch, "metadata": meta},
+                         content_type="application/merge-patch+json")
 
-    @needs(Access("", "services", "delete"))
-    async def delete_service(self, namespace: str, name: str) -> None:
-        with contextlib.suppress(NotFound):
-            await self._send("DELETE", f"/api/v1/namespaces/{namespace}/services/{name}",
-                             "delete_namespaced_service")
+    @needs(Access("batch", "jobs", "delete"), Access("", "services", "delete"))
+    async def delete_child(self, kind: str, namespace: str, name: str, uid: str) -> bool:
+        """Deletes the object of that name if it is still the one of ``uid`` (a precondition: whoever made one
+        of the same name since keeps it); what it owns (a Job's pods) is deleted by the garbage collector, each
+        with its grace period. False when it is gone or is another object now."""
+        path, noun = _child(kind, namespace, name)
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid},
+                "propagationPolicy": "Background"}
+        try:
+            await self._send("DELETE", path, f"delete_namespaced_{noun}", body)
+        except (NotFound, Conflict):  # gone, or the precondition failed: another object has the name now
+            return False
+        return True
+
+    @needs(access("batch", "jobs", "get", "delete"), access("", "services", "get", "delete"))
+    async def delete_owned(self, kind: str, namespace: str, name: str, owner_uid: str) -> bool:
+        """Deletes the object of that kind and name when the SJ of ``owner_uid`` controls it (read first, deleted
+        with its uid as the precondition); another's object of that name is left alone. True when deleted."""
+        existing = await self.read_child(kind, namespace, name)
+        if existing is None:
+            return False
+        meta = existing.get("metadata") or {}
+        if not controlled_by(meta, owner_uid):
+            log.warning("%s %s/%s is not this SJ's (%s): not deleted", kind, namespace, name,
+                        controller_uid(meta) or "no ScavengerJob controls it")
+            return False
+        return await self.delete_child(kind, namespace, name, str(meta.get("uid", "")))
 
     @needs()  # what ``create`` needs
     async def create_or_keep(self, create: Callable[[], Any]) -> bool:
@@ -495,24 +584,10 @@ class Kube:
         except Conflict:
             return False
 
-    @needs(Access("", "secrets", "create"))
-    async def create_secret_unless_exists(self, secret: Mapping[str, Any]) -> bool:
-        """Creates a Secret; an existing one is kept as it is (e.g. ssh keys reused across runs)."""
-        return await self.create_or_keep(lambda: self._call(
-            self.core.create_namespaced_secret, secret["metadata"]["namespace"], secret))
-
-    @needs(access("", "configmaps", "create", "patch"))
-    async def apply_config_map(self, cm: Mapping[str, Any]) -> None:
-        """Creates a ConfigMap, or replaces the data of the existing one."""
-        ns, name = cm["metadata"]["namespace"], cm["metadata"]["name"]
-        try:
-            await self._call(self.core.create_namespaced_config_map, ns, cm)
-        except Conflict:
-            await self._call(self.core.patch_namespaced_config_map, name, ns, {"data": cm.get("data", {})})
-
     @needs(Access("", "persistentvolumeclaims", "get"), Access("", "configmaps", "get"),
            Access("", "secrets", "get"))
     async def exists(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether an object a spec refers to (a volume's claim, ConfigMap or Secret) exists."""
         read = {
             "persistentVolumeClaim": self.core.read_namespaced_persistent_volume_claim,
             "configMap": self.core.read_namespaced_config_map,
@@ -580,14 +655,6 @@ class Kube:
         with contextlib.suppress(NotFound):
             await self._send("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", "patch_namespaced_pod",
                              {"metadata": {"labels": dict(labels)}}, content_type="application/merge-patch+json")
-
-    @needs(access("policy", "poddisruptionbudgets", "create", "patch"))
-    async def apply_pdb(self, pdb: Mapping[str, Any]) -> None:
-        ns, name = pdb["metadata"]["namespace"], pdb["metadata"]["name"]
-        try:
-            await self._call(_unread(self.policy.create_namespaced_pod_disruption_budget), ns, pdb)
-        except Conflict:
-            await self._call(_unread(self.policy.patch_namespaced_pod_disruption_budget), name, ns, pdb)
 
     @needs(Access("scheduling.k8s.io", "priorityclasses", "create"))
     async def ensure_priority_class(self, pc: Mapping[str, Any]) -> bool:

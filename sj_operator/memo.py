@@ -35,6 +35,7 @@ from sj_operator.decide import (
     Decided,
     Observation,
     Observed,
+    OwnedRun,
     RunKey,
     decide,
     exemptions,
@@ -67,6 +68,8 @@ class _Seen:
     pods: tuple[PodView, ...]
     observed: Observed
     known: tuple[RunKey, ...]
+    owned: tuple[OwnedRun, ...]
+    """``known`` with the SJ's uid: what the stray choice is given (`decide.stray_runs`)."""
     decided: Decided | None = None
     until: datetime | None = None
     flags: tuple[bool, bool] = (False, False)
@@ -225,7 +228,7 @@ class PassMemo:
         the view has them). An SJ that cannot be observed is told to ``on_fault`` and left out (raised
         without one)."""
         observed: list[Observed] = []
-        known: set[RunKey] = set()
+        known: set[OwnedRun] = set()
         jobs, run_pods, seen_of = view.jobs, view.run_pods, self._seen.get
         for sj in view.sjs if sjs is None else sjs:
             if sj.deleting or (handles is not None and not handles(sj.namespace)):
@@ -238,7 +241,7 @@ class PassMemo:
                 pods = run_pods.get(run, ()) if run is not None else ()
                 if job is seen.job and (pods is seen.pods or pods == seen.pods):
                     observed.append(seen.observed)
-                    known.update(seen.known)
+                    known.update(seen.owned)
                     continue
             try:
                 status = self.status_of(sj, rv, raw)
@@ -249,9 +252,13 @@ class PassMemo:
                     raise
                 on_fault(sj, "observe", exc)
                 continue
-            self._seen[sj.uid] = _Seen(sj, rv, one.run.job, one.run.pods, one, keys)
+            owned = tuple((sj.uid, key) for key in keys)
+            # As the view shows them: a Job of the run's name that the SJ does not control is no run of it,
+            # but the same Job in the next view keeps the SJ as observed.
+            self._seen[sj.uid] = _Seen(sj, rv, jobs.get(keys[0]) if keys else None,
+                                       run_pods.get(keys[0], ()) if keys else (), one, keys, owned)
             observed.append(one)
-            known.update(keys)
+            known.update(owned)
         return Observation(tuple(observed), frozenset(known))
 
     def decide(self, observed: Sequence[Observed], now: datetime, cfg: LifecycleConfig, *,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -152,6 +153,24 @@ def owner_reference(sj_name: str, sj_uid: str) -> dict[str, Any]:
     """The reference that makes an SJ the controller and owner of a child (deleted with it)."""
     return {"apiVersion": API_VERSION, "kind": KIND, "name": sj_name, "uid": sj_uid, "controller": True,
             "blockOwnerDeletion": True}
+
+
+def controller_uid(metadata: Mapping[str, Any]) -> str | None:
+    """The uid of the ScavengerJob that controls an object: its ownerReference with ``controller: true`` of
+    kind ScavengerJob in this group (:func:`owner_reference`); None when no SJ controls it (a user's object,
+    or one another controller owns), whatever its name or labels say."""
+    for ref in metadata.get("ownerReferences") or ():
+        if (isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") == KIND
+                and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/")):
+            uid = ref.get("uid")
+            return uid if isinstance(uid, str) and uid else None
+    return None
+
+
+def controlled_by(metadata: Mapping[str, Any], sj_uid: str) -> bool:
+    """Whether the SJ of uid ``sj_uid`` controls the object of ``metadata``: the one thing that makes an object
+    of a run's name that run's own, to reuse, patch or delete (a name or a label anyone can copy)."""
+    return bool(sj_uid) and controller_uid(metadata) == sj_uid
 
 
 def child_metadata(*, name: str, namespace: str, sj_name: str, sj_uid: str,

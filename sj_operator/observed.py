@@ -20,6 +20,7 @@ from sj_operator.names import (
     LABEL_PROTECTED,
     LABEL_RUN,
     LABEL_SJ,
+    controller_uid,
 )
 from sj_operator.resources import Resources, accumulate, resources_milli
 
@@ -241,6 +242,9 @@ class JobView:
     controller-manager may take minutes to reach a new Job."""
     config_index: int = 0
     """The configuration it was launched in (``scavenger.dev/config-index``; 0: the preferred one)."""
+    owner: str | None = None
+    """The uid of the SJ that controls it (`names.controller_uid`); None for a Job no SJ controls, which the
+    operator never takes as a run, nor deletes, whatever its name and labels."""
 
 
 def job_view(body: Mapping[str, Any]) -> JobView:
@@ -270,6 +274,7 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         created=parse_time(meta.get("creationTimestamp")),
         started=parse_time(status.get("startTime")),
         config_index=_config_index(meta.get("annotations") or {}),
+        owner=controller_uid(meta),
     )
 
 

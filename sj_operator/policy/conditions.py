@@ -26,10 +26,11 @@ _PHASE_CONDITIONS = ("Queued", "Running", "Complete", "Failed", "Suspended")
 
 ADMITTED = "Admitted"
 WaitReason = Literal["ThresholdReached", "NoNodeFitsGang", "QuotaExceeded", "BackingOff", "StartTimeout",
-                     "Suspended"]
-"""Why an SJ waits: the reason of its ``Admitted=False`` condition."""
+                     "Suspended", "NameTaken"]
+"""Why an SJ waits: the reason of its ``Admitted=False`` condition. ``NameTaken``: an object of a name its run
+needs (its Job, Service, MPI Secret or hostfile) exists and the SJ does not control it."""
 WAIT_REASONS: tuple[WaitReason, ...] = ("ThresholdReached", "NoNodeFitsGang", "QuotaExceeded", "BackingOff",
-                                        "StartTimeout", "Suspended")
+                                        "StartTimeout", "Suspended", "NameTaken")
 
 
 def set_conditions(conditions: Sequence[Condition], phase: Phase, reason: str, message: str,

@@ -75,11 +75,13 @@ __all__ = [
     "Run",
     "SetProtection",
     "Step",
+    "capped_doubling",
     "launch_refused",
     "launched",
     "quiet_until",
     "record_grace",
     "recorded_until",
+    "refusal_reason",
     "retry_delay",
     "step",
     "waiting_phase",
@@ -180,7 +182,15 @@ def launch_refused(status: ScavengerJobStatus, now: datetime, reason: LaunchRefu
     return b.done()
 
 
-NamespaceRefusal = Literal["QuotaExceeded", "BackingOff"]
+NamespaceRefusal = Literal["QuotaExceeded", "BackingOff", "NameTaken"]
+"""Why a launch was held back: the namespace's quota or another of its rules refused the run (its pods in a
+dry run, or one of its objects when made), or an object of a name the run needs is not the SJ's."""
+
+
+def refusal_reason(message: str) -> NamespaceRefusal:
+    """The reason an SJ waits when the API server refused its run with ``message``: ``QuotaExceeded`` for a
+    ResourceQuota (of pods' resources or of a kind's count, ``count/jobs.batch``), else ``BackingOff``."""
+    return "QuotaExceeded" if "exceeded quota" in message else "BackingOff"
 
 
 def waiting_for_room(status: ScavengerJobStatus, now: datetime, reason: WaitReason, message: str) -> ScavengerJobStatus:
@@ -189,8 +199,9 @@ def waiting_for_room(status: ScavengerJobStatus, now: datetime, reason: WaitReas
 
 
 def launch_forbidden(status: ScavengerJobStatus, now: datetime, reason: NamespaceRefusal, message: str) -> Step:
-    """The SJ's namespace would refuse the run's pods (a ResourceQuota, Pod Security, another admission
-    rule): no run is made; the SJ keeps waiting in its place, saying why. Nothing is written again while
+    """The SJ's namespace would refuse the run's pods or refused one of its objects (a ResourceQuota, Pod
+    Security, another admission rule), or a name the run needs is someone else's object: no run is made (and
+    nothing is taken or deleted); the SJ keeps waiting in its place, saying why. Nothing is written again while
     the refusal stays the same, so a refusal repeated at every retry costs no writes."""
     b = _Builder(status, now)
     current = admitted_condition(status.conditions)
@@ -205,12 +216,18 @@ def waiting_phase(status: ScavengerJobStatus) -> Phase:
     return Phase.INTERRUPTED if status.interrupted_count > 0 else Phase.PENDING
 
 
-def retry_delay(start_timeouts: int, cfg: LifecycleConfig) -> timedelta:
-    """Backoff after the n-th start timeout: retry_backoff * 2^(n-1), capped."""
-    if start_timeouts <= 0:
+def capped_doubling(first: timedelta, times: int, cap: timedelta) -> timedelta:
+    """The wait after the ``times``-th failure in a row: ``first``, doubled for each failure after the first,
+    at most ``cap``; none before the first."""
+    if times <= 0:
         return timedelta(0)
-    delay = cfg.retry_backoff * (1 << min(start_timeouts - 1, 30))
-    return min(delay, cfg.max_retry_backoff)
+    return min(first * (1 << min(times - 1, 30)), cap)
+
+
+def retry_delay(failures: int, cfg: LifecycleConfig) -> timedelta:
+    """Backoff after the n-th start timeout, or the n-th launch held back in a row (the controller's
+    refusals): retry_backoff * 2^(n-1), capped."""
+    return capped_doubling(cfg.retry_backoff, failures, cfg.max_retry_backoff)
 
 
 def step(
@@ -581,10 +598,8 @@ def ran_for(status: ScavengerJobStatus, now: datetime) -> timedelta:
 
 
 def thrash_delay(wasted_runs: int, cfg: LifecycleConfig) -> timedelta:
-    """Backoff after the n-th wasted run in a row: thrash_backoff * 2^(n-1), capped."""
-    if wasted_runs <= 0 or not cfg.thrash_backoff:
-        return timedelta(0)
-    return min(cfg.thrash_backoff * (1 << min(wasted_runs - 1, 30)), cfg.max_thrash_backoff)
+    """Backoff after the n-th wasted run in a row: thrash_backoff * 2^(n-1), capped (none when it is 0)."""
+    return capped_doubling(cfg.thrash_backoff, wasted_runs, cfg.max_thrash_backoff)
 
 
 def _record_interruption(b: _Builder, spec: ScavengerJobSpec, cause: str, cfg: LifecycleConfig) -> Step:

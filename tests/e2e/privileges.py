@@ -16,6 +16,7 @@ MAY = [
     ("patch", "scavengerjobs.scavenger.dev/status", "team-a"), ("watch", "scavengerjobs.scavenger.dev", ""),
     ("watch", "scavengerquotas.scavenger.dev", ""), ("watch", "scavengerclusterquotas.scavenger.dev", ""),
     ("create", "jobs.batch", "team-a"), ("delete", "jobs.batch", "team-a"), ("watch", "jobs.batch", ""),
+    ("get", "jobs.batch", "team-a"), ("get", "services", "team-a"), ("get", "poddisruptionbudgets.policy", "team-a"),
     ("watch", "pods", ""), ("patch", "pods", "team-a"), ("create", "pods", "team-a"),
     ("create", "services", "team-a"), ("delete", "services", "team-a"),
     ("create", "secrets", "team-a"), ("get", "secrets", "team-a"),

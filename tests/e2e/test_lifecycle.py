@@ -6,8 +6,19 @@ import time
 import pytest
 from kubernetes import client
 
-from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
-from tests.e2e.sj import create_sj, event_messages, events_for, jobs_of, patch_sj, run_pods, sj_spec, status, wait_phase
+from tests.e2e.kube import E2E_IMAGE, dedicated_node, sim_annotations, sim_container, wait_for
+from tests.e2e.sj import (
+    create_sj,
+    event_messages,
+    events_for,
+    get_sj,
+    jobs_of,
+    patch_sj,
+    run_pods,
+    sj_spec,
+    status,
+    wait_phase,
+)
 
 
 def test_single_pod_sj_succeeds(api, namespace, operator):
@@ -200,3 +211,77 @@ def test_lost_node_interrupts_the_run(api, namespace, operator):
         interrupted = event_messages(api, namespace, "stranded", "Interrupted")
         assert interrupted and "DeletionByTaintManager" in interrupted[0]
         assert status(api, namespace, "stranded")["phase"] in ("Interrupted", "Starting")
+
+
+def _users_job(name: str, labels: dict[str, str]) -> dict[str, object]:
+    """A user's own Job (suspended: it needs no room), labelled as the operator labels a run."""
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"suspend": True, "template": {
+        "metadata": {"labels": labels},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": E2E_IMAGE, "command": ["true"]}]}}}}
+
+
+def _admitted(api: client.ApiClient, namespace: str, name: str, reason: str) -> dict[str, str] | None:
+    """The SJ's Admitted condition once it gives ``reason``."""
+    conditions = status(api, namespace, name).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Admitted" and c.get("reason") == reason), None)
+
+
+def test_a_users_job_labelled_like_a_run_and_their_service_of_its_name_survive(api, namespace, operator):
+    """No SJ controls them: they are not strays, whatever their labels and names say (the operator deleted such a
+    Job, and the Service of its name, as runs no SJ points at)."""
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    labels = {"scavenger.dev/job-name": "mine", "scavenger.dev/run": "mine-r1"}
+    batch.create_namespaced_job(namespace, _users_job("mine-r1", labels))
+    core.create_namespaced_service(namespace, {"metadata": {"name": "mine-r1", "labels": labels}, "spec": {
+        "clusterIP": "None", "selector": {"scavenger.dev/run": "mine-r1"}}})
+    # An SJ runs to its end beside them: many passes, each of which looks for strays.
+    create_sj(api, namespace, "beside", sj_spec(run_for="3s"))
+    wait_phase(api, namespace, "beside", "Succeeded")
+    time.sleep(3)
+    job, svc = batch.read_namespaced_job("mine-r1", namespace), core.read_namespaced_service("mine-r1", namespace)
+    assert job.metadata.deletion_timestamp is None and svc.metadata.deletion_timestamp is None
+
+
+def test_a_job_of_the_runs_name_made_by_someone_else_is_neither_taken_nor_deleted(api, namespace, operator):
+    batch = client.BatchV1Api(api)
+    labels = {"scavenger.dev/job-name": "taken", "scavenger.dev/run": "taken-r1"}
+    theirs = batch.create_namespaced_job(namespace, _users_job("taken-r1", labels))
+    create_sj(api, namespace, "taken", sj_spec(run_for="3s"))
+    cond = wait_for("the SJ waiting for its run's name", lambda: _admitted(api, namespace, "taken", "NameTaken"))
+    assert cond["status"] == "False" and f"Job {namespace}/taken-r1 exists and is not this SJ's" in cond["message"]
+    time.sleep(3)  # several passes (and retries): still waiting, the Job as it was
+    st = status(api, namespace, "taken")
+    assert st["phase"] == "Pending" and not st.get("jobName"), st
+    job = batch.read_namespaced_job("taken-r1", namespace)
+    assert job.metadata.uid == theirs.metadata.uid and job.metadata.deletion_timestamp is None
+    assert not job.metadata.owner_references
+    assert event_messages(api, namespace, "taken", "NameTaken")
+
+
+def test_an_ssh_secret_someone_made_with_the_runs_name_is_not_used_and_the_sj_waits_naming_it(api, namespace,
+                                                                                              operator):
+    """A co-tenant's ``authorized_keys`` planted under the name of an MPI SJ's ssh Secret would let them into
+    the gang: it is never used (nor changed, nor deleted); the SJ waits, saying whose name is taken, and makes
+    its own keys once the name is free."""
+    core = client.CoreV1Api(api)
+    planted = core.create_namespaced_secret(namespace, {
+        "metadata": {"name": "heat-mpi-ssh"},
+        "stringData": {"authorized_keys": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPlanted intruder@elsewhere"}})
+    create_sj(api, namespace, "heat", sj_spec(run_for=None, cpu="100m", parallelism=2, command=["mpirun"],
+                                              args=["hostname"], mpi={"slotsPerWorker": 1}))
+    cond = wait_for("the SJ waiting for its Secret's name", lambda: _admitted(api, namespace, "heat", "NameTaken"))
+    assert cond["status"] == "False" and f"Secret {namespace}/heat-mpi-ssh exists and is not this SJ's" in cond[
+        "message"]
+    assert status(api, namespace, "heat")["phase"] == "Pending"
+    assert jobs_of(api, namespace, "heat") == [], "no run wired to someone else's keys"
+    secret = core.read_namespaced_secret("heat-mpi-ssh", namespace)
+    assert (secret.metadata.resource_version, secret.metadata.owner_references) == (
+        planted.metadata.resource_version, None)
+    core.delete_namespaced_secret("heat-mpi-ssh", namespace)
+    # The name is free: the SJ makes its own keys at its next try (its backoff is at most 10 s here).
+    wait_for("the SJ's run", lambda: jobs_of(api, namespace, "heat"), timeout=60)
+    own = core.read_namespaced_secret("heat-mpi-ssh", namespace)
+    [ref] = own.metadata.owner_references
+    assert (ref.kind, ref.uid, ref.controller) == ("ScavengerJob", get_sj(api, namespace, "heat")["metadata"]["uid"],
+                                                   True)
+    assert own.metadata.uid != planted.metadata.uid

@@ -13,7 +13,8 @@ import pytest
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import BUDGET_REFRESH, Controller
 from sj_operator.decide import ClusterView
-from sj_operator.kube import Conflict, KubeError
+from sj_operator.kube import Conflict, Forbidden, Invalid, KubeError, NameTaken
+from sj_operator.names import controlled_by, controller_uid, owner_reference
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view
 from sj_operator.pacing import EVENT_DEFERRAL, EVENT_QUIET
 from sj_operator.policy.outcomes import Event
@@ -42,6 +43,12 @@ class FakeKube:
         """The PodDisruptionBudgets applied, in order."""
         self.secrets: list[dict[str, Any]] = []
         """The Secrets created, in order."""
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        """What the API server holds of the SJs' kinds (Job, Service, ConfigMap, Secret, budget), by kind and
+        name: what this fake made, and what a test put there (someone else's object of a run's name)."""
+        self.patches: list[tuple[str, str, Any, str]] = []
+        self.deletes: list[tuple[str, str, str]] = []
+        """(kind, name, the uid of its precondition) of every delete."""
 
     def _maybe_fail(self, name: str) -> None:
         errors = self.fail.get(name)
@@ -58,10 +65,26 @@ class FakeKube:
         self.dry_runs.append(pod)  # every attempt, refused or not
         self._maybe_fail("dry_run_pod")
 
-    async def create_job(self, job):
-        self._maybe_fail("create_job")
-        self.calls.append(("job", job["metadata"]["name"]))
-        self.made[job["metadata"]["name"]] = job
+    async def create_child(self, body, owner_uid):
+        """Makes one of an SJ's objects, as `Kube.create_child` does: the stored one when the SJ controls an
+        object of its name (`objects`), `NameTaken` when it does not."""
+        kind, meta = body["kind"], body["metadata"]
+        self._maybe_fail(f"create_{kind.lower()}")
+        existing = self.objects.get((kind, meta["name"]))
+        if existing is not None:
+            if not controlled_by(existing["metadata"], owner_uid):
+                raise NameTaken(kind, meta["namespace"], meta["name"], controller_uid(existing["metadata"]))
+            return existing
+        self.calls.append(_CREATED[kind](body))
+        if kind == "Job":
+            self.made[meta["name"]] = body
+        if kind == "PodDisruptionBudget":
+            self.budgets.append(body)
+        if kind == "Secret":
+            self.secrets.append(body)
+        self.objects[(kind, meta["name"])] = {**body, "metadata": {**meta, "uid": f"uid-{meta['name']}",
+                                                                     "resourceVersion": "1"}}
+        return None
 
     def job(self, name: str, created: datetime) -> JobView:
         """The Job made as the watch shows it, created at ``created``."""
@@ -69,25 +92,27 @@ class FakeKube:
         return job_view({**body, "metadata": {**body["metadata"], "uid": f"uid-{name}",
                                               "creationTimestamp": created.isoformat()}})
 
-    async def create_service(self, svc):
-        self.calls.append(("service", svc["metadata"]["name"]))
+    async def read_child(self, kind, namespace, name):
+        return self.objects.get((kind, name))
 
-    async def create_or_keep(self, create):
-        try:
-            await create()
-            return True
-        except Conflict:
+    async def patch_child(self, kind, namespace, name, patch, resource_version):
+        self.patches.append((kind, name, patch, resource_version))
+        if kind == "PodDisruptionBudget":
+            self.calls.append(("pdb", name))
+            self.budgets.append({**self.objects[(kind, name)], **patch})
+        elif kind == "ConfigMap":
+            self.calls.append(("configmap", {**self.objects[(kind, name)], **patch}))
+
+    async def delete_child(self, kind, namespace, name, uid):
+        self.deletes.append((kind, name, uid))
+        self.calls.append((f"delete-{kind.lower()}", name))
+        return True
+
+    async def delete_owned(self, kind, namespace, name, owner_uid):
+        existing = self.objects.get((kind, name))
+        if existing is None or not controlled_by(existing["metadata"], owner_uid):
             return False
-
-    async def apply_pdb(self, pdb):
-        self.calls.append(("pdb", pdb["metadata"]["name"]))
-        self.budgets.append(pdb)
-
-    async def delete_job(self, namespace, name):
-        self.calls.append(("delete-job", name))
-
-    async def delete_service(self, namespace, name):
-        self.calls.append(("delete-service", name))
+        return await self.delete_child(kind, namespace, name, existing["metadata"]["uid"])
 
     async def exists(self, kind, namespace, name):
         return (kind, name) not in self.absent
@@ -101,16 +126,23 @@ class FakeKube:
     async def label_pod(self, namespace, name, labels):
         self.calls.append(("label", (name, dict(labels))))
 
-    async def apply_config_map(self, cm):
-        self.calls.append(("configmap", cm))
-
-    async def create_secret_unless_exists(self, secret):
-        self.calls.append(("secret", secret["metadata"]["name"]))
-        self.secrets.append(secret)
-        return True
-
     def kinds(self) -> list[str]:
         return [kind for kind, _ in self.calls]
+
+
+_CREATED = {
+    "Job": lambda body: ("job", body["metadata"]["name"]),
+    "Service": lambda body: ("service", body["metadata"]["name"]),
+    "Secret": lambda body: ("secret", body["metadata"]["name"]),
+    "ConfigMap": lambda body: ("configmap", body),
+    "PodDisruptionBudget": lambda body: ("pdb", body["metadata"]["name"]),
+}
+"""What `FakeKube.calls` records for a create of each kind."""
+
+
+def owned_by(sj_name: str) -> list[dict[str, Any]]:
+    """The ownerReferences of the objects the SJ of that name (made by `sj`, uid ``u-<name>``) controls."""
+    return [owner_reference(sj_name, f"u-{sj_name}")]
 
 
 def sj(status: dict[str, Any] | None = None, rv: str = "7", name: str = "work", created: datetime = NOW,
@@ -245,9 +277,11 @@ def test_a_run_left_unrecorded_by_a_process_that_stopped_is_recorded_by_the_next
 def test_a_run_another_decider_already_made_is_kept_without_its_event_or_count(controller, kube):
     """Two active deciders (separate Leases) may both admit an SJ: the second create finds the run made, and
     the launch is the first one's (one Launched Event, one count)."""
-    kube.fail["create_job"] = [Conflict(409, "AlreadyExists")]
+    kube.objects[("Job", "work-r1")] = {"kind": "Job", "metadata": {
+        "namespace": "ns", "name": "work-r1", "uid": "k", "resourceVersion": "5", "ownerReferences": owned_by("work")}}
     run(controller, view(sj()))
     assert kube.kinds() == [] and controller.metrics.launched._value.get() == 0
+    assert controller.held == {}
     run(controller, view(sj()))
     assert kube.kinds() == [], "not launched again: the run stands for itself until the watch shows it"
 
@@ -261,19 +295,112 @@ def test_stale_cache_after_a_launch_does_not_launch_twice(controller, kube):
     assert kube.kinds().count("job") == 1
 
 
-def test_run_of_no_sj_is_deleted_but_a_just_launched_one_is_kept(controller, kube):
+def test_a_run_whose_sj_is_gone_is_deleted_with_its_service_but_a_just_launched_one_is_kept(controller, kube):
     stray = job_view({"metadata": {"namespace": "ns", "name": "gone-r3", "uid": "j",
-                                   "labels": {"scavenger.dev/job-name": "gone"}}})
+                                   "labels": {"scavenger.dev/job-name": "gone"},
+                                   "ownerReferences": owned_by("gone")}})
+    kube.objects[("Service", "gone-r3")] = {"kind": "Service", "metadata": {
+        "namespace": "ns", "name": "gone-r3", "uid": "s", "ownerReferences": owned_by("gone")}}
     launched = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "k",
-                                      "labels": {"scavenger.dev/job-name": "work"}}})
-    # work-r1 exists but the SJ's status does not name it yet (its write was lost): it is adopted.
+                                      "labels": {"scavenger.dev/job-name": "work"},
+                                      "ownerReferences": owned_by("work")}})
+    # work-r1 exists but the SJ's status does not name it yet (its write was lost): it is recorded.
     run(controller, view(sj({"phase": "Pending", "interruptedCount": 0}),
                          jobs={("ns", "gone-r3"): stray, ("ns", "work-r1"): launched}))
-    assert ("delete-job", "gone-r3") in kube.calls
-    assert ("delete-job", "work-r1") not in kube.calls
+    assert kube.deletes == [("Job", "gone-r3", "j"), ("Service", "gone-r3", "s")], "each with its uid as precondition"
     assert kube.kinds().count("job") == 0
-    adopted = [c[1] for c in kube.calls if c[0] == "status"][-1]
-    assert adopted["phase"] == "Starting" and adopted["jobName"] == "work-r1" and adopted["attempt"] == 1
+    recorded = [c[1] for c in kube.calls if c[0] == "status"][-1]
+    assert recorded["phase"] == "Starting" and recorded["jobName"] == "work-r1" and recorded["attempt"] == 1
+
+
+def _foreign(kind: str, name: str, owner: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Someone else's object of a run's name, as the API server holds it: no ownerReference of an SJ, or
+    ``owner``."""
+    meta: dict[str, Any] = {"namespace": "ns", "name": name, "uid": f"theirs-{name}", "resourceVersion": "3",
+                            "labels": {"scavenger.dev/job-name": "work", "scavenger.dev/run": name}}
+    if owner is not None:
+        meta["ownerReferences"] = owner
+    return {"kind": kind, "metadata": meta}
+
+
+def test_a_users_job_labelled_like_a_run_and_their_service_of_its_name_are_never_deleted(controller, kube):
+    """Neither a Job no SJ controls, nor one another controller owns, is a stray, whatever its labels say; nor is
+    a Service of a stray run's name that the stray's SJ does not control."""
+    mine = _foreign("Job", "mine-r1")
+    other = _foreign("Job", "batch-r1", owner=[{"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly",
+                                                "uid": "c", "controller": True}])
+    stray = job_view({"metadata": {"namespace": "ns", "name": "gone-r2", "uid": "j",
+                                   "labels": {"scavenger.dev/job-name": "gone"}, "ownerReferences": owned_by("gone")}})
+    kube.objects[("Service", "mine-r1")] = _foreign("Service", "mine-r1")
+    kube.objects[("Service", "gone-r2")] = _foreign("Service", "gone-r2")
+    run(controller, view(jobs={("ns", "mine-r1"): job_view(mine), ("ns", "batch-r1"): job_view(other),
+                               ("ns", "gone-r2"): stray}))
+    assert kube.deletes == [("Job", "gone-r2", "j")], "only the stray Job its SJ controlled"
+
+
+def test_a_run_deleted_by_its_sj_spares_someone_elses_job_that_took_its_name(controller, kube):
+    """A running SJ whose run's Job was replaced by someone else's of the same name: that Job is not its run (the
+    run is lost, the SJ interrupted), and deleting the run leaves the other Job alone."""
+    status = {"phase": "Running", "interruptedCount": 0, "attempt": 1, "jobName": "work-r1",
+              "launchedTimestamp": (NOW - timedelta(minutes=10)).isoformat(),
+              "runningTimestamps": [(NOW - timedelta(minutes=9)).isoformat()],
+              "priorityStartOverTimestamp": (NOW - timedelta(minutes=9)).isoformat()}
+    theirs = _foreign("Job", "work-r1")
+    kube.objects[("Job", "work-r1")] = theirs
+    kube.objects[("Service", "work-r1")] = _foreign("Service", "work-r1")
+    run(controller, view(sj(status, cpu="7"), jobs={("ns", "work-r1"): job_view(theirs)}))
+    written = stored_status(kube)
+    assert written["interruptedCount"] == 1, written
+    assert kube.deletes == [], "nothing of someone else's is deleted"
+
+
+@pytest.mark.parametrize(("kind", "name", "spec"), [
+    ("Job", "work-r1", {}),
+    ("Service", "work-r1", {"parallelism": 2}),
+    ("Secret", "work-mpi-ssh", {"parallelism": 2, "command": ["mpirun", "app"], "mpi": {"slotsPerWorker": 1}}),
+    ("ConfigMap", "work-mpi-hostfile", {"parallelism": 2, "command": ["mpirun", "app"],
+                                        "mpi": {"slotsPerWorker": 1}}),
+])
+def test_a_name_the_run_needs_held_by_someone_elses_object_makes_the_sj_wait_naming_it(kube, kind, name, spec):
+    """A co-tenant's object of the run's name (their own ``authorized_keys`` Secret in the SJ's MPI gang, say) is
+    never taken as the SJ's, patched or deleted: the SJ waits, Admitted=False NameTaken naming it, and is tried
+    again after a doubling delay; nothing is made while it is held."""
+    clock = [0.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    theirs = _foreign(kind, name)
+    kube.objects[(kind, name)] = theirs
+    jobs = {("ns", name): job_view(theirs)} if kind == "Job" else {}
+    run(controller, view(sj(**spec), jobs=jobs))
+    assert "job" not in kube.kinds() and kube.patches == [] and kube.deletes == []
+    status = stored_status(kube)
+    admitted = next(c for c in status["conditions"] if c["type"] == "Admitted")
+    assert (status["phase"], admitted["status"], admitted["reason"]) == ("Pending", "False", "NameTaken")
+    assert admitted["message"].startswith(f"{kind} ns/{name} exists and is not this SJ's (no ScavengerJob controls "
+                                          "it)") and admitted["message"].endswith("(trying again in 10s)")
+    assert ("work", "NameTaken") in kube.events
+    assert controller.held["u-work"] == (10.0, 1)
+    made = len(kube.calls)
+    clock[0] = 9.0
+    run(controller, view(sj(status=status, rv=str(kube.rv), **spec), jobs=jobs))
+    assert len(kube.calls) == made, "held: nothing tried"
+    clock[0] = 10.0
+    run(controller, view(sj(status=status, rv=str(kube.rv), **spec), jobs=jobs))
+    assert controller.held["u-work"] == (30.0, 2), "still taken: held twice as long"
+    assert kube.objects[(kind, name)] is theirs and "job" not in kube.kinds()
+
+
+def test_an_mpi_sjs_own_secret_is_reused_and_its_hostfile_patched_as_read(controller, kube):
+    """From an earlier run: the SJ's ssh keys are kept, and its hostfile is patched at the version read (a
+    ConfigMap of its name made by someone else meanwhile would fail the patch with Conflict)."""
+    for kind, name in (("Secret", "work-mpi-ssh"), ("ConfigMap", "work-mpi-hostfile")):
+        kube.objects[(kind, name)] = {"kind": kind, "metadata": {"namespace": "ns", "name": name, "uid": name,
+                                                                 "resourceVersion": "8",
+                                                                 "ownerReferences": owned_by("work")}}
+    run(controller, view(sj(PENDING, parallelism=2, command=["mpirun", "app"], mpi={"slotsPerWorker": 1})))
+    assert "secret" not in kube.kinds() and launched(kube) == ["work-r1"]
+    [(kind, name, patch, version)] = kube.patches
+    assert (kind, name, version) == ("ConfigMap", "work-mpi-hostfile", "8")
+    assert "work-r1-1.work-r1" in patch["data"]["hostfile"]
 
 
 # --- the loop's wiring: what it hands the pure core -------------------------------------------------
@@ -312,7 +439,8 @@ def _running_sj(name: str, period_start: datetime) -> tuple[SJObject, JobView, P
               "priorityStartOverTimestamp": period_start.isoformat(), "runningPriority": 1, "protected": True,
               "runningTimestamps": [period_start.isoformat()]}
     job = job_view({"metadata": {"namespace": "ns", "name": job_name, "uid": f"j-{name}",
-                                 "labels": {"scavenger.dev/job-name": name}}})
+                                 "labels": {"scavenger.dev/job-name": name},
+                                 "ownerReferences": owned_by(name)}})
     pod = PodView(namespace="ns", name=f"{job_name}-0", uid=f"p-{name}", sj=name, run=job_name, node="n1",
                   phase="Running", deleting=False, requests={"cpu": 1000}, all_running=True, index=0,
                   protected=True)
@@ -354,7 +482,6 @@ def test_steering_exempts_nothing_while_a_run_is_below_the_protecting_level(cont
     ids=["openmpi-slots", "mpich"],
 )
 def test_mpi_launch_writes_the_hostfile_the_spec_asks_for(controller, kube, mpi, hostfile):
-    kube.absent.add(("secret", "work-mpi-ssh"))
     run(controller, view(sj(PENDING, parallelism=3, command=["mpirun", "app"], mpi=mpi)))
     configmaps = [body for kind, body in kube.calls if kind == "configmap"]
     assert len(configmaps) == 1
@@ -365,7 +492,6 @@ def test_mpi_launch_writes_the_hostfile_the_spec_asks_for(controller, kube, mpi,
 
 def test_mpi_launch_names_the_gang_in_the_configured_cluster_domain(kube):
     controller = Controller(kube, OperatorConfig(cluster_domain="corp.example"), clock=lambda: NOW)  # type: ignore[arg-type]
-    kube.absent.add(("secret", "work-mpi-ssh"))
     run(controller, view(sj(PENDING, parallelism=3, command=["mpirun", "app"], mpi={"slotsPerWorker": 1})))
     hosts = [f"work-r1-{i}.work-r1.ns.svc.corp.example" for i in range(3)]
     configmaps = [body for kind, body in kube.calls if kind == "configmap"]
@@ -379,6 +505,8 @@ def test_mpi_launch_names_the_gang_in_the_configured_cluster_domain(kube):
 
 
 def test_an_existing_mpi_secret_is_not_made_again(controller, kube):
+    kube.objects[("Secret", "work-mpi-ssh")] = {"kind": "Secret", "metadata": {
+        "namespace": "ns", "name": "work-mpi-ssh", "uid": "s1", "ownerReferences": owned_by("work")}}
     run(controller, view(sj(PENDING, parallelism=3, command=["mpirun", "app"], mpi={"slotsPerWorker": 1})))
     assert kube.secrets == []
     assert launched(kube) == ["work-r1"]
@@ -455,6 +583,57 @@ def test_the_retry_delay_doubles_per_refusal_in_a_row(kube):
         delays.append(retry_at - clock[0])
         clock[0] = retry_at
     assert delays == [10, 20, 40, 80]
+
+
+JOB_QUOTA = ('jobs.batch "work-r1" is forbidden: exceeded quota: jobs, requested: count/jobs.batch=1, '
+             'used: count/jobs.batch=2, limited: count/jobs.batch=2')
+JOB_POLICY = ('jobs.batch "work-r1" is forbidden: ValidatingAdmissionPolicy \'no-big-jobs\' with binding '
+              '\'no-big-jobs\' denied request: failed expression: object.spec.parallelism <= 1')
+
+
+@pytest.mark.parametrize(("error", "what", "reason"), [
+    (Forbidden(403, "Forbidden", JOB_QUOTA), "Job ns/work-r1 (403 Forbidden)", "QuotaExceeded"),
+    (Invalid(422, "Unprocessable Entity", JOB_POLICY), "Job ns/work-r1 (422 Unprocessable Entity)", "BackingOff"),
+], ids=["quota-on-jobs", "policy-on-jobs"])
+def test_a_job_the_api_server_refuses_holds_the_sj_with_a_doubling_delay_saying_why(kube, error, what, reason):
+    """A refusal the pods' dry run could not see (a ResourceQuota on ``count/jobs.batch``, a policy on Jobs) is
+    held as a dry run's refusal is: Admitted=False naming what refused and the server's message, and no create
+    until its delay has passed, which doubles per refusal in a row."""
+    clock = [0.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    kube.fail["create_job"] = [error]
+    run(controller, view(sj()))
+    status = stored_status(kube)
+    admitted = next(c for c in status["conditions"] if c["type"] == "Admitted")
+    assert (status["phase"], admitted["status"], admitted["reason"]) == ("Pending", "False", reason)
+    assert admitted["message"] == (f"the API server refused to create {what}: {error.message} "
+                                   "(trying again in 10s)") == status["message"]
+    assert (controller.held["u-work"], kube.kinds()) == ((10.0, 1), ["status", "event"])
+    tries = len(kube.dry_runs)
+    clock[0] = 9.0
+    run(controller, view(sj(status, rv=str(kube.rv))))
+    assert len(kube.dry_runs) == tries and kube.kinds() == ["status", "event"], "held: no create, no write"
+    clock[0] = 10.0
+    kube.fail["create_job"] = [error]
+    run(controller, view(sj(status, rv=str(kube.rv))))
+    assert controller.held["u-work"] == (30.0, 2), "refused again: twice as long"
+    clock[0] = 30.0
+    run(controller, view(sj(stored_status(kube), rv=str(kube.rv))))
+    assert launched(kube) == ["work-r1"] and controller.held == {}
+
+
+@pytest.mark.parametrize(("kind", "spec"), [
+    ("service", {"parallelism": 2}),
+    ("secret", {"parallelism": 2, "command": ["mpirun", "app"], "mpi": {"slotsPerWorker": 1}}),
+    ("configmap", {"parallelism": 2, "command": ["mpirun", "app"], "mpi": {"slotsPerWorker": 1}}),
+])
+def test_any_object_of_a_run_the_api_server_refuses_holds_the_sj(controller, kube, kind, spec):
+    kube.fail[f"create_{kind}"] = [Forbidden(403, "Forbidden", f"{kind}s is forbidden: exceeded quota: q")]
+    run(controller, view(sj(**spec)))
+    admitted = next(c for c in stored_status(kube)["conditions"] if c["type"] == "Admitted")
+    assert (admitted["status"], admitted["reason"]) == ("False", "QuotaExceeded")
+    assert "the API server refused to create " in admitted["message"] and "job" not in kube.kinds()
+    assert controller.held["u-work"][1] == 1
 
 
 def test_a_gang_that_does_not_fit_the_namespace_quota_waits_with_the_numbers(controller, kube):
@@ -557,6 +736,23 @@ def test_a_protected_run_of_another_size_applies_the_budget_again_for_its_pods(k
     assert sizes == [1, 3]
 
 
+def test_someone_elses_budget_of_the_sjs_budget_name_is_neither_patched_nor_trusted(kube):
+    """A budget named like the SJ's that the SJ does not control: not patched, and the run's pods are not
+    labelled protected (that budget's selector is not the SJ's to rely on); a Warning says why."""
+    old, old_job, old_pod = _running_sj("old", NOW - timedelta(minutes=25))
+    young, young_job, young_pod = _running_sj("young", NOW - timedelta(minutes=7))
+    young, young_pod = replace(young, status={**young.status, "protected": False}), replace(young_pod, protected=False)
+    kube.objects[("PodDisruptionBudget", "young-protect")] = _foreign("PodDisruptionBudget", "young-protect")
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    run(controller, view(old, young, jobs={("ns", "old-r1"): old_job, ("ns", "young-r1"): young_job},
+                         run_pods={("ns", "old-r1"): (old_pod,), ("ns", "young-r1"): (young_pod,)},
+                         active=(old_pod, young_pod)))
+    assert kube.patches == [] and kube.budgets == []
+    assert ("label", ("young-r1-0", {"scavenger.dev/protected": "true"})) not in kube.calls
+    [message] = [m for name, reason, m in kube.messages if (name, reason) == ("young", "NameTaken")]
+    assert "PodDisruptionBudget ns/young-protect exists and is not this SJ's" in message
+
+
 # --- the background lane: steering's writes and Events ------------------------------------------------------
 
 class Gated(FakeKube):
@@ -576,10 +772,10 @@ class Gated(FakeKube):
             await self.gate.wait()
         await super().event(**kw)
 
-    async def create_job(self, job):
-        if "job" in self.held:
+    async def create_child(self, body, owner_uid):
+        if "job" in self.held and body["kind"] == "Job":
             await self.gate.wait()
-        await super().create_job(job)
+        return await super().create_child(body, owner_uid)
 
 
 def test_a_pass_does_not_wait_for_its_launches_and_the_next_one_leaves_them_and_their_room_alone():
@@ -611,6 +807,7 @@ def _made_elsewhere(name: str, created: datetime) -> JobView:
     """The run of SJ ``name`` as another replica made it (this process has no record of launching it)."""
     return job_view({"metadata": {"namespace": "ns", "name": f"{name}-r1", "uid": f"j-{name}",
                                   "labels": {"scavenger.dev/job-name": name},
+                                  "ownerReferences": owned_by(name),
                                   "creationTimestamp": created.isoformat()}})
 
 
@@ -847,7 +1044,8 @@ def test_an_sjs_events_are_stamped_when_they_happened_not_when_they_are_recorded
         await controller.launches_done()
         t[0] += EVENT_QUIET  # launches have paused: the run is recorded (its Events still wait at the gate)
         job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j",
-                                     "labels": {"scavenger.dev/job-name": "work"}}})
+                                     "labels": {"scavenger.dev/job-name": "work"},
+                                     "ownerReferences": owned_by("work")}})
         await controller.reconcile(view(sj(stored_status(kube), rv=str(kube.rv)), jobs={("ns", "work-r1"): job},
                                         run_pods={("ns", "work-r1"): (pod,)}, active=(pod,)))
         kube.gate.set()
@@ -877,7 +1075,8 @@ def test_events_waiting_to_be_recorded_do_not_keep_old_versions_of_the_sj_alive(
         await controller.launches_done()
         t[0] += EVENT_QUIET  # launches have paused: the run is recorded (its Events still wait at the gate)
         job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j",
-                                     "labels": {"scavenger.dev/job-name": "work"}}})
+                                     "labels": {"scavenger.dev/job-name": "work"},
+                                     "ownerReferences": owned_by("work")}})
         await controller.reconcile(view(sj(stored_status(kube), rv=str(kube.rv)), jobs={("ns", "work-r1"): job},
                                         run_pods={("ns", "work-r1"): (pod,)}, active=(pod,)))
         gc.collect()
@@ -978,7 +1177,8 @@ def test_a_starting_runs_room_in_flight_follows_its_scheduled_pods_and_is_the_sa
     status = {"phase": "Starting", "attempt": 1, "jobName": "work-r1", "launchedTimestamp": NOW.isoformat()}
     gang = sj(status, parallelism=3)
     job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j-work",
-                                 "creationTimestamp": NOW.isoformat(), "labels": {"scavenger.dev/job-name": "work"}}})
+                                 "creationTimestamp": NOW.isoformat(), "labels": {"scavenger.dev/job-name": "work"},
+                                 "ownerReferences": owned_by("work")}})
 
     def member(i: int, node: str | None) -> PodView:
         return PodView(namespace="ns", name=f"work-r1-{i}", uid=f"p{i}", sj="work", run="work-r1", node=node,

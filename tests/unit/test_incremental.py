@@ -440,8 +440,9 @@ def test_the_memo_decides_exactly_as_the_pure_functions_pass_after_pass(evolutio
         elif what == "pod":
             pods[key] = (run_pod(name, ("Running", "Pending", "Succeeded")[node], node),)
         elif what == "job":
+            # Now and then a Job of the run's name that no SJ controls: never the SJ's run.
             jobs[key] = JobView(namespace="ns", name=f"{name}-1", uid=f"j{rv}", sj=name, deleting=bool(node),
-                                complete=False, failed=False, created=NOW)
+                                complete=False, failed=False, created=NOW, owner=f"u{i}" if rv % 3 else None)
         elif what == "time":
             now += (M, 4 * M, 31 * M)[node]
         active = tuple(p for ps in pods.values() for p in ps if not p.terminal)
@@ -480,7 +481,8 @@ def test_running_sjs_reused_between_levels_are_decided_as_the_pure_functions(dra
                               "priorityStartOverTimestamp": (NOW - (19 - 2 * i) * M).isoformat()})
            for i, name in enumerate(names)}
     jobs = {("ns", f"{n}-1"): JobView(namespace="ns", name=f"{n}-1", uid=f"j{n}", sj=n, deleting=False,
-                                      complete=False, failed=False, created=NOW - 20 * M) for n in names}
+                                      complete=False, failed=False, created=NOW - 20 * M, owner=f"u{n[2:]}")
+            for n in names}
     pods = {("ns", f"{n}-1"): (run_pod(n, "Running", 0),) for n in names}
     active = tuple(p for ps in pods.values() for p in ps)
 
@@ -518,7 +520,8 @@ def test_waiting_sjs_with_unrecorded_runs_are_reused_until_the_record_grace_ends
     made = {name: NOW + i * timedelta(seconds=1) for i, name in enumerate(names)}
     runs = {name: run_job_name(name, 1) for name in names}
     jobs = {("ns", runs[n]): JobView(namespace="ns", name=runs[n], uid=f"j{n}", sj=n, deleting=False,
-                                     complete=False, failed=False, created=made[n]) for n in names}
+                                     complete=False, failed=False, created=made[n], owner=f"u{n[2:]}")
+            for n in names}
     pods = {("ns", runs[n]): (replace(run_pod(n, "Pending", 0), run=runs[n]),) for n in names}
     view = ClusterView(sjs=tuple(sjs.values()), jobs=jobs, run_pods=pods,
                        active_pods=tuple(p for ps in pods.values() for p in ps), nodes=NODES)

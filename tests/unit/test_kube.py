@@ -33,10 +33,12 @@ from sj_operator.kube import (
     Invalid,
     Kube,
     KubeError,
+    NameTaken,
     NotFound,
     _unread,
     in_background,
 )
+from sj_operator.names import owner_reference
 
 REASONS = {0: "", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 409: "Conflict",
            422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error",
@@ -463,19 +465,33 @@ def _status(status: int, message: str) -> tuple[int, dict[str, Any]]:
 
 
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sj-r1", "namespace": "ns"}, "spec": {}}
+SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "sj-r1", "namespace": "ns"}, "spec": {}}
+DELETE_J = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": "j"},
+            "propagationPolicy": "Background"}
+"""A delete of the object of uid ``j`` only: whoever made one of its name since keeps it."""
+OURS = {"metadata": {"name": "sj-r1", "namespace": "ns", "uid": "j", "resourceVersion": "5",
+                     "ownerReferences": [owner_reference("sj", "u-sj")]}}
+THEIRS = {"metadata": {"name": "sj-r1", "namespace": "ns", "uid": "t", "labels": {"scavenger.dev/job-name": "sj"}}}
 MERGE = "application/merge-patch+json"
 
 
 @pytest.mark.parametrize(("use", "method", "path", "query", "content_type", "body"), [
-    pytest.param(lambda k: k.create_job(JOB), "POST", "/apis/batch/v1/namespaces/ns/jobs", {}, "application/json",
-                 JOB, id="create-job"),
-    pytest.param(lambda k: k.delete_job("ns", "sj-r1"), "DELETE", "/apis/batch/v1/namespaces/ns/jobs/sj-r1",
-                 {"propagationPolicy": "Background"}, "", None, id="delete-job"),
-    pytest.param(lambda k: k.create_service({"metadata": {"name": "sj-r1", "namespace": "ns"}}), "POST",
-                 "/api/v1/namespaces/ns/services", {}, "application/json",
-                 {"metadata": {"name": "sj-r1", "namespace": "ns"}}, id="create-service"),
-    pytest.param(lambda k: k.delete_service("ns", "sj-r1"), "DELETE", "/api/v1/namespaces/ns/services/sj-r1", {},
-                 "", None, id="delete-service"),
+    pytest.param(lambda k: k.create_child(JOB, "u-sj"), "POST", "/apis/batch/v1/namespaces/ns/jobs", {},
+                 "application/json", JOB, id="create-job"),
+    pytest.param(lambda k: k.delete_child("Job", "ns", "sj-r1", "j"), "DELETE",
+                 "/apis/batch/v1/namespaces/ns/jobs/sj-r1", {}, "application/json", DELETE_J, id="delete-job"),
+    pytest.param(lambda k: k.create_child(SERVICE, "u-sj"), "POST", "/api/v1/namespaces/ns/services", {},
+                 "application/json", SERVICE, id="create-service"),
+    pytest.param(lambda k: k.delete_child("Service", "ns", "sj-r1", "j"), "DELETE",
+                 "/api/v1/namespaces/ns/services/sj-r1", {}, "application/json", DELETE_J, id="delete-service"),
+    pytest.param(lambda k: k.read_child("Secret", "ns", "sj-mpi-ssh"), "GET",
+                 "/api/v1/namespaces/ns/secrets/sj-mpi-ssh", {}, "", None, id="read-secret"),
+    pytest.param(lambda k: k.patch_child("ConfigMap", "ns", "sj-mpi-hostfile", {"data": {"hostfile": "h"}}, "8"),
+                 "PATCH", "/api/v1/namespaces/ns/configmaps/sj-mpi-hostfile", {}, MERGE,
+                 {"data": {"hostfile": "h"}, "metadata": {"resourceVersion": "8"}}, id="patch-config-map"),
+    pytest.param(lambda k: k.create_child({**JOB, "kind": "PodDisruptionBudget"}, "u-sj"), "POST",
+                 "/apis/policy/v1/namespaces/ns/poddisruptionbudgets", {}, "application/json",
+                 {**JOB, "kind": "PodDisruptionBudget"}, id="create-budget"),
     pytest.param(lambda k: k.patch_sj_status("ns", "sj", {"phase": "Running"}, "42"), "PATCH",
                  "/apis/scavenger.dev/v1alpha1/namespaces/ns/scavengerjobs/sj/status", {}, MERGE,
                  {"status": {"phase": "Running"}, "metadata": {"resourceVersion": "42"}}, id="patch-status"),
@@ -526,20 +542,56 @@ def test_a_refused_send_is_typed_at_once_with_the_servers_message(answer: tuple[
 
     async def use(kube: Kube) -> None:
         kube.on_error = lambda operation, status: errors.append((operation, status))
-        await kube.create_job(JOB)
+        await kube.patch_child("Job", "ns", "sj-r1", {"spec": {}}, "5")
 
     with ApiServer(answer) as server, pytest.raises(cls) as info:
         asyncio.run(server.run(use))
     assert type(info.value) is cls and info.value.status == answer[0]
     assert info.value.message == answer[1]["message"]
-    assert len(server.requests) == 1 and errors == [("create_namespaced_job", answer[0])]
+    assert len(server.requests) == 1 and errors == [("patch_namespaced_job", answer[0])]
 
 
-def test_an_existing_run_is_kept_and_a_missing_one_is_not_an_error_to_delete() -> None:
-    with ApiServer(_status(409, "already exists"), _status(404, "not found"), _status(404, "not found")) as server:
-        made = asyncio.run(server.run(lambda k: k.create_or_keep(lambda: k.create_job(JOB))))
-        asyncio.run(server.run(lambda k: asyncio.gather(k.delete_job("ns", "sj-r1"), k.delete_service("ns", "sj-r1"))))
-    assert made is False and len(server.requests) == 3
+def test_an_existing_run_the_sj_controls_is_kept_as_stored() -> None:
+    with ApiServer(_status(409, "already exists"), (200, OURS)) as server:
+        found = asyncio.run(server.run(lambda k: k.create_child(JOB, "u-sj")))
+    assert found == {**OURS, "kind": "Job"}
+    assert [(r.method, r.path) for r in server.requests] == [("POST", "/apis/batch/v1/namespaces/ns/jobs"),
+                                                             ("GET", "/apis/batch/v1/namespaces/ns/jobs/sj-r1")]
+
+
+@pytest.mark.parametrize("existing", [THEIRS, {"metadata": {**OURS["metadata"], "ownerReferences": [
+    owner_reference("sj", "u-an-earlier-sj-of-that-name")]}}], ids=["a-users", "another-sjs"])
+def test_an_existing_object_of_a_childs_name_the_sj_does_not_control_is_a_name_taken(existing: Any) -> None:
+    with ApiServer(_status(409, "already exists"), (200, existing)) as server, pytest.raises(NameTaken) as info:
+        asyncio.run(server.run(lambda k: k.create_child(JOB, "u-sj")))
+    assert (info.value.kind, info.value.namespace, info.value.name) == ("Job", "ns", "sj-r1")
+    assert info.value.message.startswith("Job ns/sj-r1 exists and is not this SJ's")
+    assert len(server.requests) == 2, "read, never written"
+
+
+def test_a_child_that_existed_and_is_gone_by_the_read_is_tried_again_later() -> None:
+    with ApiServer(_status(409, "already exists"), _status(404, "not found")) as server, pytest.raises(Conflict):
+        asyncio.run(server.run(lambda k: k.create_child(JOB, "u-sj")))
+
+
+def test_a_missing_object_or_another_of_its_name_is_not_an_error_to_delete() -> None:
+    with ApiServer(_status(404, "not found"), _status(409, "Precondition failed: UID in precondition: j")) as server:
+        deleted = asyncio.run(server.run(lambda k: asyncio.gather(k.delete_child("Job", "ns", "sj-r1", "j"),
+                                                                  k.delete_child("Service", "ns", "sj-r1", "j"))))
+    assert deleted == [False, False] and len(server.requests) == 2
+
+
+@pytest.mark.parametrize(("stored", "requests", "deleted"), [
+    (OURS, [("GET", None), ("DELETE", DELETE_J)], True),
+    (THEIRS, [("GET", None)], False),
+    (None, [("GET", None)], False),
+], ids=["its-own", "someone-elses", "none"])
+def test_an_sjs_object_is_deleted_only_when_it_controls_it_and_only_that_very_one(stored: Any, requests: Any,
+                                                                                   deleted: bool) -> None:
+    with ApiServer((200, stored) if stored is not None else _status(404, "not found")) as server:
+        answer = asyncio.run(server.run(lambda k: k.delete_owned("Service", "ns", "sj-r1", "u-sj")))
+    assert answer is deleted
+    assert [(r.method, r.body) for r in server.requests] == requests
 
 
 def test_a_send_answered_429_or_5xx_is_retried_with_backoff_until_it_succeeds() -> None:
@@ -549,7 +601,7 @@ def test_a_send_answered_429_or_5xx_is_retried_with_backoff_until_it_succeeds() 
                    (201, JOB)) as server:
         kube = server.kube()
         kube.on_request, kube.on_error = calls.append, lambda operation, status: errors.append((operation, status))
-        asyncio.run(server.run(lambda k: k.create_job(JOB), kube))
+        asyncio.run(server.run(lambda k: k.create_child(JOB, "u-sj"), kube))
     assert len(server.requests) == 4 and calls == ["create_namespaced_job"] * 4
     assert [status for _, status in errors] == [503, 429, 500]
     assert len(kube.sleep) == 3 and kube.sleep == sorted(kube.sleep)  # type: ignore[arg-type]
@@ -577,7 +629,7 @@ def test_a_refused_list_is_typed_with_the_servers_message_or_its_body(answer: tu
 
 def test_a_send_refused_with_5xx_until_the_retries_run_out_is_a_kube_error_with_its_status() -> None:
     with ApiServer(*[_status(503, "unavailable")] * 3) as server, pytest.raises(KubeError) as info:
-        asyncio.run(server.run(lambda k: k.create_job(JOB), server.kube(attempts=3)))
+        asyncio.run(server.run(lambda k: k.create_child(JOB, "u-sj"), server.kube(attempts=3)))
     assert (info.value.status, info.value.message, len(server.requests)) == (503, "unavailable", 3)
 
 
@@ -592,7 +644,7 @@ def test_a_send_with_no_server_is_retried_then_a_kube_error_with_status_0() -> N
 
     async def use() -> None:
         try:
-            await kube.create_job(JOB)
+            await kube.create_child(JOB, "u-sj")
         finally:
             await kube.close()
 
@@ -605,11 +657,11 @@ def test_each_lane_sends_on_connections_of_its_own() -> None:
     async def use(kube: Kube) -> tuple[Any, Any, int, int]:
         async def background() -> Any:
             in_background()
-            await kube.create_job(JOB)
+            await kube.create_child(JOB, "u-sj")
             return kube._sender()
 
         foreground = kube._sender()
-        await kube.create_job(JOB)
+        await kube.create_child(JOB, "u-sj")
         other = await asyncio.create_task(background())
         return foreground, other, foreground.connector.limit, other.connector.limit
 

@@ -35,7 +35,7 @@ from aiohttp import web
 import sj_operator.handlers
 from sj_operator import caches
 from sj_operator.config import OperatorConfig
-from sj_operator.kube import ACCESS, Access, Kube, KubeError
+from sj_operator.kube import ACCESS, CHILD_PATHS, Access, Kube, KubeError
 from sj_operator.names import GROUP, PLURAL, VERSION
 from sj_operator.webhook import ADOPTION_CONFIGURATION_NAME, CONFIGURATION_NAME
 from tests.unit.chart import REPO, of_kind, render
@@ -53,12 +53,13 @@ SAMPLES: dict[str, Callable[[Kube], Awaitable[Any]]] = {
     "replace_lease": lambda k: k.replace_lease("ops", "scavenger", NAMED),
     "patch_lease": lambda k: k.patch_lease("ops", "scavenger", {"spec": {}}),
     "patch_sj_status": lambda k: k.patch_sj_status("a", "s", {"phase": "Running"}, "7"),
-    "create_job": lambda k: k.create_job(NAMED),
-    "delete_job": lambda k: k.delete_job("a", "x"),
-    "create_service": lambda k: k.create_service(NAMED),
-    "delete_service": lambda k: k.delete_service("a", "x"),
-    "create_secret_unless_exists": lambda k: k.create_secret_unless_exists(NAMED),
-    "apply_config_map": lambda k: k.apply_config_map({**NAMED, "data": {}}),
+    "create_child": lambda k: _each(*(k.create_child({**NAMED, "kind": kind}, "u") for kind in CHILD_PATHS)),
+    "read_child": lambda k: _each(*(k.read_child(kind, "a", "x") for kind in CHILD_PATHS)),
+    "patch_child": lambda k: _each(k.patch_child("ConfigMap", "a", "x", {"data": {}}, "1"),
+                                   k.patch_child("PodDisruptionBudget", "a", "x", {"spec": {}}, "1")),
+    "delete_child": lambda k: _each(k.delete_child("Job", "a", "x", "x-uid"),
+                                    k.delete_child("Service", "a", "x", "x-uid")),
+    "delete_owned": lambda k: _each(k.delete_owned("Job", "a", "x", "u"), k.delete_owned("Service", "a", "x", "u")),
     "exists": lambda k: _each(*(k.exists(kind, "a", "x") for kind in ("persistentVolumeClaim", "configMap", "secret"))),
     "read_secret": lambda k: k.read_secret("ops", "tls"),
     "create_secret": lambda k: k.create_secret({"metadata": {"name": "tls", "namespace": "ops"}}),
@@ -69,7 +70,6 @@ SAMPLES: dict[str, Callable[[Kube], Awaitable[Any]]] = {
     "patch_job_status": lambda k: k.patch_job_status("a", "x", {"succeeded": 1}),
     "dry_run_pod": lambda k: k.dry_run_pod(NAMED),
     "label_pod": lambda k: k.label_pod("a", "x", {"scavenger.dev/protected": "true"}),
-    "apply_pdb": lambda k: k.apply_pdb(NAMED),
     "ensure_priority_class": lambda k: k.ensure_priority_class({"metadata": {"name": "x"}}),
     "event": lambda k: k.event(namespace="a", name="s", uid="u", kind="ScavengerJob", api_version="v",
                                type_="Normal", reason="R", message="m"),
@@ -125,7 +125,11 @@ class RecordingApiServer(ApiServer):
             return web.Response(text="")
         if request.method == "GET" and _attributes(request.method, request.path, dict(request.query))[3] is None:
             return web.json_response({"items": [], "metadata": {"resourceVersion": "1"}})
-        return web.json_response({"metadata": {"name": "x", "resourceVersion": "1"}})
+        # An object of the SJ of uid "u" (what a read of an SJ's child finds: its own, so deleted and reused).
+        owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ScavengerJob", "name": "s", "uid": "u",
+                 "controller": True}
+        return web.json_response({"metadata": {"name": "x", "uid": "x-uid", "resourceVersion": "1",
+                                               "ownerReferences": [owner]}})
 
 
 def _attributes(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str, str | None]:

@@ -69,7 +69,8 @@ def test_the_loop_tells_the_state_machine_which_runs_sit_on_a_draining_node():
           "launchedTimestamp": since}
     sj = ctl.sj(st, duration="1h")
     job_view = ctl.job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j",
-                                          "labels": {"scavenger.dev/job-name": "work"}}})
+                                          "labels": {"scavenger.dev/job-name": "work"},
+                                          "ownerReferences": ctl.owned_by("work")}})
     member = ctl.PodView(namespace="ns", name="work-r1-0", uid="p", sj="work", run="work-r1", node="n1",
                          phase="Running", deleting=False, all_running=True, requests={"cpu": 1000},
                          protected=True)
