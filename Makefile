@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .PHONY: setup venv binaries mpi lint chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd reference bench bench-loop bench-events bench-e2e bench-writes bench-scale e2e-kind \
-	mutation clean
+	mutation fuzz clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
 
@@ -56,6 +56,10 @@ mutation: venv ## on demand: mutation testing of the pure core (policy, state ma
 	$(VENV)/bin/mutmut run --max-children 2 > mutants.log 2>&1 || { tail -c 2000 mutants.log; exit 1; }
 	$(VENV)/bin/mutmut export-cicd-stats
 	$(PY) hack/mutation-score
+
+fuzz: venv ## on demand: the fuzz tests long and random (FUZZ_EXAMPLES per property, default 20,000); minutes
+	SJ_HYPOTHESIS_PROFILE=fuzz SJ_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-20000} $(PY) -m pytest tests/unit/test_fuzz.py -q \
+	  --timeout=0 $(PYTEST_ARGS)
 
 unit: venv ## fast tests: no cluster
 	$(PY) -m pytest tests/unit tests/demo -q $(PYTEST_ARGS)

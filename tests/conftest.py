@@ -6,12 +6,16 @@ fast (a loop that never ends shows up in seconds, not at the suite's limit).
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("deterministic", derandomize=True, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("deterministic")
+# `make fuzz`: new random examples each run (the seeded ones run in `make test`), failures kept in .hypothesis/.
+settings.register_profile("fuzz", derandomize=False, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("SJ_HYPOTHESIS_PROFILE", "deterministic"))
 
 TIMEOUTS = {"unit": 60, "demo": 120, "e2e": 300}
 

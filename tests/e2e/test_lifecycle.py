@@ -285,3 +285,26 @@ def test_an_ssh_secret_someone_made_with_the_runs_name_is_not_used_and_the_sj_wa
     assert (ref.kind, ref.uid, ref.controller) == ("ScavengerJob", get_sj(api, namespace, "heat")["metadata"]["uid"],
                                                    True)
     assert own.metadata.uid != planted.metadata.uid
+
+
+def test_a_hostile_pod_and_job_anywhere_stop_nothing(api, namespace, operator):
+    """Anyone who may create a pod may write any annotation on it: a completion index of ``²`` (which
+    ``str.isdigit`` passes and ``int`` refuses) once made the pod watch's view raise, and the watch of every
+    pod in the cluster stopped with it. A Job labelled like a run with such a config index, likewise. Both
+    are skipped (counted and logged), and an SJ made after them runs to its end."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    hostile = {"batch.kubernetes.io/job-completion-index": "²", "scavenger.dev/config-index": "9" * 5000}
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "hostile", "annotations": hostile,
+                     "labels": {"scavenger.dev/job-name": "other", "scavenger.dev/run": "other-r1",
+                                "batch.kubernetes.io/job-completion-index": "²"}},
+        "spec": {"nodeSelector": {"scavenger.dev/nowhere": "true"},
+                 "containers": [{"name": "main", "image": E2E_IMAGE}]}})
+    batch.create_namespaced_job(namespace, {
+        "metadata": {"name": "other-r1", "annotations": hostile, "labels": {"scavenger.dev/job-name": "other"}},
+        "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never",
+                                                        "containers": [{"name": "main", "image": E2E_IMAGE}]}}}})
+    create_sj(api, namespace, "after", sj_spec(run_for="2s"))
+    st = wait_phase(api, namespace, "after", "Succeeded")
+    assert st["jobName"] == "after-r1"
+    assert batch.read_namespaced_job("other-r1", namespace).metadata.name == "other-r1", "not ours: not deleted"
