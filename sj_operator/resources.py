@@ -19,8 +19,11 @@ from kubernetes.utils import quantity as _quantity
 from gang.placement import Resources
 
 EMPTY: Resources = MappingProxyType({})
+MOST = 10**21
+"""The largest amount a watched object is read with (milli-units: 10^18 units, more than any node holds): a
+pod may ask for 10^5000 CPUs, and the capacity ratios made of such sums would not fit a float."""
 
-__all__ = ["EMPTY", "Resources", "accumulate", "format_amount", "freeze", "parse_quantity", "resources_milli", "sub",
+__all__ = ["EMPTY", "MOST", "Resources", "accumulate", "format_amount", "freeze", "parse_quantity", "resources_milli", "sub",
            "to_milli", "total"]
 
 _BINARY = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
@@ -52,7 +55,7 @@ def resources_milli(raw: Mapping[str, Any] | None) -> dict[str, int]:
         except (ValueError, TypeError, ArithmeticError):
             continue
         if amount >= 0:
-            out[name] = amount
+            out[name] = min(amount, MOST)
     return out
 
 

@@ -13,6 +13,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -206,6 +207,7 @@ def _pod_of(body: dict[str, Any], namespace: str, sj_name: str, run: str) -> dic
     return {**body, "metadata": meta}
 
 
+@pytest.mark.timeout(900)  # whole passes: about a second per ten examples, more under load
 @FUZZ
 @given(st.integers(0, 2**64 - 1), st.lists(st.integers(0, len(EDGES) - 1), max_size=4), SJ_STATUS,
        st.lists(POD, max_size=3), st.lists(JOB, max_size=2), st.integers(0, 10**6))
