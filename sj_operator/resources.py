@@ -23,8 +23,8 @@ MOST = 10**21
 """The largest amount a watched object is read with (milli-units: 10^18 units, more than any node holds): a
 pod may ask for 10^5000 CPUs, and the capacity ratios made of such sums would not fit a float."""
 
-__all__ = ["EMPTY", "MOST", "Resources", "accumulate", "format_amount", "freeze", "parse_quantity", "resources_milli", "sub",
-           "to_milli", "total"]
+__all__ = ["EMPTY", "MOST", "Resources", "accumulate", "format_amount", "freeze", "parse_quantity", "resources_milli",
+           "sub", "to_milli", "total"]
 
 _BINARY = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
 _FLOAT_MOST = 10**300
