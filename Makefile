@@ -59,7 +59,7 @@ mutation: venv ## on demand: mutation testing of the pure core (policy, state ma
 
 fuzz: venv ## on demand: the fuzz tests long and random (FUZZ_EXAMPLES per property, default 20,000); minutes
 	SJ_HYPOTHESIS_PROFILE=fuzz SJ_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-20000} $(PY) -m pytest tests/unit/test_fuzz.py -q \
-	  --timeout=0 $(PYTEST_ARGS)
+	  $(PYTEST_ARGS)
 
 unit: venv ## fast tests: no cluster
 	$(PY) -m pytest tests/unit tests/demo -q $(PYTEST_ARGS)

@@ -21,7 +21,11 @@ TIMEOUTS = {"unit": 60, "demo": 120, "e2e": 300}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    long_fuzz = os.environ.get("SJ_HYPOTHESIS_PROFILE") == "fuzz"  # `make fuzz`: as long as it takes
     for item in items:
+        if long_fuzz:
+            item.add_marker(pytest.mark.timeout(0))
+            continue
         if item.get_closest_marker("timeout") is not None:
             continue
         suite = next((name for name in TIMEOUTS if f"tests/{name}/" in str(item.fspath)), None)
