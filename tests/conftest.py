@@ -24,7 +24,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     long_fuzz = os.environ.get("SJ_HYPOTHESIS_PROFILE") == "fuzz"  # `make fuzz`: as long as it takes
     for item in items:
         if long_fuzz:
-            item.add_marker(pytest.mark.timeout(0))
+            item.add_marker(pytest.mark.timeout(0), append=False)
             continue
         if item.get_closest_marker("timeout") is not None:
             continue
