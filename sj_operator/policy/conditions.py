@@ -31,6 +31,26 @@ WaitReason = Literal["ThresholdReached", "NoNodeFitsGang", "QuotaExceeded", "Bac
 needs (its Job, Service, MPI Secret or hostfile) exists and the SJ does not control it."""
 WAIT_REASONS: tuple[WaitReason, ...] = ("ThresholdReached", "NoNodeFitsGang", "QuotaExceeded", "BackingOff",
                                         "StartTimeout", "Suspended", "NameTaken")
+WAIT_REASON_MEANINGS: dict[WaitReason, str] = {
+    "ThresholdReached": "all requests in the cluster (or the node pool it may use) plus the whole gang would pass "
+                        "the threshold of allocatable for some resource; the message gives what it needs, the "
+                        "threshold and what is requested",
+    "NoNodeFitsGang": "the gang does not place at once on the free room of the nodes it may use (node selector, "
+                      "taints, cordons), or a starving head of the queue holds backfill behind it",
+    "QuotaExceeded": "over its namespace's cap (ScavengerClusterQuota, ScavengerQuota or the operator's default), "
+                     "or a ResourceQuota refused the run's pods (a server-side dry run, or a gang's sum) or one "
+                     "of its objects; the message names the quota",
+    "BackingOff": "the namespace refused the run for another reason (Pod Security, an admission policy), or its "
+                  "last run was wasted (interrupted before its first checkpoint period ended): it keeps its "
+                  "place and waits a doubling delay",
+    "StartTimeout": "its last run's pods were not all running within the start timeout; the run was deleted and "
+                    "it waits a doubling delay (no interruption counted)",
+    "Suspended": "`spec.suspend` is true",
+    "NameTaken": "an object of a name its run needs (its Job or Service, the MPI Secret or hostfile) exists and "
+                 "the SJ does not control it: it is neither used nor deleted, and the SJ retries with a doubling "
+                 "delay",
+}
+"""What each wait reason means: the reference's table (``python -m sj_operator.docgen reasons``)."""
 
 
 def set_conditions(conditions: Sequence[Condition], phase: Phase, reason: str, message: str,

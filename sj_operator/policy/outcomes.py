@@ -27,6 +27,47 @@ class Event:
     message: str
 
 
+EVENT_REASONS: dict[str, tuple[Literal["Normal", "Warning"], str, str]] = {
+    # reason: (type, object, when)
+    "Queued": ("Normal", "ScavengerJob", "a new SJ joins the queue (phase Pending)"),
+    "Launched": ("Normal", "ScavengerJob", "a run's Job was made: the run, its pod count and priority class"),
+    "Starting": ("Normal", "ScavengerJob", "a run is recorded whose pods are not all running yet (phase Starting)"),
+    "Running": ("Normal", "ScavengerJob", "all of a run's pods run (phase Running)"),
+    "Protected": ("Normal", "ScavengerJob", "a run reached the protecting level: a PodDisruptionBudget covers it"),
+    "Unprotected": ("Normal", "ScavengerJob", "a run lost its protection: a new checkpoint period, its node is "
+                    "drained, it held protection for --max-protection, or it has the least unsaved work on its "
+                    "node(s) when every run there is protected"),
+    "Interrupting": ("Warning", "ScavengerJob", "a run member was disrupted or deleted: the whole run is "
+                     "cancelled"),
+    "Interrupted": ("Warning", "ScavengerJob", "the interrupted run's pods have stopped: the interruption is "
+                    "counted and the SJ queues again (phase Interrupted)"),
+    "TooManyInterruptions": ("Warning", "ScavengerJob", "an interruption past spec.maxInterruptions (phase "
+                             "Failed)"),
+    "Succeeded": ("Normal", "ScavengerJob", "every pod of the run exited 0 and none was told to stop"),
+    "Failed": ("Warning", "ScavengerJob", "a container exited non-zero before any member of the run was "
+               "disrupted; the message names pod, container and exit code"),
+    "StartTimeout": ("Warning", "ScavengerJob", "a run's pods were not all running within the start timeout: "
+                     "the run is deleted and the SJ waits"),
+    "Suspended": ("Normal", "ScavengerJob", "spec.suspend became true: the current run is cancelled"),
+    "Resumed": ("Normal", "ScavengerJob", "spec.suspend became false: the SJ waits for room again"),
+    "InvalidSpec": ("Warning", "ScavengerJob", "a stored spec breaks a rule (stored while no webhook answered), "
+                    "or a run built from it was refused (phase Failed)"),
+    "MissingReference": ("Warning", "ScavengerJob", "a PVC, ConfigMap or Secret the spec names does not exist; "
+                         "no run is made (phase Failed)"),
+    "InvalidRun": ("Warning", "ScavengerJob", "the API server rejected the run's Job as invalid (phase Failed)"),
+    "QuotaExceeded": ("Warning", "ScavengerJob", "a ResourceQuota refused the run's pods or one of its objects; "
+                      "the SJ waits (Admitted=False)"),
+    "BackingOff": ("Warning", "ScavengerJob", "the namespace refused the run for another reason; the SJ waits "
+                   "(Admitted=False)"),
+    "NameTaken": ("Warning", "ScavengerJob", "an object of a name the run needs is not the SJ's: it is left "
+                  "alone and the SJ waits, or a running run cannot be protected"),
+    "Adopted": ("Normal", "Job", "a Job labelled scavenger.dev/scavenge=true is suspended and run by its SJ"),
+    "Completed": ("Normal", "Job", "an adopted Job's SJ succeeded: the Job is Complete"),
+}
+"""Every Event reason the state machine, the launches and the adopter record (the adopted Job's ``Failed`` is
+the SJ's own reason); the faults' Warnings (``faults.REASONS``) come on top. The reference's table."""
+
+
 @dataclass(frozen=True)
 class DeleteRun:
     job_name: str
