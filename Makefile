@@ -1,6 +1,6 @@
 # Scavenger: the two commands that do everything on a fresh machine are
 #   make demo   local cluster + operator + a demo ScavengerJob to watch
-#   make test   unit tests, then e2e tests on a local cluster started and stopped here
+#   make test   the gates, the docs site, unit tests, then e2e tests on a local cluster started and stopped here
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 PYTHON ?= python3
@@ -11,7 +11,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup venv binaries mpi lint chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd reference bench bench-loop bench-events bench-e2e bench-writes bench-scale e2e-kind \
+.PHONY: setup venv binaries mpi lint docs docs-check docs-serve chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd reference bench bench-loop bench-events bench-e2e bench-writes bench-scale e2e-kind \
 	mutation fuzz clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
@@ -19,10 +19,10 @@ setup: venv binaries mpi ## .venv with the package and test dependencies, the pi
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	@echo "[setup] Python virtualenv $(VENV) with the operator and its test dependencies"
+	@echo "[setup] Python virtualenv $(VENV) with the operator, its test, lint and docs dependencies"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[test,lint]'
+	$(PIP) install --quiet -e '.[test,lint,docs]'
 	touch $@
 
 binaries:
@@ -42,6 +42,16 @@ lint: venv ## the gates: ruff, mypy --strict, import-linter layers, shellcheck
 	@echo "[lint] import-linter"; $(VENV)/bin/lint-imports --no-cache
 	@echo "[lint] shellcheck"; $(VENV)/bin/shellcheck $(SHELL_SCRIPTS) && $(VENV)/bin/shellcheck -s sh gang/mpi-entrypoint.sh
 	@echo "[lint] all gates pass"
+
+docs: venv ## the docs site (mkdocs.yml, docs/) built into site/, strict: a broken link or a page outside the nav fails
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-check: venv ## what `make test` runs: the site builds strictly (into a temporary directory)
+	@echo "[docs] mkdocs build --strict"; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir "$$tmp" 2>&1 | { grep -v "^INFO" || true; }
+
+docs-serve: venv ## the docs site on http://127.0.0.1:8000, rebuilt on every change
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 chart: binaries ## the Helm chart (deploy/chart): helm lint, and helm template with the default and the local values
 	@echo "[chart] helm lint"; .bin/helm lint --strict deploy/chart --kube-version 1.34.4
@@ -84,8 +94,9 @@ node-down:
 e2e-kind: setup ## the e2e suite and both demos (one preemption each) on kind; Docker, kind and its node image made here as root (hack/e2e-kind)
 	hack/e2e-kind
 
-test: setup ## the README's test command: the gates, unit tests, then e2e tests on the local cluster
+test: setup ## the README's test command: the gates, the docs site, the chart, unit tests, then e2e tests on the local cluster
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory docs-check
 	$(MAKE) --no-print-directory chart
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory e2e
@@ -105,7 +116,7 @@ demo-down:
 run: venv ## the operator in the foreground against $$KUBECONFIG
 	$(PY) -m sj_operator
 
-crd: venv ## regenerate the CRDs (crds/ and the chart's) and docs/reference/api.md from the models
+crd: venv ## regenerate the CRDs (crds/ and the chart's) and the generated reference pages (docs/reference/) from the models
 	for dir in crds deploy/chart/crds; do \
 	  $(PY) -m sj_operator.api.crd > $$dir/scavengerjobs.scavenger.dev.yaml && \
 	  $(PY) -m sj_operator.api.crd quota > $$dir/scavengerquotas.scavenger.dev.yaml && \
@@ -113,8 +124,8 @@ crd: venv ## regenerate the CRDs (crds/ and the chart's) and docs/reference/api.
 	done
 	$(MAKE) --no-print-directory reference
 
-reference: venv ## regenerate the API reference (docs/reference/api.md) from the CRDs
-	$(PY) -m sj_operator.api.reference > docs/reference/api.md
+reference: venv ## regenerate every generated page of docs/reference/ (API, flags, metrics, reasons and Events) from the code
+	$(PY) -m sj_operator.docgen --write
 
 bench: venv
 	$(PY) benchmarks/bench_policy.py
@@ -143,4 +154,4 @@ bench-scale: setup ## on demand: SJs beside plain Jobs and Kueue on kwok nodes, 
 	    --json docs/bench-scale.json $(BENCH_ARGS)
 
 clean: cluster-down
-	rm -rf .bin $(VENV)
+	rm -rf .bin $(VENV) site

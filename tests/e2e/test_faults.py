@@ -1,9 +1,9 @@
 """Nothing is lost under faults: a misbehaving API server, an operator SIGKILLed over and over during
 preemptions, etcd restarted mid-run, expired watches, and a burst of 1,000 SJs.
 
-Each test prints one line of figures (faults injected, SJs, runs launched twice, SJs lost); the README
-quotes them. "Launched twice" counts Jobs beyond one per attempt the SJ's status records, from a watch
-of every Job created; "lost" counts SJs that did not end in the phase their workload gives.
+Each test prints one line of figures (faults injected, SJs, runs launched twice, SJs lost);
+docs/development/testing.md describes them. "Launched twice" counts Jobs beyond one per attempt the SJ's
+status records, from a watch of every Job created; "lost" counts SJs that did not end in the phase their workload gives.
 """
 from __future__ import annotations
 
