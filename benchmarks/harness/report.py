@@ -33,10 +33,15 @@ class Benchmark:
     method: str
     """What it measures and how (Markdown)."""
     shown: tuple[str, ...] = ()
-    """The figures the table shows (all when empty); every figure is in the result's file."""
+    """The figures the table shows, in this order (all when empty); every figure is in the result's file."""
     plot: str = ""
     """A plot of the newest run, beside this page (made by the benchmark)."""
 
+
+LOOP_PASSES = ("steady-state pass (nothing changed)", "pass after one waiting SJ changed",
+               "pass after another workload's pod landed (admission decided again)")
+POLICY_SCENARIOS = ("partly used, threshold 70%", "idle cluster, threshold 100%", "busy cluster, threshold 90%",
+                    "starving 64-pod head")
 
 CATALOG: tuple[Benchmark, ...] = (
     Benchmark(
@@ -54,6 +59,9 @@ CATALOG: tuple[Benchmark, ...] = (
         "lets it run). `--memory` measures instead what the controller keeps per SJ (`tracemalloc`, nothing "
         "timed). The goal of a quiet pass is set for the default size (`--waiting 10000 --running 1000 "
         "--nodes 1000`).",
+        shown=(*(f"{what}: median" for what in LOOP_PASSES), "steady-state pass (nothing changed): p95",
+               "API calls during the timed passes", "pass after every running SJ's checkpoint period ended at once",
+               "the loop held at most, meanwhile", "bytes the controller keeps per SJ"),
     ),
     Benchmark(
         "bench_policy", "One admission pass of the pure policy",
@@ -63,6 +71,8 @@ CATALOG: tuple[Benchmark, ...] = (
         "some backing off, some pinned to a zone) and 500 nodes of 8 CPU / 32Gi, in four scenarios, 50 passes "
         "each: the wall-clock time of a pass (min, median, p95), the peak memory one pass allocates "
         "(`tracemalloc`) and how many SJs it admits.",
+        shown=tuple(f"{scenario}: {figure}" for scenario in POLICY_SCENARIOS
+                    for figure in ("admitted", "median", "p95")),
     ),
     Benchmark(
         "bench_events", "What one watch event costs",
@@ -129,7 +139,9 @@ CATALOG: tuple[Benchmark, ...] = (
         "Kueue's manager with a ClusterQueue holding the operator's 70 % of the nodes. After a settling time "
         "a Poisson stream of high-priority pods (0.5/s, each needing most of a node for 20 s) preempts: a plain "
         "Job's pod restarts from nothing, a gang loses every member's run, an SJ loses the time since its "
-        "checkpoint period began. The goal on peak RSS (500 MB) is set for 10,000 units.",
+        "checkpoint period began. The goals (`bench_scale.GOALS`): the operator launches at least half as fast as "
+        "the floor, and loses at most 0.3 of the work plain Jobs lose; its peak RSS stays under 500 MB at 10,000 "
+        "units.",
         shown=("operator_to_floor", "operator_per_second", "floor_mean_per_second", "latency_p50", "latency_p99",
                "operator_cpu_seconds", "writes_per_sj", "operator_peak_rss_mib", "operator_interruptions",
                "work_lost_to_plain", "kueue_per_second"),
@@ -192,11 +204,13 @@ def cell(text: str) -> str:
 
 
 def figures_text(figures: Iterable[Mapping[str, Any]], shown: Sequence[str]) -> str:
+    """The figures ``shown`` (all when empty), in its order, each with its goal."""
+    figures = list(figures)
+    if shown:
+        figures = sorted((f for f in figures if f["metric"] in shown), key=lambda f: shown.index(f["metric"]))
     lines = []
     for f in figures:
-        if shown and f["metric"] not in shown:
-            continue
-        line = f"{f['metric']}: {with_unit(f['value'], f.get('unit', ''))}"
+        line = f"{f['metric']} = {with_unit(f['value'], f.get('unit', ''))}"
         if "goal" in f:
             line += f" (goal {goal_text(f['goal'], f.get('unit', ''))})"
         lines.append(line)
@@ -212,10 +226,13 @@ def goals_text(figures: Iterable[Mapping[str, Any]]) -> str:
 
 
 def goals_of(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The goals the newest run states, as text."""
-    if not runs:
-        return []
-    return [f"{f['metric']} {goal_text(f['goal'], f.get('unit', ''))}" for f in runs[0]["figures"] if "goal" in f]
+    """The goals the runs state, newest first, each once, as text."""
+    goals: dict[str, str] = {}
+    for run in runs:
+        for f in run["figures"]:
+            if "goal" in f:
+                goals.setdefault(f["metric"], f"{f['metric']} {goal_text(f['goal'], f.get('unit', ''))}")
+    return list(goals.values())
 
 
 def section(bench: Benchmark, runs: Sequence[Mapping[str, Any]]) -> list[str]:
