@@ -11,7 +11,7 @@ KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: setup venv binaries mpi lint docs docs-check docs-serve chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd reference bench bench-loop bench-events bench-e2e bench-writes bench-scale e2e-kind \
+.PHONY: setup venv binaries mpi lint docs docs-check docs-serve chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd reference bench bench-loop bench-events bench-e2e bench-writes bench-scale bench-report e2e-kind \
 	mutation fuzz clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
@@ -127,23 +127,25 @@ crd: venv ## regenerate the CRDs (crds/ and the chart's) and the generated refer
 reference: venv ## regenerate every generated page of docs/reference/ (API, flags, metrics, reasons and Events) from the code
 	$(PY) -m sj_operator.docgen --write
 
-bench: venv
-	$(PY) benchmarks/bench_policy.py
+# Each bench-* target keeps its result as data in benchmarks/results/ (--save); make bench-report renders
+# docs/benchmarks.md from them.
+bench: venv ## one admission pass of the pure policy over 5,000 waiting SJs and 500 nodes (a minute)
+	$(PY) benchmarks/bench_policy.py --save $(BENCH_ARGS)
 
 bench-loop: venv ## one pass of the decision loop at 11,000 SJs and 1,000 nodes, simulated API (a minute)
-	$(PY) benchmarks/bench_loop.py $(BENCH_ARGS)
+	$(PY) benchmarks/bench_loop.py --save $(BENCH_ARGS)
 
 bench-events: venv ## kopf's CPU per watch event and the cyclic garbage it leaves, by collector settings (half a minute)
-	$(PY) benchmarks/bench_events.py $(BENCH_ARGS)
+	$(PY) benchmarks/bench_events.py --save $(BENCH_ARGS)
 
 bench-e2e: venv ## SJ creation -> Job latency, operator in-process, against the cluster in $$KUBECONFIG
 	@test -n "$${KUBECONFIG:-}" || { echo "bench-e2e: set KUBECONFIG to a running cluster (hack/cluster up prints it)" >&2; exit 1; }
-	$(PY) benchmarks/bench_e2e.py $(BENCH_ARGS)
-	$(PY) benchmarks/bench_e2e.py --burst $(BENCH_ARGS)
+	$(PY) benchmarks/bench_e2e.py --save $(BENCH_ARGS)
+	$(PY) benchmarks/bench_e2e.py --burst --save $(BENCH_ARGS)
 
 bench-writes: venv ## CPU per write: a run's Job made on the event loop against the client in a thread, against the cluster in $$KUBECONFIG (a minute)
 	@test -n "$${KUBECONFIG:-}" || { echo "bench-writes: set KUBECONFIG to a running cluster (hack/cluster up prints it)" >&2; exit 1; }
-	$(PY) benchmarks/bench_writes.py $(BENCH_ARGS)
+	$(PY) benchmarks/bench_writes.py --save $(BENCH_ARGS)
 
 bench-scale: setup ## on demand: SJs beside plain Jobs and Kueue on kwok nodes, table and plot (BENCH_ARGS='--sjs 2000 --nodes 200 --settle 120': 25 min)
 	$(PIP) install --quiet -e '.[bench]'
@@ -151,7 +153,10 @@ bench-scale: setup ## on demand: SJs beside plain Jobs and Kueue on kwok nodes, 
 	@started=; if ! hack/cluster status >/dev/null 2>&1; then hack/cluster up; started=1; fi; \
 	  trap '[[ -z "$$started" ]] || hack/cluster down' EXIT; \
 	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) benchmarks/bench_scale.py --kueue --plot docs/bench-scale.png \
-	    --json docs/bench-scale.json $(BENCH_ARGS)
+	    --save $(BENCH_ARGS)
+
+bench-report: venv ## docs/benchmarks.md from the results kept in benchmarks/results/
+	$(PY) -m benchmarks.harness.report --output docs/benchmarks.md
 
 clean: cluster-down
 	rm -rf .bin $(VENV) site

@@ -1,6 +1,6 @@
 """Time from ScavengerJob creation to its Job (and to phase Running) on a real cluster.
 
-Run: ``python benchmarks/bench_e2e.py [--count N] [--burst] [--kubeconfig PATH]``
+Run: ``python benchmarks/bench_e2e.py [--count N] [--burst] [--kubeconfig PATH] [--json PATH] [--save]``
 (KUBECONFIG from the environment when ``--kubeconfig`` is not given; the ScavengerJob CRD is
 applied from ``crds/`` when the cluster lacks it).
 
@@ -14,7 +14,7 @@ next, so each figure is the latency of an otherwise idle operator; ``--burst`` c
 the operator gets to record Running (the SJ goes straight to Succeeded); such SJs are counted and left
 out of the Running row (``--run-for 30s`` avoids that). One unmeasured warm-up SJ runs first, so the
 figures do not include the operator's start-up (watch caches, Lease). The namespace is deleted at the
-end, whatever happens.
+end, whatever happens. ``--json``/``--save`` write the figures as data (``benchmarks/harness/results.py``).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 from urllib3.exceptions import HTTPError  # noqa: E402
 
+from benchmarks.harness import results  # noqa: E402
 from sj_operator.names import (  # noqa: E402
     GROUP,
     KIND,
@@ -330,7 +331,17 @@ def row(label: str, values: Iterable[float]) -> str:
             f"{v[-1]:>9.0f}")
 
 
-def report(created: dict[str, float], rec: Recorder) -> None:
+def latency_figures(label: str, values: Iterable[float]) -> list[dict[str, Any]]:
+    """Min, median, p95 and max of ``values`` (ms), as figures of the result."""
+    v = sorted(values)
+    if not v:
+        return []
+    return [results.figure(f"{label}: {name}", value, "ms") for name, value in
+            (("min", v[0]), ("median", statistics.median(v)), ("p95", percentile(v, 0.95)), ("max", v[-1]))]
+
+
+def report(created: dict[str, float], rec: Recorder) -> list[dict[str, Any]]:
+    """Prints the table; its figures."""
     to_job = [(rec.job_seen[n] - t) * 1000 for n, t in created.items() if n in rec.job_seen]
     to_running = [(rec.running_seen[n] - t) * 1000 for n, t in created.items() if n in rec.running_seen]
     header = f"{'':<20} {'SJs':>6} {'min ms':>9} {'median':>9} {'p95':>9} {'max':>9}"
@@ -345,6 +356,8 @@ def report(created: dict[str, float], rec: Recorder) -> None:
         never = [n for n in missing if n not in rec.finished]
         print(f"{len(missing)} SJ(s) never seen Running ({len(missing) - len(never)} reached a terminal phase "
               f"first): {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    return [*latency_figures("create -> Job", to_job), *latency_figures("create -> Running", to_running),
+            results.figure("SJs never seen Running", len(missing))]
 
 
 def run_sequential(custom: client.CustomObjectsApi, namespace: str, rec: Recorder, count: int, run_for: str,
@@ -389,6 +402,7 @@ def main() -> int:
     parser.add_argument("--run-for", default="2s", help="simulated run time of each SJ's pod (default 2s)")
     parser.add_argument("--timeout", type=float, default=60, help="seconds to wait for one step (default 60)")
     parser.add_argument("--verbose", "-v", action="store_true", help="show the operator's log")
+    results.add_arguments(parser)
     args = parser.parse_args()
     if args.count < 1:
         parser.error("--count must be at least 1")
@@ -424,18 +438,24 @@ def main() -> int:
         rec.wait("the warm-up SJ Running", partial(rec.started_or_ended, warm), args.timeout)
         print(f"warm-up SJ (operator just started): create -> Job {(rec.job_seen[warm] - t0) * 1000:.0f} ms",
               flush=True)
+        figures = [results.figure("warm-up SJ: create -> Job", (rec.job_seen[warm] - t0) * 1000, "ms")]
         if args.burst:
             created, create_ms, jobs_ms, running_ms = run_burst(custom, namespace, rec, args.count, args.run_for,
                                                                  args.timeout)
             print(f"burst of {args.count} SJs (8 client threads): all created after {create_ms:.0f} ms, "
                   f"all Jobs after {jobs_ms:.0f} ms, all Running after {running_ms:.0f} ms")
+            figures += [results.figure("burst: all created after", create_ms, "ms"),
+                        results.figure("burst: all Jobs after", jobs_ms, "ms"),
+                        results.figure("burst: all Running after", running_ms, "ms")]
         else:
             created = run_sequential(custom, namespace, rec, args.count, args.run_for, args.timeout)
             print(f"{args.count} SJs created one at a time (each Running before the next)")
-        report(created, rec)
+        figures += report(created, rec)
         if operator.error is not None:
             print(f"the operator stopped with {operator.error!r}", file=sys.stderr)
             return 1
+        params = results.parameters(args, tick_seconds=operator.config.tick.total_seconds())
+        results.save(args, results.result("bench_e2e", params, figures))
         return 0
     finally:
         rec.stop()

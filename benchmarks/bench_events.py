@@ -1,6 +1,6 @@
 """What one watch event costs the operator's process, and what collecting the garbage it leaves costs.
 
-Run: ``python benchmarks/bench_events.py [--pods N]`` (about half a minute).
+Run: ``python benchmarks/bench_events.py [--pods N] [--json PATH] [--save]`` (about half a minute).
 
 A pod's, a run's Job's or an SJ's watch event goes to the operator's own watch caches
 (``sj_operator.caches``: its line decoded, a slim view made and indexed); the other kinds' (the nodes, the
@@ -20,7 +20,8 @@ freed only by the garbage collector, not by reference counting. Printed:
   collection after it) decide what these events cost.
 
 The events are run with the collector paused and collected explicitly, so each figure is the collections
-it names. CPU time (``time.process_time``), this process only.
+it names. CPU time (``time.process_time``), this process only. ``--json``/``--save`` write the figures as data
+(``benchmarks/harness/results.py``).
 """
 
 from __future__ import annotations
@@ -31,17 +32,24 @@ import collections
 import copy
 import gc
 import json
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
-import kopf
-from kopf._cogs.structs import references
-from kopf._core.engines import indexing
-from kopf._core.reactor import inventory, processing
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one's
 
-from sj_operator import handlers
-from sj_operator.caches import JOBS_PATH, SJS_PATH, ObjectCache, PodCache, WatchCache
-from sj_operator.observed import job_view, sj_object
+import kopf  # noqa: E402
+from kopf._cogs.structs import references  # noqa: E402
+from kopf._core.engines import indexing  # noqa: E402
+from kopf._core.reactor import inventory, processing  # noqa: E402
+
+from benchmarks.harness import results  # noqa: E402
+from sj_operator import handlers  # noqa: E402
+from sj_operator.caches import JOBS_PATH, SJS_PATH, ObjectCache, PodCache, WatchCache  # noqa: E402
+from sj_operator.observed import job_view, sj_object  # noqa: E402
 
 POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",
@@ -162,12 +170,16 @@ def cache_per_event(cache: WatchCache, bodies: list[dict[str, Any]]) -> float:
         gc.enable()
 
 
-async def main(args: argparse.Namespace) -> None:
+async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Measures and prints; the figures."""
     pod = cache_per_event(PodCache(), pods(args.pods))
     job = cache_per_event(ObjectCache(path=JOBS_PATH, make=job_view), numbered(JOB, args.pods))
     sj = cache_per_event(ObjectCache(path=SJS_PATH, make=sj_object), numbered(SJ, args.pods))
     print(f"the watch caches: {pod * 1e6:.0f} us of CPU per pod event, {job * 1e6:.0f} per Job event, "
           f"{sj * 1e6:.0f} per SJ event ({args.pods} of each; its line decoded, the view made and indexed)", flush=True)
+    figures = [results.figure("the watch caches: CPU per pod event", pod * 1e6, "µs"),
+               results.figure("the watch caches: CPU per Job event", job * 1e6, "µs"),
+               results.figure("the watch caches: CPU per SJ event", sj * 1e6, "µs")]
     bodies = numbered(NODE, args.pods)
     events = Events(NODES)
     for body in bodies:
@@ -189,6 +201,9 @@ async def main(args: argparse.Namespace) -> None:
         print(f"kopf's processing: {per_event * 1e6:.0f} us of CPU per node event ({len(bodies)} nodes); each event "
               f"leaves {sum(garbage.values()) / len(bodies):.0f} objects of cyclic garbage: "
               + ", ".join(f"{name} {n / len(bodies):.1f}" for name, n in garbage.most_common(8)), flush=True)
+        figures += [results.figure("kopf: CPU per node event", per_event * 1e6, "µs"),
+                    results.figure("kopf: cyclic garbage per node event", sum(garbage.values()) / len(bodies),
+                                   "objects")]
         for every in args.every:
             copies = [copy.deepcopy(b) for b in bodies]
             gc.collect()
@@ -203,8 +218,11 @@ async def main(args: argparse.Namespace) -> None:
             objects = every * sum(garbage.values()) // len(bodies)
             print(f"a young collection every {every:>5} events (about {objects:>7,} objects): "
                   f"{spent / len(bodies) * 1e6:5.1f} us of CPU per event", flush=True)
+            figures.append(results.figure(f"young collections every {every} events: CPU per event",
+                                          spent / len(bodies) * 1e6, "µs"))
     finally:
         gc.enable()
+    return figures
 
 
 if __name__ == "__main__":
@@ -212,4 +230,7 @@ if __name__ == "__main__":
     parser.add_argument("--pods", type=int, default=4000, help="pods (one event each per round; default 4000)")
     parser.add_argument("--every", type=int, nargs="+", default=[10, 50, 250, 1000, 4000],
                         help="events per young collection to compare (default 10 50 250 1000 4000)")
-    asyncio.run(main(parser.parse_args()))
+    results.add_arguments(parser)
+    arguments = parser.parse_args()
+    figures = asyncio.run(main(arguments))
+    results.save(arguments, results.result("bench_events", results.parameters(arguments), figures))

@@ -21,6 +21,9 @@ comparison. The collections made and their time are printed for the settling and
 the bytes the controller holds per SJ once the cluster has settled and three more passes have run (its caches,
 parsed specs and statuses, decisions), beyond the view's own objects, and the source lines that allocated
 the most of it.
+
+``--json PATH`` and ``--save`` write the result as data (``benchmarks/harness/results.py``), with the goal of a
+quiet pass beside its median: at most ``QUIET_PASS_GOAL_MS``.
 """
 
 from __future__ import annotations
@@ -30,24 +33,35 @@ import asyncio
 import contextlib
 import gc
 import statistics
+import sys
 import time
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from sj_operator.api import format_duration
-from sj_operator.config import OperatorConfig
-from sj_operator.controller import Controller
-from sj_operator.decide import ClusterView
-from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view, pod_view
-from sj_operator.pacing import collector_paused, tune_gc, watch_gc, watch_lag
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one's
+
+from benchmarks.harness import results  # noqa: E402
+from sj_operator.api import format_duration  # noqa: E402
+from sj_operator.config import OperatorConfig  # noqa: E402
+from sj_operator.controller import Controller  # noqa: E402
+from sj_operator.decide import ClusterView  # noqa: E402
+from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view, pod_view  # noqa: E402
+from sj_operator.pacing import collector_paused, tune_gc, watch_gc, watch_lag  # noqa: E402
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 SJ_DURATION = timedelta(minutes=30)
 """Each SJ's checkpoint period."""
 CORE = 1000
+QUIET_PASS_GOAL_MS = 100
+"""The project's goal for a steady-state pass with nothing changed (median), at the default size."""
+DEFAULT_SIZE = {"waiting": 10_000, "running": 1_000, "nodes": 1_000}
+"""The size the goal is set for (the flags' defaults)."""
 
 
 class SimulatedAPI:
@@ -188,10 +202,15 @@ async def settle(controller: Controller, api: SimulatedAPI, paused: bool, limit:
     raise RuntimeError(f"the cluster did not settle in {limit} passes")
 
 
-def summary(times: list[float]) -> str:
+def spread(times: list[float]) -> tuple[float, float, float]:
+    """Median, p95 and max."""
     times = sorted(times)
-    p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
-    return f"median {statistics.median(times):.0f} ms, p95 {p95:.0f} ms, max {times[-1]:.0f} ms"
+    return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.95))], times[-1]
+
+
+def summary(times: list[float]) -> str:
+    median, p95, most = spread(times)
+    return f"median {median:.0f} ms, p95 {p95:.0f} ms, max {most:.0f} ms"
 
 
 def touch_sj(api: SimulatedAPI, i: int) -> None:
@@ -212,8 +231,11 @@ def other_pod(api: SimulatedAPI, i: int) -> None:
         "status": {"phase": "Running"}}))
 
 
-async def main(args: argparse.Namespace) -> None:
+async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Times the passes and prints them; the figures."""
+    figures: list[dict[str, Any]] = []
     paused = not args.collect_during_passes
+    goal = QUIET_PASS_GOAL_MS if all(getattr(args, k) == v for k, v in DEFAULT_SIZE.items()) else None
     tune_gc()
     api = cluster(args.waiting, args.running, args.nodes)
     clock = [NOW]
@@ -226,12 +248,12 @@ async def main(args: argparse.Namespace) -> None:
           f"{len(api.sjs) - running} waiting, {len(api.nodes)} nodes; the garbage collector: {collections.take()} "
           f"({'collector paused during passes' if paused else 'collecting during passes'})", flush=True)
     calls = api.calls
-    scenarios: list[tuple[str, Callable[[int], None]]] = [
-        ("steady-state pass (nothing changed)", lambda i: None),
-        ("pass after one waiting SJ changed", lambda i: touch_sj(api, i)),
-        ("pass after another workload's pod landed (admission decided again)", lambda i: other_pod(api, i)),
+    scenarios: list[tuple[str, Callable[[int], None], float | None]] = [
+        ("steady-state pass (nothing changed)", lambda i: None, goal),
+        ("pass after one waiting SJ changed", lambda i: touch_sj(api, i), None),
+        ("pass after another workload's pod landed (admission decided again)", lambda i: other_pod(api, i), None),
     ]
-    for what, change in scenarios:
+    for what, change, most_ms in scenarios:
         times = []
         for i in range(args.passes):
             change(i)
@@ -243,6 +265,10 @@ async def main(args: argparse.Namespace) -> None:
             await controller.settle()
         print(f"{what} over {len(api.sjs)} SJs and {len(api.nodes)} nodes, {args.passes} passes: {summary(times)}",
               flush=True)
+        median, p95, most = spread(times)
+        figures += [results.figure(f"{what}: median", median, "ms", None if most_ms is None else {"max": most_ms}),
+                    results.figure(f"{what}: p95", p95, "ms"), results.figure(f"{what}: max", most, "ms")]
+    figures.append(results.figure("API calls during the timed passes", api.calls - calls, "", {"max": 0}))
     print(f"API calls during the timed passes: {api.calls - calls} (none is expected); the garbage collector: "
           f"{collections.take()}")
     # Not steady: every running SJ's checkpoint period ends at once (they all started together), so one
@@ -265,9 +291,13 @@ async def main(args: argparse.Namespace) -> None:
           f"the loop held at most {max(holds, default=0) * 1000:.0f} ms at a stretch meanwhile; the garbage collector: "
           f"{collections.take()}")
     collections.stop()
+    figures += [results.figure("pass after every running SJ's checkpoint period ended at once", took, "ms"),
+                results.figure("its API calls", api.calls - calls),
+                results.figure("the loop held at most, meanwhile", max(holds, default=0) * 1000, "ms")]
+    return figures
 
 
-async def memory(args: argparse.Namespace, top: int = 8) -> None:
+async def memory(args: argparse.Namespace, top: int = 8) -> list[dict[str, Any]]:
     """What the controller keeps per SJ after settling (``--memory``)."""
     api = cluster(args.waiting, args.running, args.nodes)
     clock = [NOW]
@@ -293,17 +323,21 @@ async def memory(args: argparse.Namespace, top: int = 8) -> None:
     for d in mine[:top]:
         frame = d.traceback[0]
         print(f"  {d.size_diff / sjs:6.0f} B/SJ  {frame.filename.rsplit('site-packages/', 1)[-1]}:{frame.lineno}")
+    return [results.figure("bytes the controller keeps per SJ", kept / sjs, "B"),
+            results.figure("bytes the controller keeps in all", kept, "B")]
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--waiting", type=int, default=10_000)
-    parser.add_argument("--running", type=int, default=1_000)
-    parser.add_argument("--nodes", type=int, default=1_000)
+    parser.add_argument("--waiting", type=int, default=DEFAULT_SIZE["waiting"])
+    parser.add_argument("--running", type=int, default=DEFAULT_SIZE["running"])
+    parser.add_argument("--nodes", type=int, default=DEFAULT_SIZE["nodes"])
     parser.add_argument("--passes", type=int, default=20)
     parser.add_argument("--collect-during-passes", action="store_true",
                         help="let the garbage collector run during passes (the operator pauses it)")
     parser.add_argument("--memory", action="store_true",
                         help="measure what the controller keeps per SJ instead of timing passes")
+    results.add_arguments(parser)
     arguments = parser.parse_args()
-    asyncio.run(memory(arguments) if arguments.memory else main(arguments))
+    figures = asyncio.run(memory(arguments) if arguments.memory else main(arguments))
+    results.save(arguments, results.result("bench_loop", results.parameters(arguments), figures))

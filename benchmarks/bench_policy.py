@@ -1,11 +1,12 @@
 """Time one admission pass (``decide``) over a large synthetic cluster.
 
-Run: ``python benchmarks/bench_policy.py [--passes N] [--seed S]``.
+Run: ``python benchmarks/bench_policy.py [--passes N] [--seed S] [--json PATH] [--save]``.
 
 Each scenario has 5,000 waiting SJs (mostly single pods, some gangs up to 16 pods, some interrupted,
 some backing off, some pinned to a zone) and 500 nodes of 8 CPU / 32Gi. The table reports the
 wall-clock time of a pass (min, median, p95 over the passes), the peak memory a pass allocates
-(tracemalloc) and how many SJs it admits.
+(tracemalloc) and how many SJs it admits; ``--json``/``--save`` write them as data
+(``benchmarks/harness/results.py``).
 """
 
 from __future__ import annotations
@@ -13,16 +14,24 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
+from typing import Any
 
-from sj_operator.api import Toleration
-from sj_operator.policy.admission import PolicyConfig, decide
-from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Taint
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one's
+
+from benchmarks.harness import results  # noqa: E402
+from sj_operator.api import Toleration  # noqa: E402
+from sj_operator.policy.admission import PolicyConfig, decide  # noqa: E402
+from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Taint  # noqa: E402
 
 DEDICATED = Toleration(key="dedicated", operator="Equal", value="batch", effect="NoSchedule")
 
@@ -136,6 +145,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
+    results.add_arguments(parser)
     args = parser.parse_args()
     scenarios = (
         Scenario("partly used, threshold 70%", 0.6, PolicyConfig()),
@@ -147,6 +157,7 @@ def main() -> None:
     header = f"{'scenario':<30} {'admitted':>8} {'min ms':>8} {'median':>8} {'p95':>8} {'peak MiB':>9}"
     print(header)
     print("-" * len(header))
+    figures: list[dict[str, Any]] = []
     for scenario in scenarios:
         snapshot = build_snapshot(scenario, args.seed)
         admitted = len(decide(snapshot, NOW, scenario.config))
@@ -156,6 +167,12 @@ def main() -> None:
             f"{scenario.name:<30} {admitted:>8} {times[0]:>8.1f} {statistics.median(times):>8.1f} "
             f"{p95:>8.1f} {peak / 2**20:>9.2f}"
         )
+        figures += [results.figure(f"{scenario.name}: admitted", admitted),
+                    results.figure(f"{scenario.name}: min", times[0], "ms"),
+                    results.figure(f"{scenario.name}: median", statistics.median(times), "ms"),
+                    results.figure(f"{scenario.name}: p95", p95, "ms"),
+                    results.figure(f"{scenario.name}: peak", peak / 2**20, "MiB")]
+    results.save(args, results.result("bench_policy", results.parameters(args, queued=QUEUE, nodes=NODES), figures))
 
 
 if __name__ == "__main__":

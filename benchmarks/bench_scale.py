@@ -42,8 +42,9 @@ else lands there). It goes through the same cluster in turn:
 5. Side by side: throughput as a ratio of the floor (the mean of its two timings), and the work lost per
    high-priority pod.
 
-Progress is printed as it goes; the result is a table, optionally a JSON file and a PNG plot
-(matplotlib). ``--profile FILE`` samples the operator with py-spy while it runs (its collapsed stacks go to
+Progress is printed as it goes; the result is a table, optionally a PNG plot (matplotlib) and the result as
+data (``--json PATH``, ``--save``: ``benchmarks/harness/results.py``), with the goals beside the figures they
+are set for (``GOALS``). ``--profile FILE`` samples the operator with py-spy while it runs (its collapsed stacks go to
 FILE; the shares by package, function and API operation are logged); with ``--profile-burst``, only until
 every SJ's Job exists. Everything the run made (nodes,
 namespaces, PriorityClasses) is deleted at the end.
@@ -52,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import queue
 import random
@@ -86,6 +88,7 @@ from bench_e2e import (  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
+from benchmarks.harness import results  # noqa: E402
 from sj_operator.api import parse_duration  # noqa: E402
 from sj_operator.names import GROUP, PLURAL, VERSION  # noqa: E402
 from sj_operator.observed import parse_time  # noqa: E402
@@ -1093,6 +1096,42 @@ def report(work: Workload, result: Result, nodes: int) -> None:
               f"peak RSS {f['kueue_peak_rss_mib']:.0f} MiB")
 
 
+GOALS: dict[str, results.Goal] = {
+    "operator_to_floor": {"min": 0.5},
+    "work_lost_to_plain": {"max": 0.3},
+}
+"""The project's goals: the operator launches at least half as fast as the floor (the mean of its two timings),
+and loses at most 0.3 of the work plain Jobs lose to the same stream."""
+RSS_GOAL_MIB = 500e6 / 2**20
+"""Peak RSS under 500 MB (476.8 MiB), set for 10,000 units (``RSS_GOAL_UNITS``)."""
+RSS_GOAL_UNITS = 10_000
+UNITS = (("_per_second", "/s"), ("_seconds", "s"), ("_cores", "cores"), ("_mib", "MiB"), ("_p50", "s"), ("_p99", "s"),
+         ("_le", "s"))
+
+
+def _unit(key: str) -> str:
+    return next((unit for suffix, unit in UNITS if key.endswith(suffix) or f"{suffix}_" in key), "")
+
+
+def scale_figures(figures: Mapping[str, Any], units: int) -> list[dict[str, Any]]:
+    """The run's figures (``Result.figures``) as the result's, with the ratios its goals are set on; names that are
+    not numbers (Kueue's version) are left to the parameters."""
+    out: list[dict[str, Any]] = []
+    for key, value in figures.items():
+        if isinstance(value, Mapping):
+            out += [results.figure(f"{key}: {name}", n) for name, n in value.items()]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            goal = {"max": RSS_GOAL_MIB} if key == "operator_peak_rss_mib" and units >= RSS_GOAL_UNITS else None
+            out.append(results.figure(key, value, _unit(key), goal))
+    if figures.get("floor_mean_per_second"):
+        ratio = figures["operator_per_second"] / figures["floor_mean_per_second"]
+        out.append(results.figure("operator_to_floor", ratio, "", GOALS["operator_to_floor"]))
+    if figures.get("work_lost_plain_pod_seconds"):
+        out.append(results.figure("work_lost_to_plain", figures["work_lost_operator_pod_seconds"]
+                                  / figures["work_lost_plain_pod_seconds"], "", GOALS["work_lost_to_plain"]))
+    return out
+
+
 def _pair(figures: Mapping[str, Any], key: str) -> str:
     """``key``'s p50 / p99, or "-" when the run did not measure them."""
     if f"{key}_p50" not in figures:
@@ -1167,7 +1206,7 @@ def main() -> int:
                         help="then the ceiling again with a standby replica of the operator watching (deciding "
                              "nothing): what watching alone costs")
     parser.add_argument("--plot", type=Path, help="write the plot (PNG) here")
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    results.add_arguments(parser)
     parser.add_argument("--profile", type=Path,
                         help="sample the operator with py-spy while it runs; its stacks go here (collapsed)")
     parser.add_argument("--profile-burst", action="store_true",
@@ -1206,10 +1245,13 @@ def main() -> int:
     finally:
         delete_nodes(core)
     report(work, result, args.nodes)
-    if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                         "when": datetime.now().isoformat(timespec="seconds"),
-                                         **result.figures}, indent=2))
+    result.figures["work_lost_operator_pod_seconds"] = sum(result.lost_operator)
+    if not args.no_floor:
+        result.figures["pods_preempted_plain"] = len(result.lost_plain)
+        result.figures["work_lost_plain_pod_seconds"] = sum(result.lost_plain)
+    params = results.parameters(args, units_pods=work.pods, high_priority_pods=len(work.arrivals),
+                                **{k: v for k, v in result.figures.items() if isinstance(v, str)})
+    results.save(args, results.result("bench_scale", params, scale_figures(result.figures, args.sjs)))
     if args.plot:
         plot(work, result, args.plot)
     return 0

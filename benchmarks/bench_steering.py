@@ -13,7 +13,9 @@ Steering on: runs at or above level 1 are protected by their PodDisruptionBudget
 scheduler alone picks the victim (the youngest pod).
 
 Usage (KUBECONFIG pointing at the local cluster; takes a few minutes):
-    python benchmarks/bench_steering.py [--rounds 10] [--seed 7] [--max-delay 14] [--verbose]
+    python benchmarks/bench_steering.py [--rounds 10] [--seed 7] [--max-delay 14] [--verbose] [--json PATH] [--save]
+
+``--json``/``--save`` write the figures as data (``benchmarks/harness/results.py``).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes import client, config
 
+from benchmarks.harness import results
 from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, unique, wait_for
 from tests.e2e.sj import InProcessOperator, create_sj, run_pods, sj_spec, status, test_config
 
@@ -122,22 +125,29 @@ def main() -> int:
                         help="arrivals come 2..this many seconds after the node is full again")
     parser.add_argument("--only-steering", action="store_true", help="skip the run with steering off")
     parser.add_argument("--verbose", action="store_true", help="print every SJ's state at each arrival")
+    results.add_arguments(parser)
     args = parser.parse_args()
     config.load_kube_config(os.environ.get("KUBECONFIG"))
     api = client.ApiClient()
     from tests.e2e.conftest import REPO  # noqa: F401  (the CRD must be applied: kubectl apply -f crds/)
-    results = {}
+    lost = {}
     modes = [("steering on (protect level 1)", 1), ("steering off (never protected)", 4)]
     for label, level in modes[:1] if args.only_steering else modes:
         print(f"{label}:", flush=True)
-        results[label] = run_mode(api, level, args.rounds, args.seed, args.verbose, args.max_delay)
+        lost[label] = run_mode(api, level, args.rounds, args.seed, args.verbose, args.max_delay)
     print(f"\nwork lost per interruption (seconds since the victim's last checkpoint; duration {DURATION:.0f}s, "
           f"{args.rounds} interruptions each, arrivals 2-{args.max_delay:g}s after the node is full, "
           f"seed {args.seed}):")
     print("| mode | mean | median | max | total |\n| --- | --- | --- | --- | --- |")
-    for label, values in results.items():
+    figures = []
+    for label, values in lost.items():
         print(f"| {label} | {statistics.mean(values):.1f} | {statistics.median(values):.1f} | "
               f"{max(values):.1f} | {sum(values):.1f} |")
+        figures += [results.figure(f"{label}: work lost per interruption, {name}", value, "s") for name, value in
+                    (("mean", statistics.mean(values)), ("median", statistics.median(values)), ("max", max(values)),
+                     ("total", sum(values)))]
+    params = results.parameters(args, duration_seconds=DURATION)
+    results.save(args, results.result("bench_steering", params, figures))
     return 0
 
 

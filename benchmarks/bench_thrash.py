@@ -1,6 +1,6 @@
 """How much capacity wasted runs burn, with and without the anti-thrash backoff (no cluster needed).
 
-Run: ``python benchmarks/bench_thrash.py [--hours H] [--seeds N]``.
+Run: ``python benchmarks/bench_thrash.py [--hours H] [--seeds N] [--json PATH] [--save]``.
 
 A simulated pool of ``--slots`` one-CPU slots is shared by endless single-pod SJs (checkpoint period
 20 minutes) and a bursty high-priority load: calm stretches with a few high-priority pods, then bursts
@@ -15,10 +15,18 @@ from __future__ import annotations
 import argparse
 import heapq
 import random
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
-from sj_operator.policy.lifecycle import LifecycleConfig, thrash_delay
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one's
+
+from benchmarks.harness import results  # noqa: E402
+from sj_operator.policy.lifecycle import LifecycleConfig, thrash_delay  # noqa: E402
 
 TICK = 5  # seconds
 PERIOD = 20 * 60  # each SJ checkpoints every 20 minutes
@@ -86,16 +94,22 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--slots", type=int, default=16)
     parser.add_argument("--sjs", type=int, default=16)
+    results.add_arguments(parser)
     args = parser.parse_args()
     modes = {"off": LifecycleConfig(thrash_backoff=timedelta(0)), "on (defaults 30s..10m)": LifecycleConfig()}
     print(f"{args.slots} slots, {args.sjs} endless SJs (period 20m), bursty high-priority load, "
           f"{args.hours:g} h simulated, {args.seeds} seeds")
     print("| anti-thrash backoff | capacity burnt by wasted runs | useful SJ hours | interruptions |")
     print("| --- | --- | --- | --- |")
+    figures: list[dict[str, Any]] = []
     for label, cfg in modes.items():
         runs = [simulate(seed, args.hours, args.slots, args.sjs, cfg) for seed in range(args.seeds)]
         mean = {k: sum(r[k] for r in runs) / len(runs) for k in runs[0]}
         print(f"| {label} | {mean['burnt_share']:.1%} | {mean['useful_hours']:.0f} | {mean['interruptions']:.0f} |")
+        figures += [results.figure(f"backoff {label}: capacity burnt by wasted runs", mean["burnt_share"] * 100, "%"),
+                    results.figure(f"backoff {label}: useful SJ hours", mean["useful_hours"], "h"),
+                    results.figure(f"backoff {label}: interruptions", mean["interruptions"])]
+    results.save(args, results.result("bench_thrash", results.parameters(args), figures))
 
 
 if __name__ == "__main__":

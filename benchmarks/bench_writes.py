@@ -2,14 +2,15 @@
 `Kube._send`) against the same Job made through the kubernetes client in a worker thread (`Kube._call`, as
 every write went before), against the cluster in ``KUBECONFIG``.
 
-Run: ``KUBECONFIG=... python benchmarks/bench_writes.py [--jobs N] [--at-once N] [--rounds N]`` (about a
-minute at the defaults on the local cluster).
+Run: ``KUBECONFIG=... python benchmarks/bench_writes.py [--jobs N] [--at-once N] [--rounds N] [--json PATH]
+[--save]`` (about a minute at the defaults on the local cluster).
 
 Each round makes ``--jobs`` suspended Jobs (nothing runs: no pod is made) in a namespace of its own, at most
 ``--at-once`` at a time, first one way and then the other, and prints the CPU time of this process per
 Job (``time.process_time``: the event loop's thread and the client's worker threads together) and the
 Jobs made per second. A few Jobs are made each way before the clock starts (connections opened, the
-client's models loaded). The namespaces are deleted at the end.
+client's models loaded). The namespaces are deleted at the end. ``--json``/``--save`` write the medians as data
+(``benchmarks/harness/results.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ if str(REPO) not in sys.path:
 
 from kubernetes import config  # noqa: E402
 
+from benchmarks.harness import results  # noqa: E402
 from sj_operator.kube import Kube, _unread  # noqa: E402
 
 WARM = 20
@@ -71,6 +73,7 @@ async def main() -> int:
     parser.add_argument("--jobs", type=int, default=600, help="Jobs made each way per round")
     parser.add_argument("--at-once", type=int, default=24, help="Jobs in flight at a time (the launch workers)")
     parser.add_argument("--rounds", type=int, default=3)
+    results.add_arguments(parser)
     args = parser.parse_args()
     config.load_kube_config()  # type: ignore[no-untyped-call]
     kube = Kube()
@@ -92,9 +95,13 @@ async def main() -> int:
                 print(f"round {r + 1}/{args.rounds}: {args.jobs} Jobs {way}: {cpu * 1000:.2f} ms of CPU each, "
                       f"{rate:.0f}/s", flush=True)
         print(f"\nmedian of {args.rounds} rounds, {args.jobs} Jobs each, {args.at_once} at a time:")
+        medians: list[dict[str, Any]] = []
         for way, runs in figures.items():
             print(f"  {way:<26} {statistics.median(c for c, _ in runs) * 1000:.2f} ms of CPU per Job, "
                   f"{statistics.median(r for _, r in runs):.0f} Jobs/s")
+            medians += [results.figure(f"{way}: CPU per Job", statistics.median(c for c, _ in runs) * 1000, "ms"),
+                        results.figure(f"{way}: Jobs per second", statistics.median(r for _, r in runs), "/s")]
+        results.save(args, results.result("bench_writes", results.parameters(args), medians))
     finally:
         for namespace in namespaces:
             await kube._call(kube.core.delete_namespace, namespace)

@@ -1,0 +1,106 @@
+"""`benchmarks/harness/report.py`: docs/benchmarks.md, rendered from the results kept in benchmarks/results/."""
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.harness import report, results
+
+
+def run(date: str, commit: str | None, quiet_ms: float, **more: Any) -> dict[str, Any]:
+    return {"schema": 1, "benchmark": "bench_loop", "command": "python benchmarks/bench_loop.py --save",
+            "commit": commit, "dirty": False, "date": date,
+            "machine": {"cores": 2, "usable_cores": 2, "cpu": "AMD EPYC", "memory_bytes": 8 * 2**30,
+                        "os": "Debian", "kernel": "Linux 6.1", "python": "CPython 3.11.7", "load": [1.0, 0.5, 0.25]},
+            "parameters": {"waiting": 10_000},
+            "figures": [results.figure("steady-state pass (nothing changed): median", quiet_ms, "ms", {"max": 100}),
+                        results.figure("pass after one waiting SJ changed: median", 105.0, "ms"),
+                        results.figure("not shown", 1.0)],
+            "note": None, **more}
+
+
+def rows(page: str, name: str) -> list[str]:
+    """The table rows of benchmark ``name``'s section."""
+    section = page.split(f"(`{name}`)\n", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| 2")]
+
+
+def test_each_benchmark_has_its_method_command_goal_and_results_newest_first() -> None:
+    page = report.render([run("2026-11-26T07:15:00Z", "a" * 40, 98.0),
+                          run("2026-11-27T16:06:00Z", "b" * 40, 108.4, dirty=True)])
+    assert page.startswith("# Benchmarks\n")
+    loop = page.split("(`bench_loop`)\n", 1)[1].split("\n## ", 1)[0]
+    assert "`Controller.reconcile`" in loop
+    assert "- **Command**: `make bench-loop (python benchmarks/bench_loop.py --save)`" in loop
+    assert "- **Goal**: steady-state pass (nothing changed): median ≤ 100 ms" in loop
+    newest, oldest = rows(page, "bench_loop")
+    assert newest.startswith("| 2026-11-27 16:06 UTC | bbbbbbb (dirty) | 2 cores, AMD EPYC, 8.0 GiB, Linux 6.1, "
+                             "CPython 3.11.7, load 1.0 / 0.5 / 0.2 | `python benchmarks/bench_loop.py --save` | ")
+    assert "steady-state pass (nothing changed): median = 108 ms (goal ≤ 100 ms)<br>" in newest
+    assert "not shown" not in newest  # only the figures the catalog shows; all are in the file
+    assert newest.endswith("| **not met**: steady-state pass (nothing changed): median |")
+    assert oldest.startswith("| 2026-11-26 07:15 UTC | aaaaaaa | ") and oldest.endswith("| **met** |")
+
+
+def test_a_benchmark_without_results_says_so_and_one_without_goals_shows_none() -> None:
+    page = report.render([])
+    for bench in report.CATALOG:
+        assert f"(`{bench.name}`)\n" in page
+    assert "No result kept yet." in page.split("(`bench_e2e`)", 1)[1].split("\n## ", 1)[0]
+    assert "- **Goal**: none set" in page
+
+
+def test_a_result_with_unknowns_and_a_note_is_shown_as_such() -> None:
+    old = run("2026-11-27T16:34:33", None, 90.0, machine=None, note="converted from an older file")
+    (row,) = rows(report.render([old]), "bench_loop")
+    assert row.startswith("| 2026-11-27 16:34 | unknown | not recorded | ")
+    assert "- 2026-11-27 16:34, unknown: converted from an older file" in report.render([old])
+
+
+def test_a_benchmark_not_in_the_catalog_still_gets_its_section() -> None:
+    page = report.render([{**run("2026-11-27T16:06:00Z", "c" * 40, 1.0), "benchmark": "bench_new"}])
+    assert "## bench_new (`bench_new`)" in page and len(rows(page, "bench_new")) == 1
+
+
+@pytest.mark.parametrize(("value", "unit", "text"), [
+    (906181.0, "", "906,181"), (197.4, "ms", "197 ms"), (45.08, "ms", "45.1 ms"), (0.4897, "", "0.49"),
+    (9.0, "%", "9%"), (71.11, "/s", "71.1/s"), (0.0, "", "0"), (0.4164, "MiB", "0.416 MiB"),
+])
+def test_figures_are_written_as_a_reader_wants_them(value: float, unit: str, text: str) -> None:
+    assert report.with_unit(value, unit) == text
+
+
+def test_a_goal_reads_as_its_bounds() -> None:
+    assert report.goal_text({"min": 0.5}, "") == "≥ 0.5"
+    assert report.goal_text({"min": 1, "max": 100}, "ms") == "≥ 1 ms and ≤ 100 ms"
+
+
+def test_every_benchmark_script_is_in_the_catalog() -> None:
+    scripts = {p.stem for p in (results.REPO / "benchmarks").glob("bench_*.py")}
+    assert scripts == {b.name for b in report.CATALOG}
+
+
+def test_the_page_is_what_the_kept_results_render(tmp_path: Path) -> None:
+    """docs/benchmarks.md is generated: after a result is kept (or the catalog edited), `make bench-report`."""
+    assert report.PAGE.read_text() == report.render(results.load()), "run `make bench-report`"
+    assert report.main(["--output", str(tmp_path / "page.md")]) == 0
+    assert (tmp_path / "page.md").read_text() == report.PAGE.read_text()
+
+
+def test_the_scale_benchmark_judges_its_goals_on_its_ratios(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # bench_scale puts benchmarks/ on it
+    bench_scale = importlib.import_module("benchmarks.bench_scale")
+    figures = {"floor_mean_per_second": 145.0, "operator_per_second": 72.5, "operator_peak_rss_mib": 480.0,
+               "calls_per_sj": {"create_namespaced_job": 1.0}, "kueue_version": "v0.17.0",
+               "work_lost_operator_pod_seconds": 10_000.0, "work_lost_plain_pod_seconds": 40_000.0}
+    by_metric = {f["metric"]: f for f in bench_scale.scale_figures(figures, 10_000)}
+    assert by_metric["operator_to_floor"] == {"metric": "operator_to_floor", "value": 0.5, "unit": "",
+                                              "goal": {"min": 0.5}, "met": True}
+    assert by_metric["work_lost_to_plain"]["met"] is True and by_metric["work_lost_to_plain"]["value"] == 0.25
+    assert by_metric["operator_peak_rss_mib"]["met"] is False  # 480 MiB is over 500 MB
+    assert by_metric["calls_per_sj: create_namespaced_job"]["value"] == 1.0 and "kueue_version" not in by_metric
+    assert "goal" not in {f["metric"]: f for f in bench_scale.scale_figures(figures, 2_000)}["operator_peak_rss_mib"]
