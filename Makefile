@@ -34,20 +34,21 @@ mpi: venv
 SHELL_SCRIPTS := hack/build-binaries hack/cluster hack/demo hack/e2e-kind hack/install-mpi hack/install-operator hack/node \
 	hack/kind/runc-bounded hack/kind/node/preload-images \
 	.ci/run
-PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-score hack/kind
+PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-score hack/kind hack/chart-readme
 
 lint: venv ## the gates: ruff, mypy --strict, import-linter layers, shellcheck
 	@echo "[lint] ruff"; $(VENV)/bin/ruff check $(PY_TREES)
-	@echo "[lint] mypy --strict"; $(VENV)/bin/mypy && $(VENV)/bin/mypy --strict hack/kind/netd.py
+	@echo "[lint] mypy --strict"; $(VENV)/bin/mypy && $(VENV)/bin/mypy --strict hack/kind/netd.py hack/chart-readme
 	@echo "[lint] import-linter"; $(VENV)/bin/lint-imports --no-cache
 	@echo "[lint] shellcheck"; $(VENV)/bin/shellcheck $(SHELL_SCRIPTS) && $(VENV)/bin/shellcheck -s sh gang/mpi-entrypoint.sh
 	@echo "[lint] all gates pass"
 
-chart: binaries ## the Helm chart (deploy/chart): helm lint, and helm template with the default and the local values
+chart: binaries venv ## the Helm chart (deploy/chart): helm lint, and helm template with the default and the local values
 	@echo "[chart] helm lint"; .bin/helm lint --strict deploy/chart --kube-version 1.34.4
 	@echo "[chart] helm template"; .bin/helm template scavenger deploy/chart --kube-version 1.34.4 >/dev/null
 	@.bin/helm template scavenger deploy/chart --kube-version 1.34.4 -f hack/local-install/values.yaml \
 	  --set replicas=1,webhook.enabled=false,bandGuard=false,namespaces={a\,b} >/dev/null
+	@echo "[chart] README.md"; $(PY) hack/chart-readme --check
 	@echo "[chart] ok"
 
 mutation: venv ## on demand: mutation testing of the pure core (policy, state machine, gang); minutes

@@ -2,29 +2,22 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import sys
 import tarfile
-from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
 
+from tests.unit.scripts import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def images() -> ModuleType:
-    loader = SourceFileLoader("hack_images", str(REPO / "hack/images"))
-    spec = importlib.util.spec_from_loader("hack_images", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["hack_images"] = module  # its dataclasses look themselves up there
-    loader.exec_module(module)
-    return module
+    return load_script(REPO / "hack/images", "hack_images")
 
 
 def test_every_dockerfile_is_one_the_builder_follows(images: ModuleType) -> None:
@@ -45,7 +38,8 @@ def test_the_deploy_manifest_runs_what_the_operator_image_holds(images: ModuleTy
     values = yaml.safe_load((REPO / "deploy/chart/values.yaml").read_text())
     uid = recipe.user.split(":")[0]
     assert f"runAsUser: {uid}" in deployment
-    assert f"{values['image']['repository']}:{values['image']['tag']}" == "scavenger/operator:dev"
+    local = yaml.safe_load((REPO / "hack/local-install/values.yaml").read_text())
+    assert f"{values['image']['repository']}:{local['image']['tag']}" == "scavenger/operator:dev", "make images' tag"
 
 
 @pytest.mark.parametrize(
@@ -134,3 +128,4 @@ def test_archive_with_layers_is_also_a_docker_archive_and_reproducible(images: M
     assert config["rootfs"]["diff_ids"] == [f"sha256:{d}" for d in digests]
     [desc] = json.loads(files["index.json"])["manifests"]
     assert desc["annotations"]["org.opencontainers.image.ref.name"] == "3.6.5-0"
+
