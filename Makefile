@@ -10,9 +10,11 @@ PIP := $(VENV)/bin/pip
 KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+VERSION ?=
+RELEASE_ARGS ?=
 
 .PHONY: setup venv binaries mpi lint chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd reference bench bench-loop bench-events bench-e2e bench-writes bench-scale e2e-kind \
-	mutation fuzz clean
+	mutation fuzz release clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
 
@@ -32,6 +34,7 @@ mpi: venv
 	hack/install-mpi
 
 SHELL_SCRIPTS := hack/build-binaries hack/cluster hack/demo hack/e2e-kind hack/install-mpi hack/install-operator hack/node \
+	hack/release \
 	hack/kind/runc-bounded hack/kind/node/preload-images \
 	.ci/run
 PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-score hack/kind hack/chart-readme
@@ -50,6 +53,10 @@ chart: binaries venv ## the Helm chart (deploy/chart): helm lint, and helm templ
 	  --set replicas=1,webhook.enabled=false,bandGuard=false,namespaces={a\,b} >/dev/null
 	@echo "[chart] README.md"; $(PY) hack/chart-readme --check
 	@echo "[chart] ok"
+
+release: binaries ## the release artifacts of VERSION=x.y.z under dist/: the Helm chart, the operator image (OCI archive; root), the wheel with kubectl-sj
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=x.y.z [RELEASE_ARGS=--no-image]" >&2; exit 2; }
+	PYTHON=$(PYTHON) hack/release $(VERSION) $(RELEASE_ARGS)
 
 mutation: venv ## on demand: mutation testing of the pure core (policy, state machine, gang); minutes
 	$(PIP) install --quiet -e '.[mutation]'
