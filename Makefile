@@ -10,9 +10,11 @@ PIP := $(VENV)/bin/pip
 KUBECONFIG_LOCAL := $(CURDIR)/.cluster/kubeconfig
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+VERSION ?=
+RELEASE_ARGS ?=
 
 .PHONY: setup venv binaries mpi lint docs docs-check docs-serve chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd reference bench bench-loop bench-events bench-e2e bench-writes bench-scale bench-report e2e-kind \
-	mutation fuzz clean
+	mutation fuzz release clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
 
@@ -32,13 +34,14 @@ mpi: venv
 	hack/install-mpi
 
 SHELL_SCRIPTS := hack/build-binaries hack/cluster hack/demo hack/e2e-kind hack/install-mpi hack/install-operator hack/node \
+	hack/release \
 	hack/kind/runc-bounded hack/kind/node/preload-images \
 	.ci/run
-PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-score hack/kind
+PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-score hack/kind hack/chart-readme
 
 lint: venv ## the gates: ruff, mypy --strict, import-linter layers, shellcheck
 	@echo "[lint] ruff"; $(VENV)/bin/ruff check $(PY_TREES)
-	@echo "[lint] mypy --strict"; $(VENV)/bin/mypy && $(VENV)/bin/mypy --strict hack/kind/netd.py
+	@echo "[lint] mypy --strict"; $(VENV)/bin/mypy && $(VENV)/bin/mypy --strict hack/kind/netd.py hack/chart-readme
 	@echo "[lint] import-linter"; $(VENV)/bin/lint-imports --no-cache
 	@echo "[lint] shellcheck"; $(VENV)/bin/shellcheck $(SHELL_SCRIPTS) && $(VENV)/bin/shellcheck -s sh gang/mpi-entrypoint.sh
 	@echo "[lint] all gates pass"
@@ -53,12 +56,17 @@ docs-check: venv ## what `make test` runs: the site builds strictly (into a temp
 docs-serve: venv ## the docs site on http://127.0.0.1:8000, rebuilt on every change
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
-chart: binaries ## the Helm chart (deploy/chart): helm lint, and helm template with the default and the local values
+chart: binaries venv ## the Helm chart (deploy/chart): helm lint, and helm template with the default and the local values
 	@echo "[chart] helm lint"; .bin/helm lint --strict deploy/chart --kube-version 1.34.4
 	@echo "[chart] helm template"; .bin/helm template scavenger deploy/chart --kube-version 1.34.4 >/dev/null
 	@.bin/helm template scavenger deploy/chart --kube-version 1.34.4 -f hack/local-install/values.yaml \
 	  --set replicas=1,webhook.enabled=false,bandGuard=false,namespaces={a\,b} >/dev/null
+	@echo "[chart] README.md"; $(PY) hack/chart-readme --check
 	@echo "[chart] ok"
+
+release: binaries ## the release artifacts of VERSION=x.y.z under dist/: the Helm chart, the operator image (OCI archive; root), the wheel with kubectl-sj
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=x.y.z [RELEASE_ARGS=--no-image]" >&2; exit 2; }
+	PYTHON=$(PYTHON) hack/release $(VERSION) $(RELEASE_ARGS)
 
 mutation: venv ## on demand: mutation testing of the pure core (policy, state machine, gang); minutes
 	$(PIP) install --quiet -e '.[mutation]'

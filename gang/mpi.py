@@ -21,8 +21,8 @@ which the launcher starts the ranks. Three objects wire them together, all owned
 * the run's Job (the operator's ``build_run_job`` with :class:`MPIJobOptions`, which calls
   :func:`wire_mpi_job`): both volumes, the MPI environment, an entrypoint wrapping the
   user's command (:func:`mpi_entrypoint`) and ``successPolicy: succeededIndexes "0"``, so that the
-  run succeeds when the launcher does and the Job controller then stops the workers (needs
-  Kubernetes >= 1.33; the Job gets ``SuccessCriteriaMet`` and, once the workers are gone,
+  run succeeds when the launcher does and the Job controller then stops the workers (on by
+  default since Kubernetes 1.31; the Job gets ``SuccessCriteriaMet`` and, once the workers are gone,
   ``Complete``).
 
 An Indexed Job has one pod template, so the role split happens at run time, in the entrypoint, the

@@ -12,6 +12,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
+MIN_KUBERNETES_VERSION: Final = "1.32"
+"""The oldest Kubernetes the operator supports (the chart's ``kubeVersion``). 1.32 is the first release
+where every Job field the operator relies on is on by default: ``spec.managedBy`` (beta in 1.32), which
+keeps the built-in Job controller off an adopted Job; ``successPolicy`` (beta in 1.31), which ends an MPI
+run when its launcher succeeds; ``podFailurePolicy`` with the pods' ``DisruptionTarget`` condition (GA in
+1.31); ``podReplacementPolicy`` (beta in 1.29). The chart's ValidatingAdmissionPolicies need 1.30."""
+
 DEFAULT_THRESHOLD: Final = 0.70
 """Share of schedulable allocatable, per resource, that all requests together may reach."""
 DEFAULT_START_TIMEOUT: Final = timedelta(seconds=60)

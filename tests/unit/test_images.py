@@ -2,29 +2,22 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import sys
 import tarfile
-from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
 
+from tests.unit.scripts import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def images() -> ModuleType:
-    loader = SourceFileLoader("hack_images", str(REPO / "hack/images"))
-    spec = importlib.util.spec_from_loader("hack_images", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["hack_images"] = module  # its dataclasses look themselves up there
-    loader.exec_module(module)
-    return module
+    return load_script(REPO / "hack/images", "hack_images")
 
 
 def test_every_dockerfile_is_one_the_builder_follows(images: ModuleType) -> None:
@@ -45,7 +38,8 @@ def test_the_deploy_manifest_runs_what_the_operator_image_holds(images: ModuleTy
     values = yaml.safe_load((REPO / "deploy/chart/values.yaml").read_text())
     uid = recipe.user.split(":")[0]
     assert f"runAsUser: {uid}" in deployment
-    assert f"{values['image']['repository']}:{values['image']['tag']}" == "scavenger/operator:dev"
+    local = yaml.safe_load((REPO / "hack/local-install/values.yaml").read_text())
+    assert f"{values['image']['repository']}:{local['image']['tag']}" == "scavenger/operator:dev", "make images' tag"
 
 
 @pytest.mark.parametrize(
@@ -134,3 +128,47 @@ def test_archive_with_layers_is_also_a_docker_archive_and_reproducible(images: M
     assert config["rootfs"]["diff_ids"] == [f"sha256:{d}" for d in digests]
     [desc] = json.loads(files["index.json"])["manifests"]
     assert desc["annotations"]["org.opencontainers.image.ref.name"] == "3.6.5-0"
+
+
+@pytest.mark.parametrize(("given", "qualified"), [
+    ("scavenger/operator:0.2.0", "docker.io/scavenger/operator:0.2.0"),
+    ("busybox:1.36", "docker.io/library/busybox:1.36"),
+    ("registry.example/team/op:1", "registry.example/team/op:1"),
+    ("localhost:5000/op:v1", "localhost:5000/op:v1"),
+])
+def test_tags_are_named_as_containerd_names_them(images: ModuleType, given: str, qualified: str) -> None:
+    assert images.qualified(given) == qualified
+
+
+@pytest.mark.parametrize("given", ["operator", "localhost:5000/op", "op:", "op:bad/tag"])
+def test_a_tag_without_one_is_refused(images: ModuleType, given: str) -> None:
+    with pytest.raises(ValueError, match="is not REPOSITORY:TAG"):
+        images.qualified(given)
+
+
+def test_a_retagged_archive_is_the_same_image_under_the_new_name(images: ModuleType, tmp_path: Path) -> None:
+    """`make release` names the operator's image scavenger/operator:VERSION: the archive keeps every blob (the
+    same image id and manifest digest) and a valid OCI layout and Docker archive that name only the new tag."""
+    base, top = _layer(tmp_path / "base.tar", "base", "b\n"), _layer(tmp_path / "top.tar", "top", "t\n")
+    dev = tmp_path / "dev.oci.tar"
+    images.write_archive("docker.io/scavenger/operator:dev", [base, top], {"User": "10001:10001"}, dev)
+    out = images.retag(dev, "docker.io/scavenger/operator:0.2.0", tmp_path / "dist/op-0.2.0.oci.tar")
+    assert out == tmp_path / "dist/op-0.2.0.oci.tar" and not list(out.parent.glob("*.tmp"))
+
+    def files(archive: Path) -> dict[str, bytes]:
+        with tarfile.open(archive) as tar:
+            return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+    before, after = files(dev), files(out)
+    assert {k: v for k, v in after.items() if k.startswith("blobs/")} == \
+        {k: v for k, v in before.items() if k.startswith("blobs/")}
+    assert after["oci-layout"] == before["oci-layout"]
+    [old_desc], [new_desc] = (json.loads(f["index.json"])["manifests"] for f in (before, after))
+    assert new_desc["digest"] == old_desc["digest"] and new_desc["size"] == old_desc["size"]
+    assert new_desc["annotations"] == {"io.containerd.image.name": "docker.io/scavenger/operator:0.2.0",
+                                       "org.opencontainers.image.ref.name": "0.2.0"}
+    [old_docker], [new_docker] = (json.loads(f["manifest.json"]) for f in (before, after))
+    assert new_docker == {**old_docker, "RepoTags": ["scavenger/operator:0.2.0"]}
+    manifest = json.loads(after[f"blobs/sha256/{new_desc['digest'].removeprefix('sha256:')}"])
+    assert [layer["digest"] for layer in manifest["layers"]] == \
+        [f"sha256:{name.rpartition('/')[2]}" for name in new_docker["Layers"]]

@@ -1,25 +1,20 @@
 """scavenger-netd (hack/kind/netd.py), the kind node image's pod network: its pure parts."""
 from __future__ import annotations
 
-import importlib.util
-from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.unit.scripts import load_script
+
 NETD = Path(__file__).resolve().parents[2] / "hack/kind/netd.py"
 
 
 @pytest.fixture(scope="module")
 def netd() -> ModuleType:
-    loader = SourceFileLoader("scavenger_netd", str(NETD))
-    spec = importlib.util.spec_from_loader("scavenger_netd", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_script(NETD, "scavenger_netd")
 
 
 def node(name: str, cidr: str | None, *addresses: tuple[str, str]) -> dict[str, Any]:
