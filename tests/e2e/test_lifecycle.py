@@ -296,8 +296,7 @@ def test_a_hostile_pod_and_job_anywhere_stop_nothing(api, namespace, operator):
     hostile = {"batch.kubernetes.io/job-completion-index": "²", "scavenger.dev/config-index": "9" * 5000}
     core.create_namespaced_pod(namespace, {
         "metadata": {"name": "hostile", "annotations": hostile,
-                     "labels": {"scavenger.dev/job-name": "other", "scavenger.dev/run": "other-r1",
-                                "batch.kubernetes.io/job-completion-index": "²"}},
+                     "labels": {"scavenger.dev/job-name": "other", "scavenger.dev/run": "other-r1"}},
         "spec": {"nodeSelector": {"scavenger.dev/nowhere": "true"},
                  "containers": [{"name": "main", "image": E2E_IMAGE}]}})
     batch.create_namespaced_job(namespace, {

@@ -85,10 +85,11 @@ def test_two_operators_launch_each_sj_exactly_once(api, namespace, crd, tmp_path
 CHART_RBAC = REPO / "deploy" / "chart" / "templates" / "rbac.yaml"
 
 
-def _chart_rules() -> list[dict[str, Any]]:
-    """The rules of the chart's ClusterRole (its template lines left out: labels, namespaces)."""
+def _chart_rules(kind: str = "ClusterRole") -> list[dict[str, Any]]:
+    """The rules of the chart's ClusterRole, or of its Role in the operator's namespace (its template lines left
+    out: labels, namespaces, the webhook's rules)."""
     docs = yaml.safe_load_all("\n".join(line for line in CHART_RBAC.read_text().splitlines() if "{{" not in line))
-    return next(doc for doc in docs if doc and doc["kind"] == "ClusterRole")["rules"]
+    return next(doc for doc in docs if doc and doc["kind"] == kind)["rules"]
 
 
 def _healthz(port: int) -> tuple[int, str]:
@@ -155,6 +156,14 @@ def test_a_replica_whose_caches_never_complete_never_takes_the_lease(api, namesp
 
         replicas[0].stop()
         rbac.replace_cluster_role(name, {"metadata": {"name": name}, "rules": rules})
+        # The chart's Role holds the Lease (by its name) in the operator's namespace: here the test's, in default.
+        lease_rules = [{**rule, **({"resourceNames": [lease]} if "resourceNames" in rule else {})}
+                       for rule in _chart_rules("Role") if rule["resources"] == ["leases"]]
+        rbac.create_namespaced_role("default", {"metadata": {"name": name}, "rules": lease_rules})
+        rbac.create_namespaced_role_binding("default", {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]})
         port = free_port()
         replicas.append(OperatorProcess(  # the default --cache-timeout: a busy cluster may take a while
             *FAST, "--peering", lease, "--namespaces", namespace, "--metrics-port", str(port),
@@ -167,6 +176,9 @@ def test_a_replica_whose_caches_never_complete_never_takes_the_lease(api, namesp
         for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
             with contextlib.suppress(ApiException):
                 delete(name)
+        for delete_namespaced in (rbac.delete_namespaced_role_binding, rbac.delete_namespaced_role):
+            with contextlib.suppress(ApiException):
+                delete_namespaced(name, "default")
         with contextlib.suppress(ApiException):
             client.CoordinationV1Api(api).delete_namespaced_lease(lease, "default")
 

@@ -1,6 +1,7 @@
 """A fair and stable policy on the local cluster: fallbacks, and drains that never wait on a budget."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -79,7 +80,8 @@ def test_a_drain_never_waits_on_a_protected_sj(api: client.ApiClient, namespace:
 
 def test_two_namespaces_share_the_room_by_their_quota_weights(api: client.ApiClient, namespace: str,
                                                               crd: None) -> None:
-    """Weights 1 and 3, the same backlog of 8 one-CPU SJs each, 8 CPUs of room: 2 and 6 run."""
+    """Weights 1 and 3 (the admin's ScavengerClusterQuotas: a namespace's own quota can only lower its weight),
+    the same backlog of 8 one-CPU SJs each, 8 CPUs of room: 2 and 6 run."""
     core = client.CoreV1Api(api)
     other = unique("e2e-heavy")
     core.create_namespace({"metadata": {"name": other}})
@@ -91,9 +93,10 @@ def test_two_namespaces_share_the_room_by_their_quota_weights(api: client.ApiCli
     try:
         custom = client.CustomObjectsApi(api)
         for ns, weight in ((namespace, 1), (other, 3)):
-            custom.create_namespaced_custom_object("scavenger.dev", "v1alpha1", ns, "scavengerquotas", {
-                "apiVersion": "scavenger.dev/v1alpha1", "kind": "ScavengerQuota", "metadata": {"name": "share"},
-                "spec": {"weight": weight}})
+            custom.create_cluster_custom_object("scavenger.dev", "v1alpha1", "scavengerclusterquotas", {
+                "apiVersion": "scavenger.dev/v1alpha1", "kind": "ScavengerClusterQuota", "metadata": {"name": ns},
+                "spec": {"weight": weight,
+                         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}})
             for i in range(8):
                 create_sj(api, ns, f"work-{i}", sj_spec(run_for=None, cpu="1", memory="64Mi", **placed))
         names = [(ns, f"work-{i}") for ns in (namespace, other) for i in range(8)]
@@ -111,6 +114,10 @@ def test_two_namespaces_share_the_room_by_their_quota_weights(api: client.ApiCli
     finally:
         op.stop()
         core.delete_namespace(other)
+        for ns in (namespace, other):
+            with contextlib.suppress(client.ApiException):
+                client.CustomObjectsApi(api).delete_cluster_custom_object("scavenger.dev", "v1alpha1",
+                                                                          "scavengerclusterquotas", ns)
 
 
 def test_past_the_threshold_an_sj_overflows_to_the_burst_pool_and_new_sjs_go_back_first(
