@@ -363,8 +363,20 @@ def test_the_operator_guard_lets_its_service_account_create_pods_only_as_dry_run
     kubectl("create", "-n", namespace, "-f", "-", input=pod("member", {"scavenger.dev/job-name": "sj"}))
     kubectl("create", "-n", namespace, "-f", "-", input=pod("other", {"app": "x"}))
 
+    # As the operator patches (one PATCH, no read first: it may not get pods), not as `kubectl patch`, which
+    # reads the pod before it patches.
+    impersonated = client.ApiClient(api.configuration)
+    impersonated.set_default_header("Impersonate-User", SA)
+    as_operator_api = client.CoreV1Api(impersonated)
+
     def patch(name: str, body: dict[str, Any], kind: str = "merge") -> subprocess.CompletedProcess[str]:
-        return kubectl("patch", "pod", name, f"--type={kind}", "-p", json.dumps(body), *as_operator, check=False)
+        content_type = {"merge": "application/merge-patch+json",
+                        "strategic": "application/strategic-merge-patch+json"}[kind]
+        try:
+            as_operator_api.patch_namespaced_pod(name, namespace, body, _content_type=content_type)
+        except client.ApiException as exc:
+            return subprocess.CompletedProcess([], 1, "", str(exc.body))
+        return subprocess.CompletedProcess([], 0, "", "")
 
     assert patch("member", {"metadata": {"labels": {"scavenger.dev/protected": "true"}}}).returncode == 0
     refused = [patch("member", {"metadata": {"labels": {"scavenger.dev/job-name": "else"}}}),
