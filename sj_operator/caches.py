@@ -114,10 +114,10 @@ class WatchCache(ABC):
         if version:
             self.resource_version = str(version)
 
-    def _view(self, obj: Mapping[str, Any]) -> Any:
+    def _view(self, obj: dict[str, Any]) -> Any:
         """`view`, or None (and the fault told) when it raises: one object never stops the watch."""
         try:
-            return self.view(dict(obj))
+            return self.view(obj)
         except Exception as exc:
             metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
             metadata = metadata if isinstance(metadata, Mapping) else {}

@@ -622,7 +622,7 @@ class Controller:
         status = d.step.status
         if d.observed.sj.uid in self.quarantine.faults or not any(c.type == CONDITION for c in status.conditions):
             return d
-        self.quarantine.recovered(d.observed.sj.uid)
+        self.quarantine.forget_report(d.observed.sj.uid)
         kept = tuple(c for c in status.conditions if c.type != CONDITION)
         return replace(d, step=replace(d.step, status=status.model_copy(update={"conditions": kept})))
 
@@ -648,7 +648,7 @@ class Controller:
             await self.kube.patch_sj_status(sj.namespace, sj.name, {"conditions": [*kept, condition]}, None)
         except KubeError as exc:
             log.warning("could not write the fault of %s: %s", sj.key, exc)
-            self.quarantine.unreported(sj.uid)
+            self.quarantine.forget_report(sj.uid)
 
     async def _apply_isolated(self, d: Decided) -> bool:
         """`_apply`, a fault of the SJ when it raises anything but the API's refusals (which it handles)."""

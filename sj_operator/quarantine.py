@@ -59,11 +59,9 @@ class Quarantine:
         self.faults[sj.uid] = held[1]
         return True
 
-    def unreported(self, uid: str) -> None:
-        """The report of the SJ's fault did not go out: report it again when it is found again."""
-        self.reported.pop(uid, None)
-
-    def recovered(self, uid: str) -> None:
+    def forget_report(self, uid: str) -> None:
+        """The SJ was handled again, or the report of its fault did not go out: a fault found for it later is
+        reported anew."""
         self.reported.pop(uid, None)
 
     def isolated(self, stage: Stage, items: Sequence[T], run: Callable[[Sequence[T]], object],
