@@ -1,9 +1,10 @@
 """One decision pass, without I/O: from what the watches show to what each SJ should become.
 
-``observe`` pairs every handled SJ with its parsed spec, its status (as this process last wrote it,
-when the watch lags) and its current run; ``decide`` runs the state machine for each, with victim
-steering's exemptions; the helpers below build the admission snapshot. ``controller.Controller``
-carries the results out.
+``observe_one`` pairs a handled SJ with its parsed spec, its status (as this process last wrote it,
+when the watch lags) and its current run (`memo.PassMemo.observe` does so for every SJ, reusing what did
+not change); ``decide`` runs the state machine for each, with victim steering's exemptions; the helpers
+below make the admission snapshot's entries (a waiting SJ, a run in flight, the namespaces' quotas), which
+`memo.PassMemo.admission` puts together. ``controller.Controller`` carries the results out.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus, parse_status
+from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus
 from sj_operator.names import run_job_name
 from sj_operator.observed import (
     AdoptedJob,
@@ -35,15 +36,12 @@ from sj_operator.policy.priority import (
     steering_exemptions,
 )
 from sj_operator.policy.snapshot import (
-    ClusterSnapshot,
     InFlightRun,
-    NodeView,
     QueuedSJ,
     Shape,
-    Taint,
 )
 from sj_operator.policy.tenancy import NO_DEFAULTS, EffectiveQuotas, QuotaDefaults, effective_quotas
-from sj_operator.resources import accumulate, freeze, resources_milli, total
+from sj_operator.resources import freeze, resources_milli
 
 RunKey = tuple[str, str]
 OwnedRun = tuple[str, RunKey]
@@ -101,25 +99,6 @@ class Observation:
     strays (`stray_runs`)."""
 
 
-def observe(view: ClusterView, *, handles: Callable[[str], bool],
-            fresh: Callable[[SJObject], tuple[str, Mapping[str, Any]]],
-            spec_of: Callable[[SJObject], ScavengerJobSpec | InvalidSpec],
-            status_of: Callable[[SJObject, str, Mapping[str, Any]], ScavengerJobStatus] | None = None,
-            ) -> Observation:
-    """Pairs each handled SJ with its status, spec and current run.
-
-    ``status_of(sj, resource_version, raw)`` parses a status (the controller caches it by version)."""
-    observed: list[Observed] = []
-    known: set[OwnedRun] = set()
-    for sj in view.sjs:
-        if sj.deleting or not handles(sj.namespace):
-            continue
-        rv, raw_status = fresh(sj)
-        status = parse_status(raw_status) if status_of is None else status_of(sj, rv, raw_status)
-        keys = run_keys(sj, status)
-        known.update((sj.uid, key) for key in keys)
-        observed.append(observe_one(sj, rv, raw_status, status, spec_of(sj), view, keys[0] if keys else None))
-    return Observation(tuple(observed), frozenset(known))
 
 
 def run_keys(sj: SJObject, status: ScavengerJobStatus) -> tuple[RunKey, ...]:
@@ -216,7 +195,7 @@ def progress(o: Observed, now: datetime, protect_level: int) -> RunProgress:
                        protected_by_level=is_protected(_level(o, now), protect_level))
 
 
-# --- the admission snapshot ---------------------------------------------------------------------
+# --- the admission snapshot's entries -----------------------------------------------------------
 
 def pod_request(spec: ScavengerJobSpec) -> dict[str, int]:
     """What one pod of the SJ requests, in milli-units, counting the pod itself."""
@@ -240,43 +219,11 @@ def in_flight(sj: SJObject, spec: ScavengerJobSpec, scheduled: int) -> InFlightR
                        node_selector=dict(spec.node_selector), tolerations=spec.tolerations)
 
 
-def node_views(view: ClusterView) -> tuple[NodeView, ...]:
-    """The nodes with what their pods request; a NotReady node takes nothing new."""
-    per_node: dict[str, dict[str, int]] = {}
-    for pod in view.active_pods:
-        if pod.node:
-            accumulate(per_node.setdefault(pod.node, {}), pod.requests)
-    return tuple(
-        NodeView(name=n.name, allocatable=n.allocatable, requested=per_node.get(n.name, {}),
-                 labels=n.labels, taints=tuple(Taint(k, v, e) for k, v, e in n.taints),
-                 unschedulable=n.unschedulable or not n.ready)
-        for n in view.nodes
-    )
 
 
-def admission_snapshot(view: ClusterView, queue: tuple[QueuedSJ, ...], runs: tuple[InFlightRun, ...],
-                       defaults: QuotaDefaults = NO_DEFAULTS) -> ClusterSnapshot:
-    quotas = quota_table(view, defaults)
-    fair = bool(quotas.namespaces) or quotas.default is not None
-    return ClusterSnapshot(nodes=node_views(view), cluster_requested=total(p.requests for p in view.active_pods),
-                           in_flight=runs, queue=queue, quotas=quotas.namespaces, default_quota=quotas.default,
-                           namespace_used=namespace_used(view, runs) if fair else {})
 
 
 def quota_table(view: ClusterView, defaults: QuotaDefaults = NO_DEFAULTS) -> EffectiveQuotas:
     """Each namespace's effective quota (`policy.tenancy.effective_quotas`): the cluster quotas selecting it,
     its own ScavengerQuotas and the operator's defaults, the tightest winning."""
     return effective_quotas(view.namespaces, view.cluster_quotas, view.quotas, defaults)
-
-
-def namespace_used(view: ClusterView, runs: tuple[InFlightRun, ...]) -> dict[str, dict[str, int]]:
-    """What each namespace's SJ pods request, scheduled or not, and the unscheduled pods of launched runs
-    (counted twice while they are pending: conservative, like the threshold, until they are scheduled)."""
-    used: dict[str, dict[str, int]] = {}
-    for pod in view.active_pods:
-        if pod.sj is not None:
-            accumulate(used.setdefault(pod.namespace, {}), pod.requests)
-    for run in runs:
-        ns = run.key.split("/", 1)[0]
-        accumulate(used.setdefault(ns, {}), {r: a * run.unscheduled_pods for r, a in run.request.items()})
-    return used

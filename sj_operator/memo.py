@@ -222,7 +222,8 @@ class PassMemo:
                 fresh: Callable[[SJObject], tuple[str, Mapping[str, Any]]],
                 sjs: Iterable[SJObject] | None = None, fresher: Container[str] | None = None,
                 on_fault: OnFault | None = None) -> Observation:
-        """``decide.observe``, reusing what the last pass observed of each SJ that did not change;
+        """Each handled SJ with its status, spec and current run (`decide.observe_one`), reusing what the last
+        pass observed of each SJ that did not change;
         ``sjs``: only these of the view's SJs (a slice of a pass); ``handles``: None for every namespace;
         ``fresher``: when given, ``fresh`` is asked only about the uids in it (the others are read as
         the view has them). An SJ that cannot be observed is told to ``on_fault`` and left out (raised
@@ -338,7 +339,8 @@ class PassMemo:
         return self._quotas[1]
 
     def node_views(self, view: ClusterView) -> tuple[NodeView, ...]:
-        """``decide.node_views`` from the running sums: a node's view is rebuilt only when its object or
+        """The nodes with what their pods request (a NotReady node takes nothing new), from the running
+        sums: a node's view is rebuilt only when its object or
         its pods changed (the same tuple is returned while none did)."""
         self.sums.update(view.active_pods)
         built: list[NodeView] = []
@@ -363,7 +365,8 @@ class PassMemo:
         return self._last_nodes
 
     def _namespace_used(self, runs: tuple[InFlightRun, ...]) -> dict[str, Resources]:
-        """``decide.namespace_used`` from the running sums."""
+        """What each namespace's SJ pods request, scheduled or not, and the unscheduled pods of launched runs
+        (counted twice while they are pending: conservative, like the threshold), from the running sums."""
         used = {ns: dict(amounts) for ns, amounts in self.sums.namespaces.items()}
         for run in runs:
             _add(used.setdefault(run.key.split("/", 1)[0], {}),

@@ -24,12 +24,13 @@ from sj_operator.api.parse import spec_size
 from sj_operator.api.quota import ScavengerQuotaSpec
 from sj_operator.api.spec import checkpoint_interval_seconds
 from sj_operator.builders.job import build_run_job
-from sj_operator.decide import ClusterView, admission_snapshot, decide, in_flight, observe_one, queued
+from sj_operator.decide import ClusterView, decide, in_flight, observe_one, queued
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject
 from sj_operator.policy.admission import decide_pass, settled_until
 from sj_operator.policy.lifecycle import LifecycleConfig, Run, quiet_until, step
 from sj_operator.resources import format_amount, freeze, to_milli
 from tests.specgen import RandomPicker, edge_spec, far_spec
+from tests.unit.reference_pass import admission_snapshot
 from tests.unit.test_crd import SCHEMA, _check, _object
 
 # The model's own ceilings, not the cluster's (the operator's --max-termination-grace is at most the model's).

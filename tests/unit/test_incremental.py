@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sj_operator.api import DEFAULT_LIMITS, InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
-from sj_operator.decide import ClusterView, Decided, admission_snapshot, decide, node_views, observe
+from sj_operator.decide import ClusterView, Decided, decide
 from sj_operator.memo import PassMemo, PodSums
 from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject
@@ -38,6 +38,7 @@ from sj_operator.policy.snapshot import QueuedSJ, Shape
 from sj_operator.resources import accumulate, freeze, total
 from tests.unit import test_admission as adm
 from tests.unit.helpers import settled_pass
+from tests.unit.reference_pass import admission_snapshot, node_views, observe
 from tests.unit.test_controller import FakeKube
 from tests.unit.test_lifecycle import CFG, NOW, SJ, invalid_spec, job, pod, run_of, running, spec, starting, status
 

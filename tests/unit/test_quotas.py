@@ -12,7 +12,7 @@ import pytest
 
 from sj_operator.api import DEFAULT_LIMITS
 from sj_operator.api.quota import LabelSelector, ScavengerClusterQuotaSpec
-from sj_operator.decide import ClusterView, admission_snapshot
+from sj_operator.decide import ClusterView
 from sj_operator.memo import PassMemo
 from sj_operator.observed import (
     ClusterQuotaView,
@@ -28,6 +28,7 @@ from sj_operator.policy.queue import PolicyConfig
 from sj_operator.policy.snapshot import NamespaceQuota
 from sj_operator.policy.tenancy import DEFAULT_CAP_SOURCE, NO_DEFAULTS, QuotaDefaults, effective_quotas, selects
 from tests.unit import test_admission as adm
+from tests.unit.reference_pass import admission_snapshot
 
 NOW = adm.NOW
 GI = adm.GI
@@ -253,7 +254,7 @@ def test_a_namespace_without_any_quota_gets_the_default_cap() -> None:
 
 def test_the_memo_applies_the_quotas_as_the_pure_functions() -> None:
     """The controller's path (`memo.PassMemo.admission`, its table kept while nothing changed) decides as
-    `decide.admission_snapshot` does, and a namespace's label change moves it under a cluster quota."""
+    `reference_pass.admission_snapshot` does, and a namespace's label change moves it under a cluster quota."""
     memo = PassMemo(DEFAULT_LIMITS)
     policy = PolicyConfig(threshold=1.0, starvation_after=adm.NO_THRESHOLD.starvation_after,
                           quota_defaults=QuotaDefaults(hard={"cpu": 6 * CPU}))
