@@ -5,10 +5,11 @@ puts on its pods) and the reads a launch makes go through `_send`: one request o
 aiohttp, the body encoded and the answer decoded only when it is read. The other calls go through `_call`,
 which runs the blocking client in one of `API_THREADS` worker threads (a third of a millisecond of CPU per
 request against more than one through the client: its models, its argument checks, urllib3 and a thread's
-round trip). Both retry what is worth retrying (connection errors, 429, 5xx) with exponential backoff
-(tenacity). What is not worth retrying is raised as a typed error the controller knows how to handle:
-`NotFound`, `Conflict` (optimistic-concurrency loss or already exists), `Invalid` (the API server refused
-the object), `Forbidden`, and `NameTaken` (a child's name is held by an object its SJ does not control).
+round trip). Both make their attempts through `_retried`, which retries what is worth retrying (connection
+errors, 429, 5xx) with exponential backoff (tenacity). What is not worth retrying is raised as a typed error
+the controller knows how to handle: `NotFound`, `Conflict` (optimistic-concurrency loss or already exists),
+`Invalid` (the API server refused the object), `Forbidden`, and `NameTaken` (a child's name is held by an
+object its SJ does not control).
 
 What an SJ owns is made, reused, patched and deleted only through the ``*_child`` calls, which act on an
 object of the child's name only when the SJ controls it (`names.controlled_by`): a delete carries the uid of
@@ -142,18 +143,19 @@ class Gone(KubeError):
 
 
 class _Answered(Exception):
-    """A `_send` answer worth asking again (`RETRIED_STATUSES`), typed once the retries have run out."""
+    """An answer worth asking again (`RETRIED_STATUSES`, or 0: none), typed once the retries have run out."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status, self.reason, self.message = status, reason, message
 
 
+_UNANSWERED = (aiohttp.ClientError, urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
+"""What a request raises when no answer came back (both clients' connection errors, a timeout): retried."""
+
+
 def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, ApiException):
-        return exc.status in (0, *RETRIED_STATUSES)
-    return isinstance(exc, (_Answered, aiohttp.ClientError, urllib3.exceptions.HTTPError, ConnectionError,
-                            TimeoutError))
+    return isinstance(exc, (_Answered, *_UNANSWERED))
 
 
 def _message(body: bytes) -> str:
@@ -174,13 +176,21 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _typed(exc: ApiException) -> KubeError:
+def _typed(exc: ApiException) -> Exception:
+    """The client's error as `_refused` makes it, with the API server's message from its body."""
     message = ""
     try:
         message = json.loads(exc.body or "{}").get("message", "")
     except (ValueError, AttributeError):
         message = str(exc.body or "")
-    return _error(exc.status, exc.reason or "", message)
+    return _refused(exc.status, exc.reason or "", message)
+
+
+def _refused(status: int, reason: str, message: str) -> Exception:
+    """An answer other than success: `_Answered` when it is worth asking again, else its typed error."""
+    if status in (0, *RETRIED_STATUSES):
+        return _Answered(status, reason, message)
+    return _error(status, reason, message)
 
 
 def _error(status: int, reason: str, message: str) -> KubeError:
@@ -305,28 +315,42 @@ class Kube:
             reraise=True,
         )
 
-    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def _retried(self, operation: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()`` until it succeeds: each attempt counted (`on_request`) and each failure reported
+        (`on_error`), what is worth it (`_transient`) retried while ``stop`` allows. What is not, and what
+        still fails when the retries run out, is raised as a typed `KubeError`."""
         try:
-            async for attempt in self._retrying():
-                with attempt:
-                    self.on_request(_operation(fn))
+            async for retrying in self._retrying():
+                with retrying:
+                    self.on_request(operation)
                     try:
-                        return await asyncio.get_running_loop().run_in_executor(
-                            self._background if _BACKGROUND.get() else self._threads,
-                            functools.partial(fn, *args, **kwargs))
-                    except ApiException as exc:
-                        self.on_error(_operation(fn), exc.status or 0)
+                        return await attempt()
+                    except (_Answered, KubeError) as exc:
+                        self.on_error(operation, exc.status or 0)
                         raise
-                    except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError):
-                        self.on_error(_operation(fn), 0)
+                    except _UNANSWERED:
+                        self.on_error(operation, 0)
                         raise
-        except ApiException as exc:
-            raise _typed(exc) from None
-        except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as exc:
+        except _Answered as exc:
+            raise _error(exc.status, exc.reason, exc.message) from None
+        except _UNANSWERED as exc:
             # Retried until retry_for ran out: a failure for good, typed like the others (status 0 as
             # the client uses for "no HTTP response").
             raise KubeError(0, type(exc).__name__, str(exc)) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``, a call of the blocking client, on a worker thread of the calling task's
+        lane (`in_background`), retried and typed by `_retried`."""
+
+        async def attempt() -> T:
+            try:
+                return await asyncio.get_running_loop().run_in_executor(
+                    self._background if _BACKGROUND.get() else self._threads, functools.partial(fn, *args, **kwargs))
+            except ApiException as exc:
+                raise _typed(exc) from None
+
+        return await self._retried(_operation(fn), attempt)
 
     # --- raw requests: the watch caches' lists and watches, and the writes made for every SJ -----------
     # The client's watch decodes every event into its models, and kopf's costs a worker's round per event;
@@ -366,33 +390,21 @@ class Kube:
     async def _send(self, method: str, path: str, operation: str, body: Mapping[str, Any] | None = None, *,
                     params: Mapping[str, str] | None = None, content_type: str = "application/json",
                     read: bool = False) -> Any:
-        """One request on the calling task's lane, retried as `_call`'s are and failing with the same typed
-        errors; the answer decoded when ``read`` (else None: it is read off the connection and dropped).
-        ``operation`` names it for the metrics as the client's method would."""
+        """One request on the calling task's lane, retried and typed by `_retried` as `_call`'s are; the answer
+        decoded when ``read`` (else None: it is read off the connection and dropped). ``operation`` names it
+        for the metrics as the client's method would."""
         data = None if body is None else json.dumps(body, default=_json_default)
-        try:
-            async for attempt in self._retrying():
-                with attempt:
-                    self.on_request(operation)
-                    headers = self._headers() if data is None else {**self._headers(), "Content-Type": content_type}
-                    try:
-                        async with self._sender().request(method, path, data=data, params=params, headers=headers,
-                                                          timeout=SEND_TIMEOUT) as response:
-                            answer = await response.read()
-                    except (aiohttp.ClientError, TimeoutError):
-                        self.on_error(operation, 0)
-                        raise
-                    if response.status < 300:
-                        return json.loads(answer) if read else None
-                    self.on_error(operation, response.status)
-                    if response.status in RETRIED_STATUSES:
-                        raise _Answered(response.status, response.reason or "", _message(answer))
-                    raise _error(response.status, response.reason or "", _message(answer))
-        except _Answered as exc:
-            raise _error(exc.status, exc.reason, exc.message) from None
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise KubeError(0, type(exc).__name__, str(exc)) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        async def attempt() -> Any:
+            headers = self._headers() if data is None else {**self._headers(), "Content-Type": content_type}
+            async with self._sender().request(method, path, data=data, params=params, headers=headers,
+                                              timeout=SEND_TIMEOUT) as response:
+                answer = await response.read()
+            if response.status < 300:
+                return json.loads(answer) if read else None
+            raise _refused(response.status, response.reason or "", _message(answer))
+
+        return await self._retried(operation, attempt)
 
     def _headers(self) -> dict[str, str]:
         """The client's credentials for a request now (a bearer token is read again as it rotates)."""
