@@ -1,8 +1,9 @@
 """``docs/benchmarks.md``, rendered from the results kept in ``benchmarks/results/``.
 
-Run: ``python -m benchmarks.harness.report [--output docs/benchmarks.md]`` (``make bench-report``); without
-``--output`` the page goes to stdout. ``tests/unit/test_bench_report.py`` fails when the committed page is not
-what this renders from the committed results.
+Run: ``python -m benchmarks.harness.report [--output docs/benchmarks.md]`` (``make bench-report``); with
+``--output`` the page's plots are written beside it (``benchmarks/*.svg``, drawn by ``plots``), without it the
+page goes to stdout. ``tests/unit/test_bench_report.py`` fails when the committed page or a committed plot is
+not what this renders from the committed results.
 
 What each benchmark measures, how and its command are written here (``CATALOG``); its goals and its figures come
 from the results themselves.
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import results
+from benchmarks.harness import plots, results
 
 PAGE = results.REPO / "docs" / "benchmarks.md"
 
@@ -34,8 +35,6 @@ class Benchmark:
     """What it measures and how (Markdown)."""
     shown: tuple[str, ...] = ()
     """The figures the table shows, in this order (all when empty); every figure is in the result's file."""
-    plot: str = ""
-    """A plot of the newest run, beside this page (made by the benchmark)."""
 
 
 LOOP_PASSES = ("steady-state pass (nothing changed)", "pass after one waiting SJ changed",
@@ -128,8 +127,8 @@ CATALOG: tuple[Benchmark, ...] = (
     Benchmark(
         "bench_scale", "Scale, side by side with the floor and with Kueue",
         "make bench-scale BENCH_ARGS='--sjs 2000 --nodes 200 --settle 30 --stream 60' "
-        "(python benchmarks/bench_scale.py --kueue --plot docs/bench-scale.png --save ...)",
-        "the local cluster (started when none runs), matplotlib (the `bench` extra); 25 minutes at 2,000 units",
+        "(python benchmarks/bench_scale.py --kueue --save ...)",
+        "the local cluster (started when none runs); 25 minutes at 2,000 units",
         "One seeded workload (most units one pod, a tenth gangs of 2 to 16, 100m CPU each) on kwok nodes made "
         "for the run, sent through the same cluster in turn: as plain low-priority Jobs created directly by 8 "
         "client threads (the floor: the operator can never be faster; timed again after the operator's run, "
@@ -145,7 +144,6 @@ CATALOG: tuple[Benchmark, ...] = (
         shown=("operator_to_floor", "operator_per_second", "floor_mean_per_second", "latency_p50", "latency_p99",
                "operator_cpu_seconds", "writes_per_sj", "operator_peak_rss_mib", "operator_interruptions",
                "work_lost_to_plain", "kueue_per_second"),
-        plot="bench-scale.png",
     ),
 )
 
@@ -254,8 +252,9 @@ def section(bench: Benchmark, runs: Sequence[Mapping[str, Any]]) -> list[str]:
         out += ["", "The table shows the main figures; every figure of a run is in its file."]
     if notes:
         out += ["", *notes]
-    if bench.plot:
-        out += ["", f"![{bench.title}, the newest run]({bench.plot})"]
+    plot = plots.PLOTS.get(bench.name)
+    if plot is not None and plots.drawn(plot, runs):
+        out += ["", f"![{bench.title}]({plots.DIRECTORY.name}/{plot.file})", "", plot.caption]
     return [*out, ""]
 
 
@@ -297,9 +296,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=results.RESULTS, help="the results' directory")
     parser.add_argument("--output", type=Path, help="write the page here (default: stdout)")
     args = parser.parse_args(argv)
-    page = render(results.load(args.results))
+    kept = results.load(args.results)
+    page = render(kept)
     if args.output:
         args.output.write_text(page)
+        plots.write(kept, args.output.parent / plots.DIRECTORY.name)
     else:
         print(page, end="")
     return 0

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import importlib
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks.harness import report, results
+from benchmarks.harness import plots, report, results
 
 
 def run(date: str, commit: str | None, quiet_ms: float, **more: Any) -> dict[str, Any]:
@@ -84,11 +85,64 @@ def test_every_benchmark_script_is_in_the_catalog() -> None:
     assert scripts == {b.name for b in report.CATALOG}
 
 
-def test_the_page_is_what_the_kept_results_render(tmp_path: Path) -> None:
-    """docs/benchmarks.md is generated: after a result is kept (or the catalog edited), `make bench-report`."""
+def test_the_page_and_its_plots_are_what_the_kept_results_render(tmp_path: Path) -> None:
+    """docs/benchmarks.md and docs/benchmarks/*.svg are generated: after a result is kept (or the catalog or a
+    plot edited), `make bench-report`. The plots are compared byte for byte, which holds for the matplotlib
+    release they were drawn with: the one the docs extra pins."""
+    try:
+        import matplotlib
+    except ImportError:
+        pytest.fail("matplotlib draws the benchmarks' plots: pip install -e '.[docs]'")
+    assert matplotlib.__version__ == plots.MATPLOTLIB, "the plots are drawn with the docs extra's matplotlib"
     assert report.PAGE.read_text() == report.render(results.load()), "run `make bench-report`"
     assert report.main(["--output", str(tmp_path / "page.md")]) == 0
     assert (tmp_path / "page.md").read_text() == report.PAGE.read_text()
+    fresh = {path.name: path.read_text() for path in (tmp_path / "benchmarks").glob("*.svg")}
+    committed = {path.name: path.read_text() for path in plots.DIRECTORY.glob("*.svg")}
+    assert set(fresh) == {"bench_loop.svg", "bench_scale.svg"}
+    assert committed == fresh, "run `make bench-report`"
+
+
+def test_the_extras_pin_the_matplotlib_the_plots_are_drawn_with() -> None:
+    extras = tomllib.loads((results.REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra in ("docs", "bench"):
+        assert f"matplotlib=={plots.MATPLOTLIB}" in extras[extra], extra
+
+
+def scale_run(date: str, sjs: int, operator_rate: float) -> dict[str, Any]:
+    figures = [results.figure("operator_per_second", operator_rate, "/s"),
+               results.figure("floor_mean_per_second", 2 * operator_rate, "/s"),
+               results.figure("operator_to_floor", 0.5, "", {"min": 0.5})]
+    return {**run(date, "d" * 40, 1.0), "benchmark": "bench_scale", "parameters": {"sjs": sjs},
+            "figures": figures}
+
+
+def test_the_scale_plot_shows_the_newest_run_of_each_size_smallest_first() -> None:
+    runs = [scale_run("2026-11-28T10:00:00Z", 2_000, 60.0), scale_run("2026-11-27T10:00:00Z", 10_000, 50.0),
+            scale_run("2026-11-29T10:00:00Z", 2_000, 70.0)]
+    drawn = plots.newest_per_size(plots.drawn(plots.PLOTS["bench_scale"], runs))
+    assert [(r["parameters"]["sjs"], plots.value(r, "operator_per_second")) for r in drawn] == [
+        (2_000, 70.0), (10_000, 50.0)]
+    assert plots.goal(drawn, "operator_to_floor", "min") == 0.5
+    assert plots.value(drawn[0], "kueue_per_second") is None
+
+
+def test_the_loop_plot_draws_the_timed_runs_over_the_newest_runs_size() -> None:
+    small = run("2026-11-25T07:15:00Z", "a" * 40, 10.0, parameters={"waiting": 100})
+    memory = {**run("2026-11-28T07:15:00Z", "a" * 40, 1.0), "figures": [results.figure("bytes per SJ", 900.0)]}
+    kept = [run("2026-11-27T16:06:00Z", "b" * 40, 108.4), small, memory, run("2026-11-26T07:15:00Z", "c" * 40, 98.0)]
+    drawn = plots.same_size(plots.drawn(plots.PLOTS["bench_loop"], kept))
+    assert [r["commit"][0] for r in drawn] == ["c", "b"]  # oldest first; not the memory run nor the smaller one
+    assert plots.pass_kinds(drawn[-1]) == ["steady-state pass (nothing changed)", "pass after one waiting SJ changed"]
+    assert plots.run_label(drawn[-1]) == "2026-11-27 16:06\nbbbbbbb"
+
+
+def test_a_section_shows_its_plot_only_when_a_run_makes_one() -> None:
+    assert "](benchmarks/" not in report.render([])
+    page = report.render([run("2026-11-27T16:06:00Z", "b" * 40, 108.4)])
+    loop = page.split("(`bench_loop`)\n", 1)[1].split("\n## ", 1)[0]
+    assert "![One pass of the decision loop](benchmarks/bench_loop.svg)" in loop
+    assert "](benchmarks/bench_scale.svg)" not in page
 
 
 def test_the_scale_benchmark_judges_its_goals_on_its_ratios(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,7 @@ from sj_operator.api import parse_spec
 from sj_operator.api.bounds import MAX_TERMINATION_GRACE_SECONDS
 from sj_operator.api.fields import DURATION_PATTERN, QUANTITY_PATTERN
 from sj_operator.api.quota import MAX_WEIGHT
+from sj_operator.chartdoc import comments, described, rows
 from sj_operator.settings import MIN_KUBERNETES_VERSION
 from tests.unit.chart import CHART, KUBE_VERSION, REPO, helm, of_kind, render
 from tests.unit.scripts import load_script
@@ -79,7 +80,7 @@ def test_the_schemas_bounds_are_the_codes() -> None:
     assert properties["maxTerminationGrace"]["maximum"] == MAX_TERMINATION_GRACE_SECONDS
     assert properties["defaultNamespaceWeight"]["maximum"] == MAX_WEIGHT
     for name in ("startTimeout", "thrashBackoff", "maxThrashBackoff", "maxProtection", "minDuration"):
-        assert properties[name] == {"$ref": "#/definitions/duration"}, name
+        assert properties[name]["$ref"] == "#/definitions/duration", name
 
 
 def _lint(*args: str) -> subprocess.CompletedProcess[str]:
@@ -121,28 +122,43 @@ def _keys(values: dict[str, Any], prefix: str = "") -> set[str]:
     return keys
 
 
-def test_the_readme_generator_reads_every_key_of_values_yaml(readme: ModuleType) -> None:
+def test_the_readme_generator_reads_every_key_of_values_yaml() -> None:
     """Every key down to the documented ones, each at its place (keys inside a flow mapping are its value's)."""
-    found = set(readme.comments((CHART / "values.yaml").read_text()))
-    documented = {path for path, _ in readme.rows(SCHEMA)}
+    found = set(comments((CHART / "values.yaml").read_text()))
+    documented = {path for path, _ in rows(SCHEMA)}
     groups = {path.rpartition(".")[0] for path in documented} - {""}
     assert documented | groups <= found <= _keys(VALUES)
 
 
-def test_every_documented_value_has_its_comment(readme: ModuleType) -> None:
-    described = readme.comments((CHART / "values.yaml").read_text())
-    rows = [path for path, _ in readme.rows(SCHEMA)]
-    assert len(rows) > 20
-    assert [path for path in rows if not described[path]] == []
+def test_every_documented_value_has_its_comment_and_the_schema_its_description() -> None:
+    described_here = comments((CHART / "values.yaml").read_text())
+    documented = list(rows(SCHEMA))
+    assert len(documented) > 20
+    assert [path for path, _ in documented if not described_here[path]] == []
+    assert [path for path, node in documented if node.get("description") != described_here[path]] == []
 
 
-def test_the_comment_parser_keeps_blocks_to_their_key(readme: ModuleType) -> None:
+def test_the_comment_parser_keeps_blocks_to_their_key() -> None:
     text = "# header\n\n# a's\na: 1\nb:\n  # b.c's\n  # two lines\n  c: {x: 1}\n  d: []\n#  - commented: out\n"
-    assert readme.comments(text) == {"a": "a's", "b": "", "b.c": "b.c's two lines", "b.d": ""}
+    assert comments(text) == {"a": "a's", "b": "", "b.c": "b.c's two lines", "b.d": ""}
 
 
-def test_the_chart_readme_is_made_from_the_chart(readme: ModuleType) -> None:
+def test_descriptions_come_first_follow_the_comments_and_go_with_them() -> None:
+    schema = {"definitions": {"d": {"type": "string"}}, "properties": {
+        "a": {"$ref": "#/definitions/d", "description": "old"},
+        "g": {"type": "object", "additionalProperties": False, "properties": {"x": {"type": "integer"}}},
+        "m": {"type": "object", "properties": {"y": {"type": "string"}}, "description": "gone"}}}
+    text = "# a's\na: s\n# the group\ng:\n  # x's\n  x: 1\nm: {}\n"
+    properties = described(schema, text)["properties"]
+    assert list(properties["a"].items()) == [("description", "a's"), ("$ref", "#/definitions/d")]
+    assert properties["g"]["description"] == "the group"
+    assert properties["g"]["properties"]["x"]["description"] == "x's"
+    assert "description" not in properties["m"] and "description" not in properties["m"]["properties"]["y"]
+
+
+def test_the_chart_readme_and_the_schemas_descriptions_are_made_from_the_chart(readme: ModuleType) -> None:
     """Drift: run hack/chart-readme after changing values.yaml, values.schema.json or Chart.yaml."""
+    assert (CHART / "values.schema.json").read_text() == readme.schema()
     assert (CHART / "README.md").read_text() == readme.render()
 
 
