@@ -25,7 +25,7 @@ Outcomes are read from what Kubernetes reports, never guessed:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -40,7 +40,7 @@ from sj_operator.api.status import InterruptionReason
 from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, PodView
 from sj_operator.policy.conditions import WaitReason, admitted_condition, set_admitted, set_conditions
-from sj_operator.policy.outcomes import Action, DeleteRun, Event, Run, SetProtection, Step
+from sj_operator.policy.outcomes import Action, DeleteRun, Event, Run, SetProtection, Step, StepKind
 from sj_operator.policy.priority import (
     current_period_start,
     is_protected,
@@ -75,6 +75,7 @@ __all__ = [
     "Run",
     "SetProtection",
     "Step",
+    "StepKind",
     "capped_doubling",
     "launch_refused",
     "launched",
@@ -146,8 +147,8 @@ class _Builder:
     def admitted(self, admitted: bool, reason: str, message: str) -> None:
         self.update(conditions=set_admitted(self.status.conditions, admitted, reason, message, self.now))
 
-    def done(self, waiting: bool = False) -> Step:
-        return Step(self.status, tuple(self.actions), tuple(self.events), waiting)
+    def done(self, waiting: bool = False, kind: StepKind | None = None) -> Step:
+        return Step(self.status, tuple(self.actions), tuple(self.events), waiting, kind)
 
 
 def launched(status: ScavengerJobStatus, now: datetime, *, job_name: str, priority_class_name: str,
@@ -357,7 +358,7 @@ def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str, cfg: L
         return _record(b, spec, run, job, cfg, exempt, draining)
     if st.phase is None:
         b.transition(Phase.PENDING, "Queued", "waiting for idle capacity")
-        return b.done(waiting=True)
+        return b.done(waiting=True, kind="queues")
     eligible = st.not_before is None or st.not_before <= b.now
     return b.done(waiting=eligible)
 
@@ -376,12 +377,14 @@ def _record(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: Li
     spec = spec.launched_config(job.config_index)
     result = _active(b, spec, run, cfg, exempt, draining)
     if result.status.phase is not Phase.STARTING or result.events:
-        return result
+        # Running at once is a plain record; a run that already ended, failed or was cancelled is not.
+        plain = result.status.phase is Phase.RUNNING and not result.actions
+        return replace(result, kind="records-run") if plain else result
     if job.created is not None and b.now - job.created < record_grace(cfg):
         return Step(st)
     running = sum(1 for p in run.pods if p.all_running and not p.deleting)
     b.transition(Phase.STARTING, "Starting", f"{message}; {running} of {spec.parallelism} pod(s) running")
-    return b.done()
+    return b.done(kind="records-run")
 
 
 def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig, exempt: bool,
@@ -662,7 +665,7 @@ def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig,
         else:
             b.event("Normal", "Unprotected", f"checkpoint period of {format_duration(spec.duration)} "
                     f"ended: run {st.job_name} is no longer protected")
-    return b.done()
+    return b.done(kind="steers" if b.status is not st else None)
 
 
 def _cancel(b: _Builder, run: Run, reason: str) -> None:

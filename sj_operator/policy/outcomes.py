@@ -83,6 +83,16 @@ class SetProtection:
 Action = DeleteRun | SetProtection
 
 
+StepKind = Literal["queues", "records-run", "steers"]
+"""What a step is, when it is one of the kinds whose writes the decision loop carries out apart (`Step.kind`):
+
+- ``queues``: a new SJ joins the queue (phase Pending, its ``Queued`` Event), and nothing else;
+- ``records-run``: a waiting SJ's new run is written into its status (Starting or Running, with its Event),
+  and nothing else: no interruption, no end, no action;
+- ``steers``: a running SJ stays running and only its running level or its protection changes (victim
+  steering's bookkeeping: the label toggle, its Event)."""
+
+
 @dataclass(frozen=True)
 class Step:
     status: ScavengerJobStatus
@@ -90,3 +100,6 @@ class Step:
     events: tuple[Event, ...] = ()
     waiting: bool = False
     """The SJ waits for admission (and its backoff, if any, has passed)."""
+    kind: StepKind | None = None
+    """What the state machine decided, in the cases the decision loop writes apart; None for any other step
+    (and for a step that changes nothing)."""

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sj_operator.config import OperatorConfig
-from sj_operator.controller import BUDGET_REFRESH, Controller
+from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView
 from sj_operator.kube import Conflict, Forbidden, Invalid, KubeError, NameTaken
 from sj_operator.names import controlled_by, controller_uid, owner_reference
@@ -19,6 +19,7 @@ from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view
 from sj_operator.pacing import EVENT_DEFERRAL, EVENT_QUIET
 from sj_operator.policy.outcomes import Event
 from sj_operator.policy.tenancy import resource_quota_view
+from sj_operator.write.writer import BUDGET_REFRESH
 from tests.unit.helpers import settled_pass
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -868,7 +869,7 @@ def test_a_new_runs_record_waits_for_launches_at_most_event_deferral_after_its_j
 def test_launches_not_begun_are_dropped_when_another_replica_leads(monkeypatch):
     """One launch worker: "a" is being made when leadership is lost; "b", still queued, is forgotten (the
     leader decides it), "a" is finished."""
-    monkeypatch.setattr("sj_operator.controller.LAUNCH_WORKERS", 1)
+    monkeypatch.setattr("sj_operator.write.launcher.LAUNCH_WORKERS", 1)
     kube = Gated("job")
     controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
 
@@ -917,7 +918,7 @@ def test_a_pass_does_not_wait_for_steerings_writes_and_leaves_the_sj_alone_until
 def test_steering_takes_protection_changes_first_and_the_rest_on_later_passes(monkeypatch):
     """With room for one SJ at a time: "fresh" (protection to drop) goes first; "young" (level 1 to 2, still
     protected: the level alone) waits for the next pass."""
-    monkeypatch.setattr("sj_operator.controller.STEERING_IN_FLIGHT", 1)
+    monkeypatch.setattr("sj_operator.write.steering.STEERING_IN_FLIGHT", 1)
     kube = FakeKube()
     controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
     v = _steering_view(("young", 7), ("fresh", 1))
@@ -945,7 +946,7 @@ def test_steering_takes_protection_changes_first_and_the_rest_on_later_passes(mo
 
 def test_events_past_the_backlog_are_dropped_and_counted(monkeypatch):
     """Two SJs launched while the API server is slow to record Events, with room for one SJ's Events."""
-    monkeypatch.setattr("sj_operator.controller.EVENT_BACKLOG", 1)
+    monkeypatch.setattr("sj_operator.write.events.EVENT_BACKLOG", 1)
     kube = Gated("event")
     controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
 
@@ -973,7 +974,7 @@ def test_events_wait_while_runs_are_launched_and_go_once_launches_pause():
             await asyncio.sleep(0)
         during = list(kube.events)
         t[0] += 1.5
-        controller._record(sj(name="b"), [Event("Normal", "Note", "after the launches")])
+        controller.recorder.record(sj(name="b"), [Event("Normal", "Note", "after the launches")])
         for _ in range(5):
             await asyncio.sleep(0)
         return during, list(kube.events)
@@ -1000,7 +1001,7 @@ def test_settle_records_the_events_waiting_for_launches_at_once():
 def test_a_waiting_steering_event_is_replaced_by_the_sjs_next_toggle():
     """While the recorder is behind, an SJ's protection toggles replace each other in the backlog (the message
     says how many); any other Event of the SJ stays in its place, and a toggle after it comes after it."""
-    from sj_operator.controller import EVENT_WORKERS
+    from sj_operator.write.events import EVENT_WORKERS
     kube = Gated("event")
     controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
     a = sj(name="a")
@@ -1010,14 +1011,14 @@ def test_a_waiting_steering_event_is_replaced_by_the_sjs_next_toggle():
 
     async def record() -> None:
         for i in range(EVENT_WORKERS):  # the workers each take one and wait on the API server
-            controller._record(sj(name=f"busy{i}"), ev("Launched", "run launched"))
+            controller.recorder.record(sj(name=f"busy{i}"), ev("Launched", "run launched"))
         for _ in range(3):
             await asyncio.sleep(0)
-        controller._record(a, ev("Protected", "level 1"))
-        controller._record(a, ev("Unprotected", "period ended"))
-        controller._record(a, ev("Protected", "level 2"))
-        controller._record(a, ev("Interrupted", "preempted"))
-        controller._record(a, ev("Unprotected", "least unsaved work"))
+        controller.recorder.record(a, ev("Protected", "level 1"))
+        controller.recorder.record(a, ev("Unprotected", "period ended"))
+        controller.recorder.record(a, ev("Protected", "level 2"))
+        controller.recorder.record(a, ev("Interrupted", "preempted"))
+        controller.recorder.record(a, ev("Unprotected", "least unsaved work"))
         kube.gate.set()
         await controller.settle()
 
@@ -1027,7 +1028,7 @@ def test_a_waiting_steering_event_is_replaced_by_the_sjs_next_toggle():
         ("Interrupted", "preempted"),
         ("Unprotected", "least unsaved work"),
     ]
-    assert controller.metrics.events_replaced._value.get() == 2 and controller._steering_unrecorded == {}
+    assert controller.metrics.events_replaced._value.get() == 2 and controller.recorder.steering_unrecorded == {}
 
 
 def test_an_sjs_events_are_stamped_when_they_happened_not_when_they_are_recorded():
@@ -1127,6 +1128,7 @@ def test_a_pass_over_many_sjs_gives_the_loops_other_tasks_turns_before_its_first
 
 def test_the_writes_of_a_pass_go_out_at_most_api_concurrency_at_once_with_their_results_in_order():
     from sj_operator.controller import API_CONCURRENCY
+    from sj_operator.write.pool import concurrently
 
     controller = Controller(FakeKube(), OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
     in_flight, most = [0], [0]
@@ -1138,16 +1140,16 @@ def test_the_writes_of_a_pass_go_out_at_most_api_concurrency_at_once_with_their_
         in_flight[0] -= 1
         return i
 
-    results = asyncio.run(controller._concurrently(step(i) for i in range(100)))
+    results = asyncio.run(concurrently((step(i) for i in range(100)), API_CONCURRENCY, controller.hold_budget))
     assert results == list(range(100))
     assert most[0] == API_CONCURRENCY
-    assert asyncio.run(controller._concurrently(())) == []
+    assert asyncio.run(concurrently((), API_CONCURRENCY, controller.hold_budget)) == []
 
 
 def test_a_dry_run_accepted_stands_for_runs_of_the_same_shape_for_a_while_and_a_refusal_never_does(kube):
     """In a burst, one dry run per pod shape and namespace, not one per SJ."""
-    from sj_operator.controller import DRY_RUN_TTL
     from sj_operator.kube import Forbidden
+    from sj_operator.write.gate import DRY_RUN_TTL
 
     clock = [0.0]
     controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: clock[0])  # type: ignore[arg-type]
@@ -1190,7 +1192,8 @@ def test_a_starting_runs_room_in_flight_follows_its_scheduled_pods_and_is_the_sa
         observation = controller.memo.observe(v, handles=None, fresh=lambda s: (s.resource_version, s.status))
         decided = controller.memo.decide(observation.sjs, NOW, controller.lifecycle_config, on_error=None,
                                          draining=frozenset())
-        return controller._in_flight(decided).get(("ns", "work-r1"))
+        runs = controller.ledger.in_flight(decided, lambda s, exc: controller.quarantine.fault(s, "admission", exc))
+        return runs.get(("ns", "work-r1"))
 
     first, again = in_flight(0), in_flight(0)
     assert first is not None and (first.key, first.pods, first.scheduled_pods) == ("ns/work", 3, 0)

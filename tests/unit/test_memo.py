@@ -59,6 +59,6 @@ def test_a_pass_does_not_carry_out_decisions_that_change_nothing() -> None:
     controller = Controller(kube, OperatorConfig(threshold=0.0), clock=lambda: NOW)  # type: ignore[arg-type]
     asyncio.run(settled_pass(controller, view(sj())))  # queued: a status and an Event
     settled = sj(status=stored_status(kube), rv=str(kube.rv))
-    with mock.patch.object(controller, "_apply", wraps=controller._apply) as apply:
+    with mock.patch.object(controller.writer, "apply", wraps=controller.writer.apply) as apply:
         asyncio.run(settled_pass(controller, view(settled)))
     assert apply.call_count == 0

@@ -9,7 +9,8 @@ import pytest
 
 from sj_operator.api import Condition, ScavengerJobStatus
 from sj_operator.config import OperatorConfig
-from sj_operator.controller import WHY_REFRESH, Controller
+from sj_operator.controller import Controller
+from sj_operator.explain import WHY_REFRESH
 from sj_operator.observed import ClusterQuotaView, NamespaceView, QuotaView, selector_view
 from sj_operator.policy.admission import PolicyConfig, Waiting, decide, decide_pass
 from sj_operator.policy.conditions import WAIT_REASONS, admitted_condition, set_admitted, wait_changed

@@ -1,0 +1,168 @@
+"""The in-flight ledger: what this process wrote or launched that the watch does not show yet.
+
+A pass decides on the watch cache, which lags behind this process's own writes. The ledger holds them until
+the watch catches up (read-your-writes): the statuses written (a later pass builds on them, not on the
+stale copy), the runs launched (their Jobs stand in the view, their pods' room is spoken for) and the
+launches queued or under way. It is also where the launcher says when it last made a run, which the Event
+recorder and the record hold-back read (in a burst the API server serves the launches first).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec
+from sj_operator.decide import ClusterView, Decided, in_flight
+from sj_operator.observed import JobView, SJObject
+from sj_operator.policy.snapshot import InFlightRun
+
+__all__ = ["LAUNCHED_TTL", "WRITTEN_TTL", "Launched", "Launching", "Ledger", "Written"]
+
+WRITTEN_TTL = 30.0
+"""Seconds a status this process wrote is preferred over a watch that has not shown it yet."""
+LAUNCHED_TTL = 60.0
+"""Seconds a launch is counted as in flight (and its Job stands in the view) before the watch shows its run
+Starting."""
+
+RunKey = tuple[str, str]
+"""A run by its namespace and Job name."""
+
+
+@dataclass(frozen=True)
+class Written:
+    """A status this process wrote, used until the watch shows it (read-your-writes)."""
+    resource_version: str
+    status: Mapping[str, Any]
+    at: float
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A run this process made, until the watch shows it Starting."""
+    run: InFlightRun
+    """As launched: no pod scheduled yet."""
+    at: float
+    job: JobView
+    """The Job as made, standing in for it until the watch shows it."""
+
+
+@dataclass(frozen=True)
+class Launching:
+    """An admitted SJ whose launch is queued or under way: its key (for the gauges) and its run as it will be
+    launched (its room is spoken for until the launch is done)."""
+    key: str
+    run_key: RunKey
+    run: InFlightRun
+
+
+@dataclass(frozen=True)
+class _Starting:
+    """The last pass's entry for an SJ's Starting run in flight, with the spec and the scheduled pods it was
+    made for: reused while they are the same (in a burst, a pass has hundreds of them)."""
+    spec: ScavengerJobSpec
+    scheduled: int
+    run: InFlightRun
+
+
+@dataclass
+class Ledger:
+    monotonic: Callable[[], float]
+    written: dict[str, Written] = field(default_factory=dict)
+    """By SJ uid."""
+    launched: dict[RunKey, Launched] = field(default_factory=dict)
+    launching: dict[str, Launching] = field(default_factory=dict)
+    """By SJ uid: no pass decides them until their launch is done."""
+    last_launch: float | None = None
+    """When (monotonic) this process last made a run: Events and new runs' records wait while runs are being
+    launched."""
+    _starting: dict[str, _Starting] = field(default_factory=dict)
+
+    # --- statuses ---------------------------------------------------------------------
+    def fresh(self, sj: SJObject) -> tuple[str, Mapping[str, Any]]:
+        """The SJ's resourceVersion and raw status, preferring what this process just wrote."""
+        mine = self.written.get(sj.uid)
+        if mine is not None:
+            if sj.resource_version == mine.resource_version or self.monotonic() - mine.at > WRITTEN_TTL:
+                del self.written[sj.uid]
+            else:
+                return mine.resource_version, mine.status
+        return sj.resource_version, sj.status
+
+    def wrote(self, uid: str, stored: Mapping[str, Any]) -> None:
+        """The SJ's status was written; ``stored`` is the API server's answer."""
+        self.written[uid] = Written(stored["metadata"]["resourceVersion"], dict(stored.get("status") or {}),
+                                    self.monotonic())
+
+    def stale(self, uid: str) -> None:
+        """A write of the SJ's status conflicted: what this process wrote last is not the SJ's any more."""
+        self.written.pop(uid, None)
+
+    # --- launches ---------------------------------------------------------------------
+    def begin_launch(self, uid: str, launching: Launching) -> None:
+        self.launching[uid] = launching
+
+    def end_launch(self, uid: str) -> None:
+        self.launching.pop(uid, None)
+
+    def made(self, key: RunKey, run: InFlightRun, job: JobView) -> None:
+        """This process made a run: it stands in the view, its room spoken for, until the watch shows it."""
+        self.last_launch = now = self.monotonic()
+        self.launched[key] = Launched(run, now, job)
+
+    def deleted(self, key: RunKey) -> None:
+        self.launched.pop(key, None)
+
+    def launches_busy_since(self) -> float | None:
+        """Now while a launch is under way, else when the last run was made (None: never)."""
+        return self.monotonic() if self.launching else self.last_launch
+
+    # --- the view ---------------------------------------------------------------------
+    def with_launched(self, view: ClusterView) -> ClusterView:
+        """The view with the Jobs this process made that the watch does not show yet (a launch writes no
+        status, so its Job is what says the SJ has a run)."""
+        now = self.monotonic()
+        unseen = {key: entry.job for key, entry in self.launched.items()
+                  if key not in view.jobs and now - entry.at <= LAUNCHED_TTL}
+        return replace(view, jobs={**view.jobs, **unseen}) if unseen else view
+
+    def in_flight(self, decided: list[Decided],
+                  on_fault: Callable[[SJObject, Exception], None]) -> dict[RunKey, InFlightRun]:
+        """Runs that are Starting and not fully scheduled: their pods' room is spoken for. A run's entry is
+        the last pass's while its spec and scheduled pods are."""
+        runs: dict[RunKey, InFlightRun] = {}
+        made, kept = self._starting, {}
+        starting = Phase.STARTING
+        for d in decided:
+            st = d.step.status
+            if st.phase is not starting or not st.job_name or isinstance((o := d.observed).spec, InvalidSpec):
+                continue
+            scheduled = sum(1 for p in o.run.pods if p.node)
+            if scheduled < o.spec.parallelism:
+                last = made.get(o.sj.uid)
+                try:
+                    run = (last.run if last is not None and last.spec is o.spec and last.scheduled == scheduled
+                           else in_flight(o.sj, o.spec, scheduled))
+                except Exception as exc:
+                    on_fault(o.sj, exc)
+                    continue
+                kept[o.sj.uid] = _Starting(o.spec, scheduled, run)
+                runs[(o.sj.namespace, st.job_name)] = run
+        self._starting = kept
+        return runs
+
+    def add_launched(self, view: ClusterView, runs: dict[RunKey, InFlightRun]) -> None:
+        """Adds to ``runs`` those this process launched that the cache does not show as Starting yet, and those
+        being launched; forgets the launches past `LAUNCHED_TTL`."""
+        for launching in self.launching.values():
+            runs.setdefault(launching.run_key, launching.run)
+        now = self.monotonic()
+        for key, entry in list(self.launched.items()):
+            if now - entry.at > LAUNCHED_TTL:
+                del self.launched[key]
+                continue
+            if key not in runs:
+                scheduled = sum(1 for p in view.run_pods.get(key, ()) if p.node)
+                if scheduled < entry.run.pods:
+                    runs[key] = (entry.run if scheduled == entry.run.scheduled_pods
+                                 else replace(entry.run, scheduled_pods=scheduled))

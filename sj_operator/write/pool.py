@@ -1,0 +1,98 @@
+"""The one worker pool the write side runs its API calls in.
+
+A pool holds a queue of items and up to ``size`` worker tasks that take them in order, one after another.
+Workers start when items are queued and end when none is left: no task per item (thousands of tasks started
+in one turn of the loop would hold it), and no task at all while there is nothing to do. The status writes
+of a pass, the launches, the steering writes, the Events and the faults' conditions each have one.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Generic, TypeVar
+
+from sj_operator.pacing import Pacer
+
+__all__ = ["Pool", "concurrently", "idle"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Pool(Generic[T]):
+    """Items handled by ``handle`` in the order queued, by at most ``size`` workers at once.
+
+    ``ready``: awaited by a worker before it takes the next item (the Events wait for launches to pause);
+    False when the worker should stop. ``drained``: called by each worker that finds the queue empty (the
+    loop is woken to decide again). ``pace``: seconds of the loop's time each worker may hold before it gives
+    the other tasks a turn (for work that may not wait for the API at all)."""
+
+    def __init__(self, name: str, size: int, handle: Callable[[T], Awaitable[None]], *,
+                 ready: Callable[[], Awaitable[bool]] | None = None, drained: Callable[[], None] | None = None,
+                 pace: float | None = None) -> None:
+        self.name, self.size, self._handle = name, size, handle
+        self._ready, self._drained, self._pace = ready, drained, pace
+        self.queue: deque[T] = deque()
+        self._workers: list[asyncio.Task[None]] = []
+
+    def submit(self, items: Iterable[T]) -> None:
+        """Queues ``items`` and starts the workers they need, up to ``size``."""
+        self.queue.extend(items)
+        self._workers = [t for t in self._workers if not t.done()]
+        for _ in range(min(self.size - len(self._workers), len(self.queue))):
+            self._workers.append(asyncio.create_task(self._work(), name=self.name))
+
+    def drop(self) -> list[T]:
+        """Forgets the items no worker has taken yet, and returns them."""
+        dropped = list(self.queue)
+        self.queue.clear()
+        return dropped
+
+    @property
+    def tasks(self) -> tuple[asyncio.Task[None], ...]:
+        return tuple(self._workers)
+
+    async def idle(self) -> None:
+        """Waits until every worker is done."""
+        await idle(lambda: self._workers)
+
+    async def _work(self) -> None:
+        pacer = Pacer(self._pace) if self._pace is not None else None
+        queue = self.queue
+        while queue:
+            if self._ready is not None and not await self._ready():
+                return
+            if not queue:
+                return
+            await self._handle(queue.popleft())
+            if pacer is not None:
+                await pacer.breathe()
+        if self._drained is not None:
+            self._drained()
+
+
+async def concurrently(steps: Iterable[Awaitable[R]], size: int, hold_budget: float) -> list[R]:
+    """Runs API-bound steps in a pool of at most ``size`` workers; their results in order. Steps that did not
+    wait for the API (nothing to patch) give the loop a turn: the workers may all resume in one turn of the
+    loop, so each has its share of ``hold_budget``."""
+    pending = list(steps)
+    results: list[R | None] = [None] * len(pending)
+    if not pending:
+        return []
+    workers = min(size, len(pending))
+
+    async def run(item: tuple[int, Awaitable[R]]) -> None:
+        results[item[0]] = await item[1]
+
+    pool: Pool[tuple[int, Awaitable[R]]] = Pool("writes", workers, run, pace=hold_budget / workers)
+    pool.submit(enumerate(pending))
+    await asyncio.gather(*pool.tasks)  # a step's exception is the caller's
+    return results  # type: ignore[return-value]  # every step has run
+
+
+async def idle(tasks: Callable[[], Iterable[asyncio.Task[None]]]) -> None:
+    """Waits until every task of ``tasks()`` is done, asked again after each wait (workers started meanwhile
+    are waited for too)."""
+    while pending := [t for t in tasks() if not t.done()]:
+        await asyncio.wait(pending)

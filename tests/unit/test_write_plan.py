@@ -1,0 +1,76 @@
+"""The write plan: which lane each decision of a pass takes, read from what the state machine says it is."""
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from sj_operator.api import Phase, ScavengerJobStatus, parse_spec
+from sj_operator.decide import Decided, Observed
+from sj_operator.observed import SJObject, job_view
+from sj_operator.pacing import EVENT_DEFERRAL, EVENT_QUIET
+from sj_operator.policy.lifecycle import Event, Run, SetProtection, Step, StepKind
+from sj_operator.write.plan import Launches, WritePlan, joined, plan_writes
+
+NOW = datetime(2024, 1, 1, tzinfo=UTC)
+CLOCK = 1000.0
+QUIET = Launches(busy_since=None, clock=CLOCK)
+LAUNCHING = Launches(busy_since=CLOCK, clock=CLOCK)
+BEFORE = ScavengerJobStatus(phase=Phase.PENDING)
+AFTER = ScavengerJobStatus(phase=Phase.STARTING, attempt=1, job_name="work-r1")
+
+
+def decided(kind: StepKind | None = None, *, changes: bool = True, made_ago: float = 0.0) -> Decided:
+    sj = SJObject(namespace="ns", name="work", uid="u-work", generation=1, resource_version="7", created=NOW,
+                  deleting=False, spec={"image": "busybox"}, status={})
+    job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j",
+                                 "creationTimestamp": (NOW - timedelta(seconds=made_ago)).isoformat()}})
+    observed = Observed(sj, "7", {}, BEFORE, parse_spec({"image": "busybox"}), Run(job=job))
+    actions = (SetProtection("work-r1", True),) if kind == "steers" else ()
+    events = (Event("Normal", "Note", "something"),) if changes else ()
+    return Decided(observed, Step(AFTER if changes else BEFORE, actions, events, kind=kind))
+
+
+def lane(plan: WritePlan, d: Decided) -> str:
+    lanes = [name for name in ("first", "rest", "steering", "held") if d in getattr(plan, name)]
+    assert len(lanes) <= 1, lanes
+    return lanes[0] if lanes else "none"
+
+
+@pytest.mark.parametrize(("d", "admitted", "busy", "launches", "expected"), [
+    (decided(changes=False), False, False, QUIET, "none"),
+    (decided(), False, False, QUIET, "rest"),
+    (decided(), True, False, QUIET, "first"),
+    (decided(), False, True, QUIET, "none"),
+    (decided("queues"), False, False, QUIET, "rest"),
+    (decided("queues"), True, False, QUIET, "none"),
+    (decided("steers"), False, False, QUIET, "steering"),
+    (decided("steers"), False, False, LAUNCHING, "steering"),
+    (decided("steers"), False, True, QUIET, "none"),
+    (decided("records-run"), False, False, QUIET, "rest"),
+    (decided("records-run"), False, False, LAUNCHING, "held"),
+    (decided("records-run", made_ago=EVENT_DEFERRAL), False, False, LAUNCHING, "rest"),
+    (decided(), False, False, LAUNCHING, "rest"),
+], ids=["changes-nothing", "transition", "admitted", "launch-under-way", "queued", "queued-and-admitted-at-once",
+        "steering", "steering-during-launches", "steering-under-way", "record", "record-during-launches",
+        "record-waited-long-enough", "transition-during-launches"])
+def test_each_decision_takes_the_lane_its_step_says(d: Decided, admitted: bool, busy: bool, launches: Launches,
+                                                    expected: str) -> None:
+    plan = plan_writes([d], admitted={"ns/work"} if admitted else set(), busy={"u-work"} if busy else set(),
+                       launches=launches, now=NOW)
+    assert lane(plan, d) == expected
+    assert (plan.due_in is not None) == (expected == "held")
+
+
+def test_a_held_record_is_due_when_the_launches_pause_and_the_plan_asks_for_the_soonest() -> None:
+    younger, older = decided("records-run", made_ago=1.0), decided("records-run", made_ago=3.0)
+    plan = plan_writes([younger, older], admitted=set(), busy=set(), launches=LAUNCHING, now=NOW)
+    assert plan.held == (younger, older) and plan.due_in == EVENT_QUIET
+
+
+def test_the_plans_of_a_passs_slices_join_in_order() -> None:
+    a, b, c = decided(), replace(decided("steers")), decided("records-run")
+    parts = [plan_writes([d], admitted=set(), busy=set(), launches=LAUNCHING, now=NOW) for d in (a, b, c)]
+    whole = plan_writes([a, b, c], admitted=set(), busy=set(), launches=LAUNCHING, now=NOW)
+    assert joined(parts) == whole
