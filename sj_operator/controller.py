@@ -212,7 +212,7 @@ class Controller:
             self.quarantine.forget({sj.uid for sj in view.sjs})
 
     async def _decide(self, view: ClusterView, now: datetime, pacer: Pacer) -> tuple[Observation, list[Decided]]:
-        """``decide.observe`` and ``decide.decide`` over every SJ (through the memo), an SJ that breaks a step
+        """``memo.PassMemo.observe`` and ``memo.PassMemo.decide`` over every SJ, an SJ that breaks a step
         quarantined."""
         quarantine = self.quarantine
         handles = self.handles if self.config.namespaces else None
