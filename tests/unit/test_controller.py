@@ -1033,10 +1033,12 @@ def test_a_waiting_steering_event_is_replaced_by_the_sjs_next_toggle():
 
 def test_an_sjs_events_are_stamped_when_they_happened_not_when_they_are_recorded():
     """The launch's Event is still waiting when the next pass sees the run's pod running: whichever is
-    recorded first, "Launched" carries the earlier time."""
+    recorded first, each carries the time of the pass it happened in (the injected clock), not the time it
+    was recorded at (an hour later here)."""
     kube = Gated("event")
     t = [100.0]
-    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: t[0])  # type: ignore[arg-type]
+    wall = [NOW]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: wall[0], monotonic=lambda: t[0])  # type: ignore[arg-type]
     pod = PodView(namespace="ns", name="work-r1-0", uid="p", sj="work", run="work-r1", node="n1", phase="Running",
                   deleting=False, requests={"cpu": 1000}, all_running=True, index=0, protected=False)
 
@@ -1044,16 +1046,19 @@ def test_an_sjs_events_are_stamped_when_they_happened_not_when_they_are_recorded
         await controller.reconcile(view(sj()))
         await controller.launches_done()
         t[0] += EVENT_QUIET  # launches have paused: the run is recorded (its Events still wait at the gate)
+        wall[0] = NOW + timedelta(seconds=EVENT_QUIET)
         job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j",
                                      "labels": {"scavenger.dev/job-name": "work"},
                                      "ownerReferences": owned_by("work")}})
         await controller.reconcile(view(sj(stored_status(kube), rv=str(kube.rv)), jobs={("ns", "work-r1"): job},
                                         run_pods={("ns", "work-r1"): (pod,)}, active=(pod,)))
+        wall[0] = NOW + timedelta(hours=1)
         kube.gate.set()
         await controller.settle()
 
     asyncio.run(passes())
-    assert [reason for _, reason, _ in sorted(kube.stamped, key=lambda e: e[2])] == ["Launched", "Running"]
+    stamps = {reason: at for _, reason, at in kube.stamped}
+    assert (stamps["Launched"], stamps["Running"]) == (NOW, NOW + timedelta(seconds=EVENT_QUIET))
 
 
 def test_events_waiting_to_be_recorded_do_not_keep_old_versions_of_the_sj_alive():
