@@ -29,11 +29,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import copy
 import gc
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,22 +154,30 @@ def pods(n: int) -> list[dict[str, Any]]:
     return numbered(POD, n, "-x")
 
 
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    """Nothing collected automatically while the block runs, and nothing left over from before it: each figure
+    is then the collections it makes itself."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def cache_per_event(cache: WatchCache, bodies: list[dict[str, Any]]) -> float:
     """A watch cache's CPU per modified event of objects it holds (seconds): the stream's line decoded, the
     view made and indexed; each event changes the object (no status, then its status), so none is skipped
     as unchanged."""
     cache.replace([{**b, "status": {}} for b in bodies])
     lines = [json.dumps({"type": "MODIFIED", "object": b}).encode() for b in bodies]
-    gc.collect()
-    gc.disable()
-    try:
+    with collector_off():
         started = time.process_time()
         for line in lines:
             event = json.loads(line)
             cache.apply(event["type"], event["object"])
         return (time.process_time() - started) / len(lines)
-    finally:
-        gc.enable()
 
 
 async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -185,9 +195,7 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     for body in bodies:
         await events.handle(copy.deepcopy(body))
     copies = [copy.deepcopy(b) for b in bodies]
-    gc.collect()
-    gc.disable()
-    try:
+    with collector_off():
         started = time.process_time()
         for body in copies:
             await events.handle(body)
@@ -220,8 +228,6 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
                   f"{spent / len(bodies) * 1e6:5.1f} us of CPU per event", flush=True)
             figures.append(results.figure(f"young collections every {every} events: CPU per event",
                                           spent / len(bodies) * 1e6, "µs"))
-    finally:
-        gc.enable()
     return figures
 
 

@@ -29,6 +29,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one's
 
 from benchmarks.harness import results  # noqa: E402
+from benchmarks.harness.stats import percentile  # noqa: E402
 from sj_operator.api import Toleration  # noqa: E402
 from sj_operator.policy.admission import PolicyConfig, decide  # noqa: E402
 from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Taint  # noqa: E402
@@ -162,7 +163,7 @@ def main() -> None:
         snapshot = build_snapshot(scenario, args.seed)
         admitted = len(decide(snapshot, NOW, scenario.config))
         times, peak = measure(partial(decide, snapshot, NOW, scenario.config), args.passes)
-        p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+        p95 = percentile(times, 0.95)
         print(
             f"{scenario.name:<30} {admitted:>8} {times[0]:>8.1f} {statistics.median(times):>8.1f} "
             f"{p95:>8.1f} {peak / 2**20:>9.2f}"

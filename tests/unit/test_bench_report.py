@@ -146,7 +146,7 @@ def test_a_section_shows_its_plot_only_when_a_run_makes_one() -> None:
 
 
 def test_the_scale_benchmark_judges_its_goals_on_its_ratios(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "path", list(sys.path))  # bench_scale puts benchmarks/ on it
+    monkeypatch.setattr(sys, "path", list(sys.path))  # bench_scale puts the repository on it
     bench_scale = importlib.import_module("benchmarks.bench_scale")
     figures = {"floor_mean_per_second": 145.0, "operator_per_second": 72.5, "operator_peak_rss_mib": 480.0,
                "calls_per_sj": {"create_namespaced_job": 1.0}, "kueue_version": "v0.17.0",

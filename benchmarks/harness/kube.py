@@ -1,0 +1,233 @@
+"""The cluster, as the benchmarks drive it through the kubernetes client: namespaces and CRDs, kwok nodes and
+PriorityClasses made for a run, calls retried while the API server is loaded, watches, and what the Jobs say.
+
+A watch here keeps the API server's JSON as it came (`RawWatch`): building the client's typed models costs about
+a millisecond per object, taken from the threads that create the objects being timed.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import yaml
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
+
+from benchmarks.harness.progress import in_parallel, log
+from benchmarks.harness.results import REPO
+from benchmarks.harness.stats import percentile
+from sj_operator.names import GROUP, PLURAL, VERSION
+from sj_operator.observed import parse_time
+from tests.e2e.kube import unique
+
+
+def retrying(call: Callable[[], Any]) -> Any:
+    """A client call retried on 429/5xx and connection trouble (the API server is loaded here)."""
+    for attempt in range(30):
+        try:
+            return call()
+        except ApiException as exc:
+            if exc.status not in (429, 500, 502, 503, 504) or attempt == 29:
+                raise
+        except OSError:
+            if attempt == 29:
+                raise
+        time.sleep(min(0.2 * 2 ** attempt, 5))
+    return None
+
+
+def ensure_crd(api: client.ApiClient) -> None:
+    """Every CRD of crds/ (the operator watches ScavengerQuotas too), created when the cluster lacks it."""
+    ext = client.ApiextensionsV1Api(api)
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        name = body["metadata"]["name"]
+        try:
+            ext.read_custom_resource_definition(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            print(f"applying {path.relative_to(REPO)}")
+            ext.create_custom_resource_definition(body)
+        deadline = time.monotonic() + 60
+        while True:
+            crd = ext.read_custom_resource_definition(name)
+            conditions = (crd.status.conditions if crd.status else None) or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {name} not Established")
+            time.sleep(0.2)
+
+
+def create_namespace(core: client.CoreV1Api, prefix: str) -> str:
+    """A namespace of a name of its own (``prefix``-random), once pods can be made in it."""
+    name = unique(prefix)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    deadline = time.monotonic() + 60
+    while True:  # pods need the namespace's default ServiceAccount, created asynchronously
+        try:
+            core.read_namespaced_service_account("default", name)
+            return name
+        except ApiException as exc:
+            if exc.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def delete_namespace(api: client.ApiClient, name: str, timeout: float = 120, collections: bool = True) -> None:
+    """Deletes the namespace, its SJs, Jobs and pods first (``collections``: each a call that may take minutes
+    at 10,000 objects; without them the namespace controller deletes them in the background)."""
+    core = client.CoreV1Api(api)
+    first = (
+        lambda: client.CustomObjectsApi(api).delete_collection_namespaced_custom_object(GROUP, VERSION, name, PLURAL),
+        lambda: client.BatchV1Api(api).delete_collection_namespaced_job(name, propagation_policy="Background"),
+        lambda: core.delete_collection_namespaced_pod(name, grace_period_seconds=0),
+    ) if collections else ()
+    for cleanup in (*first, lambda: core.delete_namespace(name, propagation_policy="Background")):
+        try:
+            cleanup()
+        except ApiException as exc:
+            if exc.status != 404:
+                print(f"cleanup of namespace {name}: {exc.status} {exc.reason}", file=sys.stderr)
+        except HTTPError as exc:  # an API server busy deleting thousands of objects may drop the call
+            print(f"cleanup of namespace {name}: {exc!r}", file=sys.stderr)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            core.read_namespace(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+        time.sleep(0.5)
+    print(f"namespace {name} still terminating after {timeout:.0f}s", file=sys.stderr)
+
+
+def make_kwok_nodes(core: client.CoreV1Api, names: Sequence[str], allocatable: Mapping[str, str],
+                    selector: Mapping[str, str], taints: Sequence[Mapping[str, str]], threads: int) -> None:
+    """Fake nodes kwok runs, ``threads`` created at a time, once all are Ready. ``selector``: the labels that
+    pick them out (pods select them by these; `delete_nodes` deletes them by these)."""
+    def create(i: int) -> None:
+        body = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": names[i], "annotations": {"kwok.x-k8s.io/node": "fake"},
+                             "labels": {**selector, "type": "kwok", "kubernetes.io/hostname": names[i]}},
+                "spec": {"taints": list(taints)},
+                "status": {"allocatable": dict(allocatable), "capacity": dict(allocatable)}}
+        try:
+            retrying(lambda: core.create_node(body))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    in_parallel(create, len(names), threads, "nodes created")
+    label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
+    deadline = time.monotonic() + 600
+    while True:
+        nodes = core.list_node(label_selector=label_selector).items
+        ready = sum(1 for n in nodes if any(c.type == "Ready" and c.status == "True"
+                                            for c in n.status.conditions or []))
+        if ready >= len(names):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {ready} of {len(names)} nodes Ready after 600s")
+        log(f"  {ready}/{len(names)} nodes Ready")
+        time.sleep(5)
+
+
+def delete_nodes(core: client.CoreV1Api, selector: Mapping[str, str]) -> None:
+    try:
+        core.delete_collection_node(label_selector=",".join(f"{k}={v}" for k, v in selector.items()))
+    except ApiException as exc:
+        print(f"could not delete the benchmark's nodes: {exc.status} {exc.reason}", file=sys.stderr)
+
+
+@contextmanager
+def priority_classes(scheduling: client.SchedulingV1Api, values: Mapping[str, int]) -> Iterator[None]:
+    """PriorityClasses by name and value for the block: below zero they never preempt, from zero they
+    preempt lower ones."""
+    for name, value in values.items():
+        body = {"metadata": {"name": name}, "value": value, "globalDefault": False,
+                "preemptionPolicy": "Never" if value < 0 else "PreemptLowerPriority"}
+        try:
+            scheduling.create_priority_class(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    try:
+        yield
+    finally:
+        for name in values:
+            with suppress(ApiException):
+                scheduling.delete_priority_class(name)
+
+
+def resource_version(obj: Any) -> str:
+    """Of a typed object or list (V1Job, V1JobList) or a raw dict (custom objects)."""
+    if isinstance(obj, dict):
+        return str(obj["metadata"]["resourceVersion"])
+    return str(obj.metadata.resource_version)
+
+
+class RawWatch(watch.Watch):
+    """A watch whose objects stay the API server's JSON (dicts). The client's typed models cost about a
+    millisecond per object to build; a watch in this process would take that from the threads creating
+    the measured objects (they share its interpreter lock and the machine's cores) while they are timed."""
+
+    def get_return_type(self, func: Callable[..., Any]) -> None:
+        return None
+
+
+def watch_namespace(list_fn: Callable[..., Any], namespace: str, stop: threading.Event,
+                    on_object: Callable[[Any], None], name: str, **kwargs: Any) -> threading.Thread:
+    """Hands every object ``list_fn`` lists in ``namespace`` (``kwargs``: its selector) to ``on_object`` as
+    it changes, from now until ``stop``; resumes after timeouts, dropped connections and expired versions.
+    ``list_fn`` should belong to an ApiClient of its own: the watch holds one of its connections."""
+    def latest() -> str:
+        return str(list_fn(namespace, limit=1, **kwargs).metadata.resource_version)
+
+    rv = latest()
+
+    def run() -> None:
+        nonlocal rv
+        while not stop.is_set():
+            try:
+                for event in RawWatch().stream(list_fn, namespace, resource_version=rv, timeout_seconds=20,
+                                               **kwargs):
+                    obj = event["object"]
+                    rv = resource_version(obj)
+                    on_object(obj)
+                    if stop.is_set():
+                        break
+            except ApiException as exc:
+                if exc.status == 410:
+                    rv = latest()
+            except Exception:  # a dropped connection: resume from the last version seen
+                time.sleep(0.5)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def job_sync_lag(batch: client.BatchV1Api, namespace: str) -> dict[str, float]:
+    """p50 and p99 seconds from each Job's creation to the Job controller's first sync of it (its
+    ``status.startTime``; both to the second): how far behind the controller-manager was in making pods, the
+    cluster's side of a launch. Empty while no Job has been synced."""
+    jobs = json.loads(retrying(lambda: batch.list_namespaced_job(namespace, resource_version="0",
+                                                                 _preload_content=False)).data)["items"]
+    lags = sorted((started - created).total_seconds() for job in jobs
+                  if (created := parse_time(job["metadata"].get("creationTimestamp"))) is not None
+                  and (started := parse_time((job.get("status") or {}).get("startTime"))) is not None)
+    return {"job_sync_p50": percentile(lags, 0.5), "job_sync_p99": percentile(lags, 0.99)} if lags else {}
+
+
+def ready_pods(batch: client.BatchV1Api, namespace: str) -> int:
+    """The ready pods of all Jobs in ``namespace``, as the Jobs count them."""
+    jobs = retrying(lambda: batch.list_namespaced_job(namespace, resource_version="0")).items
+    return sum((j.status.ready or 0) for j in jobs)

@@ -1,0 +1,74 @@
+"""What a process serves on HTTP: its health, and its Prometheus metrics read back as figures.
+
+The requests are plain HTTP/1.0 over a socket, so reading the operator's ``/metrics`` needs no client library
+and keeps no connection open between scrapes. The second half reads the operator's own metrics
+(``sj_operator.metrics``): its API calls by operation, the lags of its event loop and its collector's pauses.
+"""
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+
+WRITE_VERBS = ("create_", "patch_", "replace_", "delete_")
+"""How the operator's API operations that write begin."""
+
+
+def http_get(port: int, path: str, timeout: float) -> tuple[int, bytes]:
+    """The status and body of ``GET path`` on localhost's ``port``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
+        raw = b"".join(iter(lambda: sock.recv(65536), b""))
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].split(b" ")
+    if len(status) < 2 or not status[1].isdigit():  # an OSError, as when nothing listens yet
+        raise ConnectionError(f"no HTTP response on port {port}: {raw[:80]!r}")
+    return int(status[1]), body
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The metrics served on ``port``, ``name{labels}`` -> value."""
+    out: dict[str, float] = {}
+    for line in http_get(port, "/metrics", timeout=10)[1].decode().splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def by_label(metrics: Mapping[str, float], prefix: str) -> dict[str, float]:
+    """The series whose key starts with ``prefix`` (a metric's name and its first label up to the value's
+    quote, ``name{label="``), by that label's value."""
+    return {k[len(prefix):-2]: v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def calls_by_operation(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The operator's API calls so far, by operation (``create_namespaced_job``)."""
+    return by_label(metrics, 'scavenger_api_requests_total{operation="')
+
+
+def writes(calls: Mapping[str, float]) -> dict[str, float]:
+    """Of ``calls`` by operation, those that write."""
+    return {op: n for op, n in calls.items() if op.startswith(WRITE_VERBS)}
+
+
+def loop_lag(metrics: Mapping[str, float]) -> dict[str, float]:
+    """From ``scavenger_event_loop_lag_seconds``: the bucket bound the longest lag fell under (how long a
+    stretch of work held the operator's loop at most; inf past the last bound), and how often it was over
+    a second, over the whole run; the same of the garbage collector's full collections
+    (``scavenger_gc_pause_seconds{generation="2"}``), and the seconds all its collections took, in all and by
+    generation (with how many there were and the objects they freed)."""
+    figures: dict[str, float] = {}
+    for name, prefix in (("loop_lag", 'scavenger_event_loop_lag_seconds_bucket{le="'),
+                         ("gc_full", 'scavenger_gc_pause_seconds_bucket{generation="2",le="')):
+        buckets = sorted((float(le), v) for le, v in by_label(metrics, prefix).items())
+        if buckets:
+            total = buckets[-1][1]
+            figures[f"{name}_worst_le"] = next(le for le, count in buckets if count >= total)
+            figures[f"{name}_over_1s"] = total - dict(buckets).get(1.0, total)
+    figures["gc_seconds"] = sum(v for k, v in metrics.items() if k.startswith("scavenger_gc_pause_seconds_sum"))
+    for generation in range(3):
+        label = f'{{generation="{generation}"}}'
+        figures[f"gc_seconds_gen{generation}"] = metrics.get(f"scavenger_gc_pause_seconds_sum{label}", 0.0)
+        figures[f"gc_count_gen{generation}"] = metrics.get(f"scavenger_gc_pause_seconds_count{label}", 0.0)
+        figures[f"gc_collected_gen{generation}"] = metrics.get(f"scavenger_gc_collected_objects_total{label}", 0.0)
+    return figures

@@ -1,0 +1,112 @@
+"""The processes a benchmark starts beside itself (the operator, Kueue's manager) and what they use.
+
+A process is started with its output in a log file and handed over once it says it is ready, and it is always
+stopped again (SIGTERM, then killed). Its CPU time and peak memory are read from ``/proc``: the kernel's own
+accounting, which costs the process nothing, so measuring it does not change what is measured.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from benchmarks.harness.results import REPO
+
+OWN_COMMANDS = "benchmarks/bench_"
+"""In the command line of a benchmark (and of the shell make runs it in): never the process looked for."""
+
+
+def scratch(name: str) -> Path:
+    """A path for a process's log or files: ``name`` in ``$TMPDIR`` (or /tmp)."""
+    return Path(os.environ.get("TMPDIR", "/tmp")) / name
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def started(args: list[str], logfile: Path, ready: Callable[[], bool], what: str,
+            timeout: float, env: Mapping[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """A process started with its output in ``logfile``, once ``ready()`` (connection errors are "not
+    yet"); stopped with SIGTERM, then killed after 30 s. ``env`` is added to this process's environment."""
+    with logfile.open("wb") as out:
+        proc = subprocess.Popen(args, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            with suppress(OSError):
+                if ready():
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start (log: {logfile})")
+            time.sleep(0.5)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def command_cpu_seconds(pattern: str) -> float | None:
+    """CPU seconds (user + system) of the first process whose command line contains ``pattern`` (a process
+    this benchmark did not start, such as the API server); None when there is none."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if pattern in cmdline and OWN_COMMANDS not in cmdline:
+                return cpu_seconds(int(pid))
+        except OSError:
+            continue
+    return None
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The most resident memory process ``pid`` has held so far (``VmHWM``), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class CpuSince:
+    """A process's CPU time from the moment this is made: ``read`` gives its CPU seconds so far (None when the
+    process is not found)."""
+
+    def __init__(self, read: Callable[[], float | None]) -> None:
+        self.read = read
+        self.start = read()
+
+    @classmethod
+    def of_pid(cls, pid: int) -> CpuSince:
+        return cls(lambda: cpu_seconds(pid))
+
+    @classmethod
+    def of_command(cls, pattern: str) -> CpuSince:
+        """Of the process whose command line contains ``pattern`` (`command_cpu_seconds`)."""
+        return cls(lambda: command_cpu_seconds(pattern))
+
+    def seconds(self) -> float | None:
+        """The CPU seconds spent since; None when the process was not found then or now."""
+        now = self.read()
+        return None if now is None or self.start is None else now - self.start
+
+
+def apiserver_cpu() -> CpuSince:
+    """The API server's CPU from now on, when it runs on this machine (the local cluster's control plane)."""
+    return CpuSince.of_command("bin/kube-apiserver")

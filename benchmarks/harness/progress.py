@@ -1,0 +1,44 @@
+"""What a long benchmark prints as it goes: timestamped lines, work done a tenth at a time, and what it waits
+for. A run on a cluster takes minutes to hours, and these lines are how a reader sees where it is."""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def in_parallel(fn: Callable[[int], None], count: int, threads: int, what: str) -> float:
+    """Runs ``fn(i)`` for every i, ``threads`` at a time, printing progress; the seconds it took."""
+    done = [0]
+    lock = threading.Lock()
+    start = time.monotonic()
+
+    def one(i: int) -> None:
+        fn(i)
+        with lock:
+            done[0] += 1
+            if done[0] % max(1, count // 10) == 0:
+                log(f"  {what}: {done[0]}/{count} ({time.monotonic() - start:.0f}s)")
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(one, range(count)))
+    return time.monotonic() - start
+
+
+def wait_until(what: str, probe: Callable[[], tuple[bool, str]], timeout: float, every: float = 5) -> float:
+    """Asks ``probe`` every ``every`` seconds until it says done (printing the progress it gives meanwhile);
+    the seconds it took. Raises TimeoutError after ``timeout``."""
+    start = time.monotonic()
+    while True:
+        ok, progress = probe()
+        if ok:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"{what}: not after {timeout:.0f}s ({progress})")
+        log(f"  {what}: {progress}")
+        time.sleep(every)

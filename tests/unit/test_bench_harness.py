@@ -1,0 +1,122 @@
+"""`benchmarks/harness/`: what the cluster benchmarks share, in the parts that run without a cluster (a process
+started and stopped, its CPU, metrics scraped and read, py-spy's stacks summed, a Job queued for Kueue)."""
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.harness import kueue, metrics, processes, profiling
+
+OPERATOR_METRICS = """# HELP scavenger_leader whether this replica leads
+scavenger_leader 1.0
+scavenger_api_requests_total{operation="create_namespaced_job"} 10.0
+scavenger_api_requests_total{operation="patch_namespaced_custom_object_status"} 20.0
+scavenger_api_requests_total{operation="list_namespaced_pod"} 3.0
+scavenger_event_loop_lag_seconds_bucket{le="0.1"} 5.0
+scavenger_event_loop_lag_seconds_bucket{le="1.0"} 7.0
+scavenger_event_loop_lag_seconds_bucket{le="5.0"} 9.0
+scavenger_event_loop_lag_seconds_bucket{le="+Inf"} 9.0
+scavenger_gc_pause_seconds_sum{generation="0"} 0.5
+scavenger_gc_pause_seconds_count{generation="0"} 50.0
+scavenger_gc_pause_seconds_sum{generation="2"} 1.5
+"""
+
+
+@pytest.fixture
+def served() -> Iterator[int]:
+    """A port serving `OPERATOR_METRICS` on /metrics and 404 elsewhere."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = OPERATOR_METRICS.encode() if self.path == "/metrics" else b"not here"
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+
+
+def test_the_operators_metrics_are_scraped_and_read(served: int) -> None:
+    scraped = metrics.scrape(served)
+    assert scraped["scavenger_leader"] == 1.0
+    calls = metrics.calls_by_operation(scraped)
+    assert calls == {"create_namespaced_job": 10.0, "patch_namespaced_custom_object_status": 20.0,
+                     "list_namespaced_pod": 3.0}
+    assert metrics.writes(calls) == {"create_namespaced_job": 10.0, "patch_namespaced_custom_object_status": 20.0}
+    lag = metrics.loop_lag(scraped)
+    assert lag["loop_lag_worst_le"] == 5.0 and lag["loop_lag_over_1s"] == 2.0
+    assert lag["gc_seconds"] == 2.0 and lag["gc_count_gen0"] == 50.0 and lag["gc_seconds_gen1"] == 0.0
+    assert metrics.http_get(served, "/readyz", timeout=5)[0] == 404
+
+
+def test_a_port_that_answers_no_http_is_not_ready_yet() -> None:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+
+        def close_at_once() -> None:
+            listening.accept()[0].close()
+
+        threading.Thread(target=close_at_once, daemon=True).start()
+        with pytest.raises(OSError):
+            metrics.http_get(port, "/readyz", timeout=5)
+
+
+def test_a_process_is_handed_over_once_ready_and_stopped_after(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    script = f"import pathlib, time; pathlib.Path({str(ready)!r}).touch(); print('up', flush=True); time.sleep(60)"
+    with processes.started([sys.executable, "-c", script], tmp_path / "log", ready.exists, "a sleeper", 30) as proc:
+        assert proc.poll() is None
+        assert processes.cpu_seconds(proc.pid) >= 0 and processes.peak_rss_mib(proc.pid) > 0
+    assert proc.returncode is not None
+    assert (tmp_path / "log").read_text() == "up\n"
+
+
+def test_a_process_that_ends_before_it_is_ready_fails_the_run(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="a quitter did not start"), \
+            processes.started([sys.executable, "-c", "pass"], tmp_path / "log", lambda: False, "a quitter", 30):
+        pass
+
+
+def test_cpu_is_counted_from_the_moment_the_meter_is_made() -> None:
+    meter = processes.CpuSince.of_pid(os.getpid())
+    sum(i * i for i in range(300_000))
+    spent = meter.seconds()
+    assert spent is not None and 0 <= spent < 60
+    assert processes.CpuSince.of_command("no process has this in its command line " * 2).seconds() is None
+
+
+def test_py_spys_stacks_are_summed_by_package_function_and_operation() -> None:
+    stacks = ["main (app.py:1);run (sj_operator/controller.py:10) 3",
+              "main (app.py:1);CoreV1Api.list_namespaced_pod (kubernetes/client/api/core_v1_api.py:5);"
+              "recv (ssl.py:9) 1"]
+    package, function, operation = profiling.profile_summary(stacks)
+    assert package == "4 samples; own time by package: sj_operator 75.0%, ssl 25.0%"
+    assert function == "own time by function: run (sj_operator/controller.py) 75.0%, recv (ssl.py) 25.0%"
+    assert operation == "under way, by API operation: list_namespaced_pod 25.0%"
+    assert profiling.profile_summary([]) == ["no samples"]
+
+
+def test_a_job_is_queued_for_kueue_as_its_webhook_would_leave_it() -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "labels": {"a": "b"}},
+           "spec": {"parallelism": 2}}
+    assert kueue.queued(job) == {"apiVersion": "batch/v1", "kind": "Job",
+                                 "metadata": {"name": "j", "labels": {"a": "b", kueue.QUEUE_LABEL: "bench"}},
+                                 "spec": {"parallelism": 2, "suspend": True}}
+    assert job["spec"] == {"parallelism": 2}  # the Job given is left as it was
