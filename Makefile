@@ -155,15 +155,15 @@ bench-writes: venv ## CPU per write: a run's Job made on the event loop against 
 	@test -n "$${KUBECONFIG:-}" || { echo "bench-writes: set KUBECONFIG to a running cluster (hack/cluster up prints it)" >&2; exit 1; }
 	$(PY) benchmarks/bench_writes.py --save $(BENCH_ARGS)
 
-bench-scale: setup ## on demand: SJs beside plain Jobs and Kueue on kwok nodes, table and plot (BENCH_ARGS='--sjs 2000 --nodes 200 --settle 120': 25 min)
+bench-scale: setup ## on demand: SJs beside plain Jobs and Kueue on kwok nodes, table and a timeline plot in .cluster/bench-scale.png (BENCH_ARGS='--sjs 2000 --nodes 200 --settle 120': 25 min)
 	$(PIP) install --quiet -e '.[bench]'
 	hack/build-binaries kueue
 	@started=; if ! hack/cluster status >/dev/null 2>&1; then hack/cluster up; started=1; fi; \
 	  trap '[[ -z "$$started" ]] || hack/cluster down' EXIT; \
-	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) benchmarks/bench_scale.py --kueue --plot docs/bench-scale.png \
+	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) benchmarks/bench_scale.py --kueue --plot .cluster/bench-scale.png \
 	    --save $(BENCH_ARGS)
 
-bench-report: venv ## docs/benchmarks.md from the results kept in benchmarks/results/
+bench-report: venv ## docs/benchmarks.md and its plots from the results kept in benchmarks/results/
 	$(PY) -m benchmarks.harness.report --output docs/benchmarks.md
 
 clean: cluster-down

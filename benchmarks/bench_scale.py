@@ -1,7 +1,7 @@
 """Scale and speed on the local cluster, side by side with the floor and with plain Jobs.
 
 Run: ``make bench-scale`` (starts the local cluster when none runs), or with KUBECONFIG set:
-``python benchmarks/bench_scale.py [--sjs 10000] [--nodes 1000] [--plot docs/bench-scale.png]``.
+``python benchmarks/bench_scale.py [--sjs 10000] [--nodes 1000] [--plot bench-scale.png]``.
 
 One workload, seeded: ``--sjs`` units of work, most one pod, ``--gang-share`` of them gangs of 2 to 16
 pods (100m CPU, 64Mi each), on ``--nodes`` kwok nodes made for the run (8 CPU, 32Gi, tainted so nothing
