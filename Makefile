@@ -79,8 +79,8 @@ fuzz: venv ## on demand: the fuzz tests long and random (FUZZ_EXAMPLES per prope
 	SJ_HYPOTHESIS_PROFILE=fuzz SJ_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-20000} $(PY) -m pytest tests/unit/test_fuzz.py -q \
 	  $(PYTEST_ARGS)
 
-unit: venv ## fast tests: no cluster
-	$(PY) -m pytest tests/unit tests/demo -q $(PYTEST_ARGS)
+unit: venv ## fast tests: no cluster, on every core (pytest-xdist)
+	$(PY) -m pytest tests/unit tests/demo -q -n auto $(PYTEST_ARGS)
 
 e2e: setup ## e2e tests against a local cluster this target starts and stops, the real-node stage last
 	hack/node down >/dev/null 2>&1 || true

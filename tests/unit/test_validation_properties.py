@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +30,8 @@ def admission(spec: object) -> dict[str, object]:
     return dict(review(body, DEFAULT_LIMITS)["response"])
 
 
+# 10,000 examples take about 30 s on one idle core: more than the unit suite's 60 s under a loaded machine.
+@pytest.mark.timeout(240)
 @settings(max_examples=INVALID_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(SEEDS)
 def test_every_invalid_spec_is_refused_naming_the_field_it_broke(seed: int) -> None:
