@@ -27,14 +27,7 @@ from sj_operator.observed import (
     SJObject,
 )
 from sj_operator.policy.lifecycle import WAITING, LifecycleConfig, Run, Step, step
-from sj_operator.policy.priority import (
-    RunProgress,
-    current_period_start,
-    draining_nodes,
-    is_protected,
-    running_level,
-    steering_exemptions,
-)
+from sj_operator.policy.priority import RunClock, RunProgress, draining_nodes, run_clock, steering_exemptions
 from sj_operator.policy.snapshot import (
     InFlightRun,
     QueuedSJ,
@@ -166,15 +159,15 @@ def exemptions(observed: Iterable[Observed], now: datetime, cfg: LifecycleConfig
     many runs; that is seen from the first such run's level, before any run's nodes and work are gathered
     (at 2,000 running SJs this was half of a quiet pass)."""
     running = [o for o in observed if o.status.phase is Phase.RUNNING and not isinstance(o.spec, InvalidSpec)]
-    if any(not is_protected(_level(o, now), cfg.protect_level) for o in running):
+    if any(not _clock(o, now, cfg.protect_level).protected for o in running):
         return frozenset()
     return steering_exemptions(progress(o, now, cfg.protect_level) for o in running)
 
 
-def _level(o: Observed, now: datetime) -> int:
+def _clock(o: Observed, now: datetime, protect_level: int) -> RunClock:
     assert not isinstance(o.spec, InvalidSpec)
-    start = o.status.priority_start_over_timestamp or now
-    return running_level(now, start, o.spec.duration, o.spec.priority_levels)
+    return run_clock(now, o.status.priority_start_over_timestamp or now, o.spec.duration, o.spec.priority_levels,
+                     protect_level)
 
 
 def on_draining(o: Observed, draining: frozenset[str]) -> bool:
@@ -188,11 +181,9 @@ def nodes_being_drained(view: ClusterView) -> frozenset[str]:
 
 def progress(o: Observed, now: datetime, protect_level: int) -> RunProgress:
     """A running SJ as victim steering sees it: its nodes and the work since its current period began."""
-    assert not isinstance(o.spec, InvalidSpec)
-    start = o.status.priority_start_over_timestamp or now
+    clock = _clock(o, now, protect_level)
     return RunProgress(key=o.sj.key, nodes=frozenset(p.node for p in o.run.pods if p.node and not p.terminal),
-                       unsaved=now - current_period_start(now, start, o.spec.duration),
-                       protected_by_level=is_protected(_level(o, now), protect_level))
+                       unsaved=now - clock.period_start, protected_by_level=clock.protected)
 
 
 # --- the admission snapshot's entries -----------------------------------------------------------

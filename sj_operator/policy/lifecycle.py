@@ -41,14 +41,7 @@ from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, PodView
 from sj_operator.policy.conditions import WaitReason, admitted_condition, set_admitted, set_conditions
 from sj_operator.policy.outcomes import Action, DeleteRun, Event, Run, SetProtection, Step, StepKind
-from sj_operator.policy.priority import (
-    current_period_start,
-    is_protected,
-    launch_class,
-    protection_expired,
-    running_level,
-    steady_until,
-)
+from sj_operator.policy.priority import launch_class, protection_expired, run_clock, steady_until
 from sj_operator.settings import (
     DEFAULT_MAX_PROTECTION,
     DEFAULT_MAX_RETRY_BACKOFF,
@@ -639,9 +632,8 @@ def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig,
                       draining: bool) -> Step:
     st = b.status
     start = st.priority_start_over_timestamp or b.now
-    period_start = current_period_start(b.now, start, spec.duration)
-    level = running_level(b.now, start, spec.duration, spec.priority_levels)
-    by_level = is_protected(level, cfg.protect_level)
+    clock = run_clock(b.now, start, spec.duration, spec.priority_levels, cfg.protect_level)
+    period_start, level, by_level = clock.period_start, clock.level, clock.protected
     expired = by_level and protection_expired(b.now, start, spec.duration, spec.priority_levels, cfg.protect_level,
                                               cfg.max_protection)
     protect = by_level and not exempt and not draining and not expired

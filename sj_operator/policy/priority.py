@@ -67,6 +67,26 @@ def running_level(now: datetime, period_start: datetime, duration: timedelta, le
     return into * levels // period
 
 
+@dataclass(frozen=True, slots=True)
+class RunClock:
+    """Where a run stands in its checkpoint periods at one moment: what the state machine records and
+    protects by, and what victim steering weighs."""
+
+    period_start: datetime
+    """When its current checkpoint period began (`current_period_start`)."""
+    level: int
+    """Its running level in that period (`running_level`)."""
+    protected: bool
+    """Whether that level is protected (`is_protected`)."""
+
+
+def run_clock(now: datetime, period_start: datetime, duration: timedelta, levels: int,
+              protect_from_level: int) -> RunClock:
+    """A run's `RunClock` at ``now``, its periods counted from ``period_start``."""
+    level = running_level(now, period_start, duration, levels)
+    return RunClock(current_period_start(now, period_start, duration), level, is_protected(level, protect_from_level))
+
+
 def is_protected(level: int, protect_from_level: int) -> bool:
     """True when a run at ``level`` is protected from preemption.
 

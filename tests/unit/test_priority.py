@@ -9,9 +9,11 @@ import pytest
 from sj_operator.builders.priority_classes import priority_class_objects
 from sj_operator.policy.priority import (
     PRIORITY_BAND,
+    RunClock,
     current_period_start,
     is_protected,
     launch_class,
+    run_clock,
     running_level,
 )
 
@@ -196,3 +198,19 @@ def _run(key: str, nodes: str, unsaved_s: int, protected: bool) -> RunProgress:
 )
 def test_steering_exemptions(runs: list[RunProgress], exempt: set[str]) -> None:
     assert steering_exemptions(runs) == exempt
+
+
+@pytest.mark.parametrize(
+    ("offset", "levels", "protect_from", "expected"),
+    [
+        (timedelta(0), 3, 2, RunClock(START, 0, False)),
+        (timedelta(minutes=20), 3, 2, RunClock(START, 2, True)),
+        (timedelta(minutes=20), 3, 3, RunClock(START, 2, False)),
+        (timedelta(minutes=30), 3, 2, RunClock(START + DURATION, 0, False)),
+        (timedelta(minutes=75), 3, 1, RunClock(START + 2 * DURATION, 1, True)),
+        (timedelta(minutes=-5), 3, 0, RunClock(START, 0, True)),
+    ],
+)
+def test_a_runs_clock_is_its_period_start_level_and_protection_at_once(
+        offset: timedelta, levels: int, protect_from: int, expected: RunClock) -> None:
+    assert run_clock(at(offset), START, DURATION, levels, protect_from) == expected
