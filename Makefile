@@ -88,7 +88,7 @@ e2e: setup ## e2e tests against a local cluster this target starts and stops, th
 	hack/cluster down >/dev/null 2>&1 || true
 	hack/cluster up
 	trap 'hack/node down; hack/cluster down' EXIT; \
-	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) -m pytest tests/e2e -q $(PYTEST_ARGS)
+	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) -m pytest tests/e2e -q --durations=25 $(PYTEST_ARGS)
 
 images: ## the operator and demo images, built without Docker, imported into the real node when it runs
 	@if hack/node status >/dev/null 2>&1; then hack/images pause operator generic-counter mpi-heat \
