@@ -37,11 +37,12 @@ SHELL_SCRIPTS := hack/build-binaries hack/cluster hack/demo hack/e2e-kind hack/i
 	hack/release \
 	hack/kind/runc-bounded hack/kind/node/preload-images \
 	.ci/run
-PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-score hack/kind hack/chart-readme
+PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-score hack/kind hack/chart-readme \
+	hack/run-docs
 
 lint: venv ## the gates: ruff, mypy --strict, import-linter layers, shellcheck
 	@echo "[lint] ruff"; $(VENV)/bin/ruff check $(PY_TREES)
-	@echo "[lint] mypy --strict"; $(VENV)/bin/mypy && $(VENV)/bin/mypy --strict hack/kind/netd.py hack/chart-readme
+	@echo "[lint] mypy --strict"; $(VENV)/bin/mypy && $(VENV)/bin/mypy --strict hack/kind/netd.py hack/chart-readme && $(VENV)/bin/mypy --strict hack/run-docs
 	@echo "[lint] import-linter"; $(VENV)/bin/lint-imports --no-cache
 	@echo "[lint] shellcheck"; $(VENV)/bin/shellcheck $(SHELL_SCRIPTS) && $(VENV)/bin/shellcheck -s sh gang/mpi-entrypoint.sh
 	@echo "[lint] all gates pass"
@@ -87,7 +88,7 @@ e2e: setup ## e2e tests against a local cluster this target starts and stops, th
 	hack/cluster down >/dev/null 2>&1 || true
 	hack/cluster up
 	trap 'hack/node down; hack/cluster down' EXIT; \
-	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) -m pytest tests/e2e -q $(PYTEST_ARGS)
+	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) -m pytest tests/e2e -q --durations=25 $(PYTEST_ARGS)
 
 images: ## the operator and demo images, built without Docker, imported into the real node when it runs
 	@if hack/node status >/dev/null 2>&1; then hack/images pause operator generic-counter mpi-heat \
