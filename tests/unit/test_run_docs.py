@@ -74,3 +74,11 @@ def test_the_pages_first_sj_is_valid(run_docs: ModuleType) -> None:
     assert (sj["kind"], sj["metadata"]["name"]) == ("ScavengerJob", "first-sj")
     spec = parse_spec(sj["spec"])
     assert spec.image == "busybox:1.37"
+
+
+def test_the_readmes_first_sj_is_valid() -> None:
+    manifest = re.search(r"<<'EOF'\n(.*?)\nEOF\n", (REPO / "README.md").read_text(), re.DOTALL)
+    assert manifest is not None
+    sj = yaml.safe_load(manifest.group(1))
+    assert sj["kind"] == "ScavengerJob"
+    parse_spec(sj["spec"])
