@@ -68,9 +68,9 @@ release: binaries ## the release artifacts of VERSION=x.y.z under dist/: the Hel
 	@test -n "$(VERSION)" || { echo "usage: make release VERSION=x.y.z [RELEASE_ARGS=--no-image]" >&2; exit 2; }
 	PYTHON=$(PYTHON) hack/release $(VERSION) $(RELEASE_ARGS)
 
-mutation: venv ## on demand: mutation testing of the pure core (policy, state machine, write plan, gang); tens of minutes
+mutation: venv ## on demand: mutation testing of the pure core (policy, state machine, write plan, gang); hours, SAMPLE=N every N-th mutant
 	$(PIP) install --quiet -e '.[mutation]'
-	VENV=$(VENV) hack/mutation score
+	VENV=$(VENV) hack/mutation $(if $(SAMPLE),sample $(SAMPLE),score)
 
 mutation-smoke: venv ## a handful of mutants, so a broken mutation setup fails CI; a few minutes
 	$(PIP) install --quiet -e '.[mutation]'
