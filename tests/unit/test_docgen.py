@@ -47,6 +47,7 @@ def _emitted_reasons() -> set[str]:
     return found - {"Normal", "Warning", "Job"}
 
 
+@pytest.mark.source_text
 def test_every_event_reason_the_code_records_is_documented() -> None:
     documented = set(EVENT_REASONS) | set(REASONS.values())
     emitted = _emitted_reasons() | set(get_args(LaunchRefusal)) | set(get_args(NamespaceRefusal))

@@ -37,6 +37,7 @@ from sj_operator.policy.lifecycle import (
     launch_refused,
     launched,
     quiet_until,
+    ran_for,
     record_grace,
     retry_delay,
     step,
@@ -1583,3 +1584,20 @@ def test_pods_their_kubelet_has_not_taken_up_wait_for_it(
             replace(pod(1, phase, placed=NOW - 20 * M), node="node-1", started=started[1]))
     result = decide(spec(parallelism=2), starting(launched=NOW - 30 * M), run_of(job(started=NOW - 30 * M), *made))
     assert (result.actions == (DeleteRun(RUN1, "start timeout"),)) is timed_out
+
+
+@pytest.mark.parametrize(("running", "interrupted", "ran"), [
+    ((), (), 0),
+    ((50,), (), 50),
+    ((50,), (60,), 50),  # interrupted before this run began
+    ((50,), (50,), 50),  # began at the instant of the interruption: a run of its own
+    ((50,), (40,), 0),  # interrupted after it began: not running now
+    ((50, 20), (40,), 20),  # running again since the interruption
+    ((50, 20), (60, 40, 10), 0),  # the last interruption came after the last start
+], ids=repr)
+def test_a_run_has_run_since_its_last_start_after_the_last_interruption(
+        running: tuple[int, ...], interrupted: tuple[int, ...], ran: int) -> None:
+    """``running``, ``interrupted``: minutes before now, oldest first."""
+    st = ScavengerJobStatus(running_timestamps=tuple(NOW - m * M for m in running),
+                            interrupted_timestamps=tuple(NOW - m * M for m in interrupted))
+    assert ran_for(st, NOW) == ran * M

@@ -533,6 +533,11 @@ def test_fs_group_defaults_to_the_user() -> None:
     }  # fmt: skip
 
 
+def test_fs_group_is_the_group_when_one_is_set() -> None:
+    context = mpi_job({**MPI_SPEC, "runAsGroup": 2000})["spec"]["template"]["spec"]["securityContext"]
+    assert (context["runAsUser"], context["runAsGroup"], context["fsGroup"]) == (1000, 2000, 2000)
+
+
 def test_command_without_args() -> None:
     raw = {k: v for k, v in MPI_SPEC.items() if k != "args"}
     container = mpi_job(raw)["spec"]["template"]["spec"]["containers"][0]
