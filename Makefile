@@ -21,10 +21,10 @@ setup: venv binaries mpi ## .venv with the package and test dependencies, the pi
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	@echo "[setup] Python virtualenv $(VENV) with the operator, its test, lint and docs dependencies"
+	@echo "[setup] Python virtualenv $(VENV) with the operator, its test, lint, docs and mutation-testing dependencies"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[test,lint,docs]'
+	$(PIP) install --quiet -e '.[test,lint,docs,mutation]'
 	touch $@
 
 binaries:
@@ -70,11 +70,9 @@ release: binaries ## the release artifacts of VERSION=x.y.z under dist/: the Hel
 	PYTHON=$(PYTHON) hack/release $(VERSION) $(RELEASE_ARGS)
 
 mutation: venv ## on demand: mutation testing of the pure core (policy, state machine, write plan, gang); hours, SAMPLE=N every N-th mutant
-	$(PIP) install --quiet -e '.[mutation]'
 	VENV=$(VENV) hack/mutation $(if $(SAMPLE),sample $(SAMPLE),score)
 
 mutation-smoke: venv ## a handful of mutants, so a broken mutation setup fails CI; a few minutes
-	$(PIP) install --quiet -e '.[mutation]'
 	VENV=$(VENV) hack/mutation smoke
 
 fuzz: venv ## on demand: the fuzz tests long and random (FUZZ_EXAMPLES per property, default 20,000); minutes
