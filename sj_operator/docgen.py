@@ -23,7 +23,7 @@ from sj_operator.api import Phase
 from sj_operator.api.fields import format_duration
 from sj_operator.api.reference import REFERENCE_PATH, render_reference
 from sj_operator.api.status import INTERRUPTION_REASONS
-from sj_operator.chartdoc import values_table
+from sj_operator.chartdoc import CHART, values_table
 from sj_operator.config import _SETTINGS, OperatorConfig
 from sj_operator.faults import CONDITION, REASONS
 from sj_operator.metrics import Metrics
@@ -93,12 +93,20 @@ def render_flags() -> str:
         "| `POD_NAMESPACE` | the Lease's namespace when `--lease-namespace` is not given (the chart sets it "
         "from the Downward API) |\n",
         "| `POD_NAME` | this replica's identity in the Lease election (else the host name and process id) |\n",
-        "\nThe Helm chart sets these flags from its [values](helm-values.md) (`threshold`, `pools`, "
-        "`startTimeout`, `protectLevel`, `maxTerminationGrace`, `minDuration`, `namespaces`, "
-        "`defaultNamespaceQuota`, `defaultNamespaceWeight`, `webhook.port`, `metrics.port`) and passes anything "
-        "else through `extraEnv`.\n",
+        "\nThe Helm chart sets these flags from its [values](helm-values.md) ("
+        + ", ".join(f"`{name}`" for name in chart_flag_values())
+        + ") and passes anything else through `extraEnv`.\n",
     ]
     return "".join(lines)
+
+
+def chart_flag_values() -> list[str]:
+    """The chart values the operator's Deployment turns into its environment (the container's `env:`), in the
+    template's order, read from the template itself."""
+    template = (CHART / "templates" / "deployment.yaml").read_text()
+    env = template[template.index("          env:\n"):template.index("          ports:\n")]
+    names = dict.fromkeys(re.findall(r"(?<!if )\.Values\.([A-Za-z][\w.]*)", env))  # not the conditions
+    return [name for name in names if name not in ("extraEnv", "namespace")]
 
 
 # --- metrics --------------------------------------------------------------------------------------------

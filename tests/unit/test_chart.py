@@ -32,3 +32,22 @@ def test_the_charts_webhook_configurations_are_the_codes(namespaces: tuple[str, 
 def test_without_the_webhook_the_chart_has_no_webhook_configuration() -> None:
     objects = render("webhook.enabled=false")
     assert not of_kind(objects, "ValidatingWebhookConfiguration") + of_kind(objects, "MutatingWebhookConfiguration")
+
+
+def test_an_upgrade_rolls_one_replica_at_a_time() -> None:
+    """A new replica is ready before an old one goes: the webhooks always have a server (the kind stage runs a
+    `helm upgrade` while SJs run)."""
+    deployment, = of_kind(render(), "Deployment")
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
+@pytest.mark.parametrize(("sets", "expected"), [
+    ((), None),
+    (("image.pullSecrets={regcred}",), [{"name": "regcred"}]),
+    (("image.pullSecrets={a,b}",), [{"name": "a"}, {"name": "b"}]),
+])
+def test_the_image_is_pulled_with_the_secrets_named(sets: tuple[str, ...],
+                                                    expected: list[dict[str, str]] | None) -> None:
+    deployment, = of_kind(render(*sets), "Deployment")
+    assert deployment["spec"]["template"]["spec"].get("imagePullSecrets") == expected

@@ -201,13 +201,14 @@ def test_the_notes_say_what_to_do_next(tmp_path: Path) -> None:
     notes = _notes(tmp_path)
     assert "kubectl -n scavenger-system rollout status deployment/scavenger-operator" in notes
     assert f"scavenger/operator:{CHART_META['appVersion']}" in notes, "where the image comes from"
-    for command in ("list", "why hello", "describe hello"):
+    for command in ("list", "why first-sj", "describe first-sj"):
         assert f"kubectl sj {command} -n default" in notes
     match = re.search(r"<<'EOF'\n(.*?)\n\s*EOF\n", notes, re.DOTALL)
     assert match is not None
     sj = yaml.safe_load(textwrap.dedent(match[1]))
-    assert sj["kind"] == "ScavengerJob" and sj["metadata"]["name"] == "hello"
+    assert sj["kind"] == "ScavengerJob" and sj["metadata"]["name"] == "first-sj"
     parse_spec(sj["spec"])  # the first SJ is one the operator accepts
+    assert f"pip install scavenger-{CHART_META['appVersion']}-py3-none-any.whl" in notes, "the plugin, from the wheel"
 
 
 def test_the_notes_follow_the_values(tmp_path: Path) -> None:
