@@ -342,8 +342,15 @@ class Controller:
         self._faults.submit((_FaultReport(sj, fault),))
 
     async def _write_fault(self, report: _FaultReport) -> None:
+        """One fault's condition; whatever goes wrong with it is logged and reported again later, and the
+        pool's worker goes on to the next report."""
         in_background()
-        if not await self.writer.write_fault(report.sj, report.fault):
+        try:
+            written = await self.writer.write_fault(report.sj, report.fault)
+        except Exception:
+            log.exception("could not write the fault of %s", report.sj.key)
+            written = False
+        if not written:
             self.quarantine.forget_report(report.sj.uid)
 
     # --- the background lanes ----------------------------------------------------------

@@ -251,3 +251,33 @@ def test_an_sj_whose_admission_raised_stays_out_of_the_queue_until_its_spec_chan
     run(controller, view(changed))
     assert len(passes) > first, "a new generation is tried again"
     assert _skipped(metrics, "AdmissionFailed") == 1
+
+
+def test_a_fault_whose_condition_cannot_be_written_does_not_hold_up_the_others(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unexpected error writing one SJ's fault condition is logged and the report retried later; the
+    fault pool's worker (one here) goes on to the next SJ's report."""
+    real = controller_module.exemptions
+
+    def broken(observed: Any, *args: Any, **kwargs: Any) -> Any:
+        if any(o.sj.name.startswith("bad") for o in observed):
+            raise OverflowError("date value out of range")
+        return real(observed, *args, **kwargs)
+
+    monkeypatch.setattr(controller_module, "exemptions", broken)
+    monkeypatch.setattr(controller_module, "API_CONCURRENCY", 1)
+    kube = FakeKube()
+    controller, _ = _faulty(kube)
+    real_write = controller.writer.write_fault
+    tried: list[str] = []
+
+    async def write_fault(sj_object: Any, fault: Any) -> bool:
+        tried.append(sj_object.name)
+        if len(tried) == 1:
+            raise RuntimeError("a bug in the writer")
+        return await real_write(sj_object, fault)
+
+    monkeypatch.setattr(controller.writer, "write_fault", write_fault)
+    run(controller, view(sj(name="bad-1", status={"phase": "Pending"}), sj(name="bad-2", status={"phase": "Pending"})))
+    assert sorted(tried) == ["bad-1", "bad-2"], "the second report was written after the first one failed"
+    assert _condition(kube, "bad") is not None
