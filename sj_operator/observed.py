@@ -153,7 +153,8 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
             disruption = (cond.get("reason") or "DisruptionTarget", cond.get("message") or "")
             disrupted_at = parse_time(cond.get("lastTransitionTime"))
-        elif cond.get("type") == "PodScheduled":
+        elif cond.get("type") == "PodScheduled" and cond.get("reason") != "SchedulingGated":
+            # Bound (True) or looked at and found no room (False): a gated pod the scheduler has not seen yet.
             placed = parse_time(cond.get("lastTransitionTime"))
     terminations = []
     statuses = status.get("containerStatuses") or []

@@ -19,7 +19,8 @@ Outcomes are read from what Kubernetes reports, never guessed:
     before any member of the run was disrupted                -> Failed
   * not all pods running within the start timeout (counted   -> the run is deleted, the SJ
     from when the scheduler decided about its last pod; pods      waits again with backoff,
-    bound to a node whose kubelet has not taken them up wait      no interruption counted
+    the scheduler has not looked at yet wait for it, and pods     no interruption counted
+    bound to a node whose kubelet has not taken them up wait
     for it)
 """
 from __future__ import annotations
@@ -90,11 +91,11 @@ MISSING_RUN_GRACE = timedelta(seconds=15)
 DISRUPTED_JOB_MARKER = "condition DisruptionTarget"
 """In the message of a Job that its podFailurePolicy failed for a disrupted pod."""
 MISSING_PODS_FACTOR = 5
-"""A run whose Job has not made all its pods yet, whose pods the scheduler has not all looked at, or whose
-pods are all bound but not all running yet, times out after this many start timeouts (the start timeout
-itself counts from when the scheduler decided about its last pod, for a run with a pod it found no room
-for). Missing pods count from when the Job controller took the Job up, unplaced ones from the launch,
-bound ones from the last binding."""
+"""A run whose Job has not made all its pods yet, or whose pods are all bound but not all running yet,
+times out after this many start timeouts (the start timeout itself counts from when the scheduler decided
+about its last pod, for a run with a pod it found no room for). Missing pods count from when the Job
+controller took the Job up, bound ones from the last binding. Pods the scheduler has not looked at yet
+never time the run out: they wait for the scheduler."""
 
 
 @dataclass(frozen=True)
@@ -477,7 +478,9 @@ def _starting(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: 
         # Pods not all made or not all looked at by the scheduler wait longer. Missing pods count from when
         # the Job controller took the Job up; until it has, the run waits (a controller-manager given
         # thousands of new Jobs may take minutes to reach this one, and a retry would only add to its queue).
-        taken_up = launched_at if len(live) >= expected else job.started and max(launched_at, job.started)
+        # Pods all made but not all looked at by the scheduler wait for it: a scheduler behind is not the
+        # run's fault, and a retry would only add to its queue (at 10,000 SJs: hundreds of needless retries).
+        taken_up = None if len(live) >= expected else job.started and max(launched_at, job.started)
         since = taken_up or b.now
         limit = cfg.start_timeout * MISSING_PODS_FACTOR if taken_up is not None else timedelta.max
         missing = "".join([f", {expected - len(live)} never made" if len(live) < expected else "",

@@ -7,11 +7,13 @@ tests left on the shared default nodes.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client
@@ -24,6 +26,27 @@ E2E_IMAGE = os.environ.get("SJ_E2E_IMAGE", "busybox:1.36")
 T = TypeVar("T")
 
 TEST_TAINT_KEY = "scavenger.dev/e2e"
+
+CLUSTER_DIR = Path(__file__).resolve().parents[2] / ".cluster" / "kwok" / "clusters" / "scavenger"
+"""The local cluster's kwokctl state: its components' pid files (``pids/NAME.pid``) and logs."""
+
+
+def component_pid(name: str) -> int:
+    """The pid of one of the local cluster's components (``etcd``, ``kube-scheduler``, ...)."""
+    return int((CLUSTER_DIR / "pids" / f"{name}.pid").read_text().strip())
+
+
+@contextmanager
+def scheduler_paused() -> Iterator[None]:
+    """The local cluster's kube-scheduler stopped (SIGSTOP) for the block, as a scheduler far behind: new
+    pods get no ``PodScheduled`` condition until it goes on (SIGCONT, whatever the block raised). It runs
+    without leader election, so nothing takes its place or makes it exit for the pause."""
+    pid = component_pid("kube-scheduler")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 CHECKS: list[Callable[[], None]] = []

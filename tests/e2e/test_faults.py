@@ -24,7 +24,7 @@ from kubernetes import client
 
 from sj_operator.names import GROUP, PLURAL, VERSION
 from tests.e2e.faults import FaultProxy, JobRecorder
-from tests.e2e.kube import unique, wait_for
+from tests.e2e.kube import CLUSTER_DIR, component_pid, unique, wait_for
 from tests.e2e.sj import OperatorProcess, create_sj, custom, sj_spec
 
 pytestmark = pytest.mark.kwok_only
@@ -219,15 +219,14 @@ def _count(api: client.ApiClient, namespace: str, phase: str) -> int:
 def _restart_etcd() -> None:
     """Stops the local cluster's etcd and starts it again with the same command (as kwokctl does), keeping
     its data; its pid file is updated so `hack/cluster down` still stops it."""
-    cluster = REPO / ".cluster" / "kwok" / "clusters" / "scavenger"
-    pid_file = cluster / "pids" / "etcd.pid"
-    pid = int(pid_file.read_text().strip())
+    pid_file = CLUSTER_DIR / "pids" / "etcd.pid"
+    pid = component_pid("etcd")
     command = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
     cwd = os.readlink(f"/proc/{pid}/cwd")
     os.kill(pid, signal.SIGTERM)
     wait_for("etcd stopped", lambda: not Path(f"/proc/{pid}").exists(), timeout=30)
     time.sleep(3)  # the API server and everything watching through it see etcd gone
-    with (cluster / "logs" / "etcd.log").open("ab") as log:
+    with (CLUSTER_DIR / "logs" / "etcd.log").open("ab") as log:
         proc = subprocess.Popen([c.decode() for c in command], cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     pid_file.write_text(f"{proc.pid}\n")

@@ -9,7 +9,7 @@ from kubernetes import client
 
 from sj_operator.observed import pod_requests
 from sj_operator.resources import to_milli
-from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
+from tests.e2e.kube import dedicated_node, scheduler_paused, sim_annotations, sim_container, wait_for
 from tests.e2e.sj import create_sj, jobs_of, patch_sj, run_pods, sj_spec, status, wait_phase
 
 pytestmark = pytest.mark.kwok_only
@@ -142,3 +142,21 @@ def test_run_that_cannot_start_times_out_and_leaves_nothing_pending(api, namespa
     st = wait_for("second timeout", lambda: (s := status(api, namespace, "stuck")).get(
         "startTimeouts", 0) >= 2 and s, timeout=90)
     assert st["attempt"] >= 2 and st["interruptedCount"] == 0
+
+
+def test_a_scheduler_far_behind_times_no_run_out(api, namespace, operator):
+    """Pods the scheduler has not looked at yet wait for it, however long: with the scheduler stopped for
+    six start timeouts (past the five that pods not yet made are given), the run is still Starting, never
+    retried, and runs once the scheduler goes on."""
+    waited = operator.start_timeout * 6
+    with scheduler_paused():
+        create_sj(api, namespace, "behind", sj_spec(run_for=None))
+        wait_phase(api, namespace, "behind", "Starting")
+        wait_for("its pod made", lambda: run_pods(api, namespace, "behind-r1"), timeout=30)
+        time.sleep(waited.total_seconds())
+        st = status(api, namespace, "behind")
+        assert (st.get("phase"), st.get("startTimeouts", 0), st.get("jobName")) == ("Starting", 0, "behind-r1"), st
+        assert [p.spec.node_name for p in run_pods(api, namespace, "behind-r1")] == [None]
+    st = wait_phase(api, namespace, "behind", "Running", timeout=60)
+    assert (st.get("startTimeouts", 0), st["attempt"]) == (0, 1), st
+    assert [j.metadata.name for j in jobs_of(api, namespace, "behind")] == ["behind-r1"]

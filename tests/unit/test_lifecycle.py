@@ -1511,7 +1511,8 @@ def test_a_member_deleted_from_outside_and_gone_before_a_pass_is_still_the_cause
         (5 * M, 10 * M, [(0, 5 * M)], True, "1 never made"),
         (2 * M, 2 * M, [(0, 2 * M), (1, None)], False, ""),
         (5 * M - S, None, [(0, 5 * M), (1, None)], False, ""),
-        (5 * M, None, [(0, 5 * M), (1, None)], True, "1 never looked at by the scheduler"),
+        (5 * M, None, [(0, 5 * M), (1, None)], False, ""),
+        (60 * M, 60 * M, [(0, None), (1, None)], False, ""),
         (5 * M, 5 * M, [(0, None)], True, "1 never made, 1 never looked at by the scheduler"),
     ],
     ids=["pods-placed-late", "last-pod-placed-60s-ago", "last-pod-placed-59s-ago", "a-pod-not-made-yet",
@@ -1519,17 +1520,18 @@ def test_a_member_deleted_from_outside_and_gone_before_a_pass_is_still_the_cause
          "job-controller-never-took-it-up", "job-controller-not-yet-but-one-pod-made",
          "taken-up-late-just-under-five-timeouts", "taken-up-late-five-timeouts",
          "taken-up-before-the-launch-counts-from-the-launch", "a-pod-not-placed-yet",
-         "unplaced-just-under-five-timeouts", "unplaced-five-timeouts", "missing-and-unplaced"],
+         "unplaced-just-under-five-timeouts", "unplaced-five-timeouts-waits-for-the-scheduler",
+         "none-looked-at-for-an-hour-waits-for-the-scheduler", "missing-and-unplaced"],
 )
 def test_start_timeout_counts_from_when_the_scheduler_decided_about_the_last_pod(
     launched_ago: timedelta, taken_up_ago: timedelta | None, pods: list[tuple[int, timedelta | None]],
     timed_out: bool, says: str
 ) -> None:
     """A control plane slow to make or schedule the Job's pods does not time the run out (the clock starts
-    when the scheduler bound the last pod or found no room for it); a run whose pods are never all made
-    and looked at does, after five start timeouts: from when the Job controller took the Job up (its
-    ``startTime``) for pods not made, and not at all while it has not; from the launch for pods the
-    scheduler has not looked at."""
+    when the scheduler bound the last pod or found no room for it): pods all made but not all looked at by
+    the scheduler wait for it however long its backlog is; a run whose pods are never all made does time
+    out, after five start timeouts from when the Job controller took the Job up (its ``startTime``), and
+    not at all while it has not."""
     made = [pod(i, "Pending", placed=None if ago is None else NOW - ago) for i, ago in pods]
     taken_up = None if taken_up_ago is None else NOW - taken_up_ago
     result = decide(spec(parallelism=2), starting(launched=NOW - launched_ago), run_of(job(started=taken_up), *made))

@@ -229,6 +229,9 @@ PODS: list[tuple[str, dict[str, Any], PodView]] = [
      view(placed=T0)),
     ("not looked at yet", pod(creationTimestamp="2025-03-01T12:00:00Z", spec={"containers": SPEC["containers"]}),
      view(node=None)),
+    ("gated: not looked at yet", pod(spec={"containers": SPEC["containers"]}, status={
+        "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                                            "lastTransitionTime": "2025-03-01T12:00:00Z"}]}), view(node=None)),
 ]
 
 
