@@ -1,5 +1,6 @@
 """`benchmarks/harness/`: what the cluster benchmarks share, in the parts that run without a cluster (a process
-started and stopped, its CPU, metrics scraped and read, py-spy's stacks summed, a Job queued for Kueue)."""
+started and stopped, its CPU, metrics scraped and read, py-spy's stacks summed, a Job queued for Kueue,
+bench_scale's figures and goals)."""
 from __future__ import annotations
 
 import http.server
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.harness import kueue, metrics, processes, profiling
+from benchmarks.harness import kueue, metrics, processes, profiling, scale_report
 
 OPERATOR_METRICS = """# HELP scavenger_leader whether this replica leads
 scavenger_leader 1.0
@@ -120,3 +121,16 @@ def test_a_job_is_queued_for_kueue_as_its_webhook_would_leave_it() -> None:
                                  "metadata": {"name": "j", "labels": {"a": "b", kueue.QUEUE_LABEL: "bench"}},
                                  "spec": {"parallelism": 2, "suspend": True}}
     assert job["spec"] == {"parallelism": 2}  # the Job given is left as it was
+
+
+def test_the_scale_benchmark_judges_its_goals_on_its_ratios() -> None:
+    figures = {"floor_mean_per_second": 145.0, "operator_per_second": 72.5, "operator_peak_rss_mib": 480.0,
+               "calls_per_sj": {"create_namespaced_job": 1.0}, "kueue_version": "v0.17.0",
+               "work_lost_operator_pod_seconds": 10_000.0, "work_lost_plain_pod_seconds": 40_000.0}
+    by_metric = {f["metric"]: f for f in scale_report.scale_figures(figures, 10_000)}
+    assert by_metric["operator_to_floor"] == {"metric": "operator_to_floor", "value": 0.5, "unit": "",
+                                              "goal": {"min": 0.5}, "met": True}
+    assert by_metric["work_lost_to_plain"]["met"] is True and by_metric["work_lost_to_plain"]["value"] == 0.25
+    assert by_metric["operator_peak_rss_mib"]["met"] is False  # 480 MiB is over 500 MB
+    assert by_metric["calls_per_sj: create_namespaced_job"]["value"] == 1.0 and "kueue_version" not in by_metric
+    assert "goal" not in {f["metric"]: f for f in scale_report.scale_figures(figures, 2_000)}["operator_peak_rss_mib"]
