@@ -50,8 +50,8 @@ while it runs (its collapsed stacks go to FILE; the shares by package, function 
 is deleted at the end.
 
 What runs beside the benchmark (the operator, Kueue's manager), what they use and what they serve, the cluster's
-objects, and how a run is shown (``scale_report``) come from ``benchmarks/harness/``; this script is the workload
-and what is measured of it.
+objects, the stream sent and the work its victims lost, and how a run is shown (``scale_report``) come from
+``benchmarks/harness/``; this script is the workload and what is measured of it.
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,19 +86,16 @@ from benchmarks.harness.kube import (  # noqa: E402
     priority_classes,
     ready_pods,
     retrying,
-    watch_namespace,
 )
 from benchmarks.harness.metrics import calls_by_operation, loop_lag, scrape, writes  # noqa: E402
+from benchmarks.harness.preemption import Stream, lost_by_sjs, preempted  # noqa: E402
 from benchmarks.harness.processes import CpuSince, apiserver_cpu, free_port, peak_rss_mib, scratch  # noqa: E402
 from benchmarks.harness.profiling import profiled  # noqa: E402
 from benchmarks.harness.progress import in_parallel, log, wait_until  # noqa: E402
 from benchmarks.harness.recorder import RecorderProcess  # noqa: E402
 from benchmarks.harness.scale_report import Result, conclude, creation_figures  # noqa: E402
 from benchmarks.harness.stats import percentile  # noqa: E402
-from sj_operator.api import parse_duration  # noqa: E402
 from sj_operator.names import GROUP, PLURAL, VERSION  # noqa: E402
-from sj_operator.observed import parse_time  # noqa: E402
-from sj_operator.policy.lifecycle import lost_work  # noqa: E402
 from tests.e2e.kube import unique  # noqa: E402
 
 BENCH_LABEL = "scavenger.dev/bench"
@@ -171,43 +168,6 @@ def high_pod(name: str, cpu: int) -> dict[str, Any]:
             "metadata": {"name": name, "annotations": {"sim.scavenger.dev/run-for": "20s"}}, "spec": spec}
 
 
-# --- measuring ----------------------------------------------------------------------------------
-
-@dataclass
-class Stream:
-    """High-priority pods arriving on schedule; the victims' lost work as the caller measures it."""
-    core: client.CoreV1Api
-    namespace: str
-    arrivals: tuple[tuple[float, int], ...]
-    made: list[str] = field(default_factory=list)
-
-    def run(self) -> None:
-        start = time.monotonic()
-        for i, (at, cpu) in enumerate(self.arrivals):
-            time.sleep(max(0.0, start + at - time.monotonic()))
-            name = f"high-{i:04d}"
-            retrying(lambda n=name, c=cpu: self.core.create_namespaced_pod(self.namespace, high_pod(n, c)))
-            self.made.append(name)
-        log(f"  {len(self.made)} high-priority pods arrived over {time.monotonic() - start:.0f}s")
-
-
-def watch_preempted_pods(namespace: str, stop: threading.Event, lost: dict[str, float]) -> threading.Thread:
-    """Records, for each plain pod the scheduler preempts, how long it had run (its lost work)."""
-    def seen(pod: dict[str, Any]) -> None:
-        meta, status = pod["metadata"], pod.get("status") or {}
-        cond = next((c for c in status.get("conditions") or []
-                     if c["type"] == "DisruptionTarget" and c["status"] == "True"), None)
-        started, stopped = parse_time(status.get("startTime")), parse_time((cond or {}).get("lastTransitionTime"))
-        if started is not None and stopped is not None and meta["uid"] not in lost:
-            # A gang's app stops when one member goes: every member lost what it had run.
-            members = int((meta.get("annotations") or {}).get(GANG_ANNOTATION, "1"))
-            lost[meta["uid"]] = members * max((stopped - started).total_seconds(), 0.0)
-
-    return watch_namespace(client.CoreV1Api(client.ApiClient()).list_namespaced_pod, namespace, stop, seen,
-                           "preempted pods", label_selector=f"{BENCH_LABEL}=plain")
-
-
-
 # --- the runs -----------------------------------------------------------------------------------
 
 def timed_creates(create: Callable[[int], None], names: Sequence[str], threads: int,
@@ -265,16 +225,10 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
         result.figures["floor_running_seconds"] = time.monotonic() - start
         result.figures.update({f"floor_{k}": v for k, v in job_sync_lag(batch, namespace).items()})
         time.sleep(settle)
-        stop = threading.Event()
-        lost: dict[str, float] = {}
-        watcher = watch_preempted_pods(namespace, stop, lost)
         log(f"  the stream: {len(work.arrivals)} high-priority pods")
-        Stream(core, namespace, work.arrivals).run()
-        time.sleep(15)
-        stop.set()
-        watcher.join(30)
-        result.lost_plain = sorted(lost.values())
-        log(f"  {len(lost)} plain pods preempted, {sum(lost.values()):.0f} pod-seconds of work lost")
+        result.lost_plain = preempted(Stream(core, namespace, work.arrivals, high_pod),
+                                      label_selector=f"{BENCH_LABEL}=plain", members_annotation=GANG_ANNOTATION)
+        log(f"  {len(result.lost_plain)} plain pods preempted, {sum(result.lost_plain):.0f} pod-seconds of work lost")
 
 
 def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Result, *,
@@ -365,7 +319,7 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                 time.sleep(settle)
                 before = scrape(port)
                 log(f"  the stream: {len(work.arrivals)} high-priority pods")
-                Stream(client.CoreV1Api(api), namespace, work.arrivals).run()
+                Stream(client.CoreV1Api(api), namespace, work.arrivals, high_pod).run()
                 time.sleep(60)  # the last victims stop (grace period 1 s) and their interruptions are recorded
                 after = scrape(port)
                 result.figures["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
@@ -438,20 +392,6 @@ def sjs_running(api: client.ApiClient, namespace: str, units: int, port: int, st
     result.figures.update({f"operator_{k}": v for k, v in job_sync_lag(client.BatchV1Api(api), namespace).items()})
     result.figures["writes_per_sj_to_running"] = sum(writes(calls_by_operation(scrape(port))).values()) / units
     log(f"  99.5% of the SJs Running {result.figures['operator_running_seconds']:.0f}s after the first create")
-
-
-def lost_by_sjs(custom: client.CustomObjectsApi, namespace: str, period: str) -> list[float]:
-    """The pod-seconds each interruption cost, from the SJs' own statuses: the time since its checkpoint period
-    began (``policy.lifecycle.lost_work``, the operator's own estimate), for every pod of its gang."""
-    lost: list[float] = []
-    for sj in retrying(lambda: custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))["items"]:
-        st = sj.get("status") or {}
-        stamps = [parse_time(t) for t in st.get("interruptedTimestamps") or []]
-        runs = [parse_time(t) for t in st.get("runningTimestamps") or []]
-        duration = parse_duration(sj["spec"].get("duration", period))
-        for one in lost_work([r for r in runs if r], [t for t in stamps if t], duration):
-            lost.append(one.total_seconds() * int(sj["spec"].get("parallelism", 1)))
-    return lost
 
 
 def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Result, nodes: int,
