@@ -57,13 +57,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import queue
 import random
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext, suppress
+from collections.abc import Callable
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +77,6 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 from benchmarks.harness import kueue, results, scavenger  # noqa: E402
 from benchmarks.harness.kube import (  # noqa: E402
     create_namespace,
-    delete_namespace,
     delete_nodes,
     ensure_crd,
     job_sync_lag,
@@ -86,12 +84,13 @@ from benchmarks.harness.kube import (  # noqa: E402
     priority_classes,
     ready_pods,
     retrying,
+    run_namespace,
 )
 from benchmarks.harness.metrics import calls_by_operation, loop_lag, scrape, writes  # noqa: E402
 from benchmarks.harness.preemption import Stream, lost_by_sjs, preempted  # noqa: E402
 from benchmarks.harness.processes import CpuSince, apiserver_cpu, free_port, peak_rss_mib, scratch  # noqa: E402
 from benchmarks.harness.profiling import profiled  # noqa: E402
-from benchmarks.harness.progress import in_parallel, log, wait_until  # noqa: E402
+from benchmarks.harness.progress import in_parallel_then, log, timed_creates, wait_until  # noqa: E402
 from benchmarks.harness.recorder import RecorderProcess  # noqa: E402
 from benchmarks.harness.scale_report import Result, conclude, creation_figures  # noqa: E402
 from benchmarks.harness.stats import percentile  # noqa: E402
@@ -108,6 +107,8 @@ GANG_ANNOTATION = "bench.scavenger.dev/gang-size"
 THRESHOLD = 0.70
 """The operator's default admission threshold; Kueue's ClusterQueue gets the same share as its quota."""
 NODE_MEMORY_GI = 32
+NAMESPACES = "bench-scale"
+"""How the names of the runs' namespaces begin."""
 
 
 # --- the workload ---------------------------------------------------------------------------
@@ -170,35 +171,6 @@ def high_pod(name: str, cpu: int) -> dict[str, Any]:
 
 # --- the runs -----------------------------------------------------------------------------------
 
-def timed_creates(create: Callable[[int], None], names: Sequence[str], threads: int,
-                  what: str) -> tuple[float, dict[str, float]]:
-    """``create(i)`` for every unit, ``threads`` at a time: the seconds it took, and when each create returned
-    (monotonic), by ``names[i]``."""
-    created: dict[str, float] = {}
-
-    def one(i: int) -> None:
-        create(i)
-        created[names[i]] = time.monotonic()
-
-    return in_parallel(one, len(names), threads, what), created
-
-
-@contextmanager
-def run_namespace(api: client.ApiClient, whose: str, *, followed: bool) -> Iterator[str]:
-    """A namespace for one run, deleted at its end: waited for when another run follows on this cluster (it
-    must not share it with the deletion), only begun when nothing runs after it."""
-    namespace = create_namespace(client.CoreV1Api(api), "bench-scale")
-    try:
-        yield namespace
-    finally:
-        if followed:
-            log(f"  deleting {whose} namespace")
-            delete_namespace(api, namespace, timeout=1800)
-        else:
-            log(f"  deleting {whose} namespace (not waited for: nothing runs after it)")
-            delete_namespace(api, namespace, timeout=5, collections=False)
-
-
 def create_plain_jobs(batch: client.BatchV1Api, namespace: str, work: Workload, threads: int, result: Result,
                       run: str) -> list[float]:
     """The floor's creates: every unit as a plain Job, ``threads`` at a time; ``run``'s creation figures. When
@@ -216,7 +188,7 @@ def create_plain_jobs(batch: client.BatchV1Api, namespace: str, work: Workload, 
 
 def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Result, settle: float) -> None:
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    with run_namespace(api, "the floor's", followed=True) as namespace:
+    with run_namespace(api, NAMESPACES, "the floor's", followed=True) as namespace:
         log(f"the floor: {len(work.gangs)} plain Jobs ({work.pods} pods) in {namespace}")
         start = time.monotonic()
         result.floor_created = create_plain_jobs(batch, namespace, work, threads, result, "floor")
@@ -237,7 +209,7 @@ def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Res
     older (thousands of objects made and deleted, etcd grown until its next compaction), and the first
     floor had it fresh. The ratio is taken against the mean of the two floors, which have aged as much as
     the operator's run between them, on average."""
-    with run_namespace(api, "the floor's second", followed=followed) as namespace:
+    with run_namespace(api, NAMESPACES, "the floor's second", followed=followed) as namespace:
         log(f"the floor again: {len(work.gangs)} plain Jobs in {namespace}")
         create_plain_jobs(client.BatchV1Api(api), namespace, work, threads, result, "floor_after")
         figures = result.figures
@@ -258,9 +230,8 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
     write of its own."""
     batch, custom = client.BatchV1Api(api), client.CustomObjectsApi(api)
     run, what = ("ceiling_watched", "the ceiling watched") if standby else ("ceiling", "the ceiling")
-    made: queue.Queue[int | None] = queue.Queue()
     created = result.ceiling_created if not standby else []
-    with run_namespace(api, f"{what}'s", followed=True) as namespace:
+    with run_namespace(api, NAMESPACES, f"{what}'s", followed=True) as namespace:
         log(f"{what}: {len(work.gangs)} SJs, each one's plain Job made once it exists, in {namespace} "
             f"({'a standby replica of the operator watching' if standby else 'no operator'})")
         standby_log = scratch(f"bench-scale-standby-{namespace}.log")
@@ -272,24 +243,12 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
             def create_sj(i: int) -> None:
                 retrying(lambda: custom.create_namespaced_custom_object(
                     GROUP, VERSION, namespace, PLURAL, scavenger_job(f"sj-{i:05d}", work.gangs[i], period)))
-                made.put(i)
 
-            def create_jobs() -> None:
-                while (i := made.get()) is not None:
-                    retrying(lambda: batch.create_namespaced_job(namespace, plain_job(f"sj-{i:05d}-r1",
-                                                                                      work.gangs[i])))
-                    created.append(time.monotonic() - start)
+            def create_job(i: int) -> None:
+                retrying(lambda: batch.create_namespaced_job(namespace, plain_job(f"sj-{i:05d}-r1", work.gangs[i])))
+                created.append(time.monotonic() - start)
 
-            workers = [threading.Thread(target=create_jobs, daemon=True) for _ in range(threads)]
-            for worker in workers:
-                worker.start()
-            try:
-                in_parallel(create_sj, len(work.gangs), threads, "SJs created")
-            finally:
-                for _ in workers:
-                    made.put(None)
-                for worker in workers:
-                    worker.join()
+            in_parallel_then(create_sj, create_job, len(work.gangs), threads, "SJs created")
             took = time.monotonic() - start
             creation_figures(result, run, len(work.gangs), took, apiserver)
             note = ""
@@ -305,7 +264,7 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                  profile_burst: bool = False) -> None:
     """The SJs' burst with the operator running as its own process, until every SJ runs; then the stream."""
     port = free_port()
-    with run_namespace(api, "the operator's", followed=followed) as namespace:
+    with run_namespace(api, NAMESPACES, "the operator's", followed=followed) as namespace:
         logfile = scratch(f"bench-scale-operator-{namespace}.log")
         log(f"the operator: {len(work.gangs)} SJs ({work.pods} pods) in {namespace} (operator log {logfile})")
         rec = RecorderProcess(namespace)
@@ -380,14 +339,7 @@ def sjs_running(api: client.ApiClient, namespace: str, units: int, port: int, st
     """Waits until 99.5 % of the SJs run: how long that took from the first create, the Job controller's lag,
     and the operator's writes per SJ by then (steering's for the SJs that ran a period by then included; the
     unit test of the controller counts a single-pod SJ's own writes: four)."""
-    def running() -> tuple[bool, str]:
-        try:
-            n = scrape(port).get('scavenger_sjs{phase="Running"}', 0)
-        except OSError as exc:  # a pass over thousands of changed SJs can hold the operator's loop
-            return False, f"the operator's metrics did not answer ({exc!r}); asking again"
-        return n >= 0.995 * units, f"{n:.0f}/{units} SJs Running"
-
-    wait_until("SJs running", running, timeout=3600, every=15)
+    scavenger.wait_running(port, units, 0.995)
     result.figures["operator_running_seconds"] = time.monotonic() - start
     result.figures.update({f"operator_{k}": v for k, v in job_sync_lag(client.BatchV1Api(api), namespace).items()})
     result.figures["writes_per_sj_to_running"] = sum(writes(calls_by_operation(scrape(port))).values()) / units
@@ -398,17 +350,15 @@ def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
               node_cpu: int) -> None:
     """The same burst as plain Jobs through Kueue: from the first create until Kueue started the last."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    custom = client.CustomObjectsApi(api)
     workdir = scratch(unique("bench-scale-kueue"))
     workdir.mkdir(parents=True)
     logfile = workdir / "kueue.log"
-    namespace = create_namespace(core, "bench-scale")
+    namespace = create_namespace(core, NAMESPACES)
     log(f"Kueue {kueue.VERSION}: {len(work.gangs)} Jobs ({work.pods} pods) in {namespace} (Kueue log {logfile})")
     try:
-        with kueue.running(workdir, logfile) as proc:
-            # Its ClusterQueue's quota is the operator's threshold of the benchmark's nodes.
-            kueue.create_queues(custom, namespace, cpu=str(int(THRESHOLD * nodes * node_cpu)),
-                                memory=f"{int(THRESHOLD * nodes * NODE_MEMORY_GI)}Gi")
+        # Its ClusterQueue's quota is the operator's threshold of the benchmark's nodes.
+        with kueue.queueing(api, namespace, workdir, logfile, cpu=str(int(THRESHOLD * nodes * node_cpu)),
+                            memory=f"{int(THRESHOLD * nodes * NODE_MEMORY_GI)}Gi") as proc:
             started: dict[str, float] = {}
             stop = threading.Event()
             watcher = kueue.watch_started_jobs(namespace, stop, started)
@@ -440,9 +390,6 @@ def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
             log(f"  all {len(names)} Jobs started after {took:.1f}s ({len(names) / took:.0f}/s); create -> started "
                 f"p50 {result.figures['kueue_latency_p50']:.1f}s p99 {result.figures['kueue_latency_p99']:.1f}s; "
                 f"Kueue peak RSS {result.figures['kueue_peak_rss_mib']:.0f} MiB")
-            log("  deleting Kueue's namespace and queues (Kueue removes its finalizers)")
-            delete_namespace(api, namespace, timeout=1800)
-            kueue.delete_queues(custom, namespace)
     finally:
         with suppress(ApiException):
             core.delete_namespace(namespace)
