@@ -44,26 +44,26 @@ else lands there). It goes through the same cluster in turn:
 
 Progress is printed as it goes; the result is a table, optionally a PNG plot (matplotlib) and the result as
 data (``--json PATH``, ``--save``: ``benchmarks/harness/results.py``), with the goals beside the figures they
-are set for (``GOALS``). ``--profile FILE`` samples the operator with py-spy while it runs (its collapsed stacks go to
-FILE; the shares by package, function and API operation are logged); with ``--profile-burst``, only until
-every SJ's Job exists. Everything the run made (nodes, namespaces, PriorityClasses) is deleted at the end.
+are set for (``GOALS``: ``benchmarks/harness/scale_report.py``). ``--profile FILE`` samples the operator with py-spy
+while it runs (its collapsed stacks go to FILE; the shares by package, function and API operation are logged); with
+``--profile-burst``, only until every SJ's Job exists. Everything the run made (nodes, namespaces, PriorityClasses)
+is deleted at the end.
 
-What runs beside the benchmark (the operator, Kueue's manager), what they use and what they serve, and the
-cluster's objects come from ``benchmarks/harness/``; this script is the workload and what is measured of it.
+What runs beside the benchmark (the operator, Kueue's manager), what they use and what they serve, the cluster's
+objects, the stream sent and the work its victims lost, and how a run is shown (``scale_report``) come from
+``benchmarks/harness/``; this script is the workload and what is measured of it.
 """
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import queue
 import random
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext, suppress
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import nullcontext, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,6 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 from benchmarks.harness import kueue, results, scavenger  # noqa: E402
 from benchmarks.harness.kube import (  # noqa: E402
     create_namespace,
-    delete_namespace,
     delete_nodes,
     ensure_crd,
     job_sync_lag,
@@ -85,18 +84,17 @@ from benchmarks.harness.kube import (  # noqa: E402
     priority_classes,
     ready_pods,
     retrying,
-    watch_namespace,
+    run_namespace,
 )
 from benchmarks.harness.metrics import calls_by_operation, loop_lag, scrape, writes  # noqa: E402
+from benchmarks.harness.preemption import Stream, lost_by_sjs, preempted  # noqa: E402
 from benchmarks.harness.processes import CpuSince, apiserver_cpu, free_port, peak_rss_mib, scratch  # noqa: E402
 from benchmarks.harness.profiling import profiled  # noqa: E402
-from benchmarks.harness.progress import in_parallel, log, wait_until  # noqa: E402
+from benchmarks.harness.progress import in_parallel_then, log, timed_creates, wait_until  # noqa: E402
 from benchmarks.harness.recorder import RecorderProcess  # noqa: E402
+from benchmarks.harness.scale_report import Result, conclude, creation_figures  # noqa: E402
 from benchmarks.harness.stats import percentile  # noqa: E402
-from sj_operator.api import parse_duration  # noqa: E402
 from sj_operator.names import GROUP, PLURAL, VERSION  # noqa: E402
-from sj_operator.observed import parse_time  # noqa: E402
-from sj_operator.policy.lifecycle import lost_work  # noqa: E402
 from tests.e2e.kube import unique  # noqa: E402
 
 BENCH_LABEL = "scavenger.dev/bench"
@@ -109,6 +107,8 @@ GANG_ANNOTATION = "bench.scavenger.dev/gang-size"
 THRESHOLD = 0.70
 """The operator's default admission threshold; Kueue's ClusterQueue gets the same share as its quota."""
 NODE_MEMORY_GI = 32
+NAMESPACES = "bench-scale"
+"""How the names of the runs' namespaces begin."""
 
 
 # --- the workload ---------------------------------------------------------------------------
@@ -169,99 +169,7 @@ def high_pod(name: str, cpu: int) -> dict[str, Any]:
             "metadata": {"name": name, "annotations": {"sim.scavenger.dev/run-for": "20s"}}, "spec": spec}
 
 
-# --- measuring ----------------------------------------------------------------------------------
-
-@dataclass
-class Stream:
-    """High-priority pods arriving on schedule; the victims' lost work as the caller measures it."""
-    core: client.CoreV1Api
-    namespace: str
-    arrivals: tuple[tuple[float, int], ...]
-    made: list[str] = field(default_factory=list)
-
-    def run(self) -> None:
-        start = time.monotonic()
-        for i, (at, cpu) in enumerate(self.arrivals):
-            time.sleep(max(0.0, start + at - time.monotonic()))
-            name = f"high-{i:04d}"
-            retrying(lambda n=name, c=cpu: self.core.create_namespaced_pod(self.namespace, high_pod(n, c)))
-            self.made.append(name)
-        log(f"  {len(self.made)} high-priority pods arrived over {time.monotonic() - start:.0f}s")
-
-
-def watch_preempted_pods(namespace: str, stop: threading.Event, lost: dict[str, float]) -> threading.Thread:
-    """Records, for each plain pod the scheduler preempts, how long it had run (its lost work)."""
-    def seen(pod: dict[str, Any]) -> None:
-        meta, status = pod["metadata"], pod.get("status") or {}
-        cond = next((c for c in status.get("conditions") or []
-                     if c["type"] == "DisruptionTarget" and c["status"] == "True"), None)
-        started, stopped = parse_time(status.get("startTime")), parse_time((cond or {}).get("lastTransitionTime"))
-        if started is not None and stopped is not None and meta["uid"] not in lost:
-            # A gang's app stops when one member goes: every member lost what it had run.
-            members = int((meta.get("annotations") or {}).get(GANG_ANNOTATION, "1"))
-            lost[meta["uid"]] = members * max((stopped - started).total_seconds(), 0.0)
-
-    return watch_namespace(client.CoreV1Api(client.ApiClient()).list_namespaced_pod, namespace, stop, seen,
-                           "preempted pods", label_selector=f"{BENCH_LABEL}=plain")
-
-
-
 # --- the runs -----------------------------------------------------------------------------------
-
-@dataclass
-class Result:
-    figures: dict[str, Any] = field(default_factory=dict)
-    floor_created: list[float] = field(default_factory=list)
-    """Seconds after the first create at which each plain Job existed."""
-    ceiling_created: list[float] = field(default_factory=list)
-    """Seconds after the first create at which each SJ and its plain Job existed (``--ceiling``)."""
-    operator_jobs: list[float] = field(default_factory=list)
-    """Seconds after the first SJ create at which a watch saw each SJ's Job."""
-    latencies: list[float] = field(default_factory=list)
-    """Per SJ: seconds from its create call returning to its Job seen."""
-    lost_plain: list[float] = field(default_factory=list)
-    lost_operator: list[float] = field(default_factory=list)
-    kueue_started: list[float] = field(default_factory=list)
-    """Seconds after the first create at which Kueue let each Job start (unsuspended it)."""
-    kueue_latencies: list[float] = field(default_factory=list)
-
-
-def creation_figures(result: Result, run: str, units: int, took: float, apiserver: CpuSince) -> None:
-    """``run``'s creation figures: its seconds, units per second, and the API server's cores meanwhile."""
-    result.figures[f"{run}_seconds"] = took
-    result.figures[f"{run}_per_second"] = units / took
-    if (cpu := apiserver.seconds()) is not None:
-        result.figures[f"{run}_apiserver_cores"] = cpu / took
-
-
-def timed_creates(create: Callable[[int], None], names: Sequence[str], threads: int,
-                  what: str) -> tuple[float, dict[str, float]]:
-    """``create(i)`` for every unit, ``threads`` at a time: the seconds it took, and when each create returned
-    (monotonic), by ``names[i]``."""
-    created: dict[str, float] = {}
-
-    def one(i: int) -> None:
-        create(i)
-        created[names[i]] = time.monotonic()
-
-    return in_parallel(one, len(names), threads, what), created
-
-
-@contextmanager
-def run_namespace(api: client.ApiClient, whose: str, *, followed: bool) -> Iterator[str]:
-    """A namespace for one run, deleted at its end: waited for when another run follows on this cluster (it
-    must not share it with the deletion), only begun when nothing runs after it."""
-    namespace = create_namespace(client.CoreV1Api(api), "bench-scale")
-    try:
-        yield namespace
-    finally:
-        if followed:
-            log(f"  deleting {whose} namespace")
-            delete_namespace(api, namespace, timeout=1800)
-        else:
-            log(f"  deleting {whose} namespace (not waited for: nothing runs after it)")
-            delete_namespace(api, namespace, timeout=5, collections=False)
-
 
 def create_plain_jobs(batch: client.BatchV1Api, namespace: str, work: Workload, threads: int, result: Result,
                       run: str) -> list[float]:
@@ -280,7 +188,7 @@ def create_plain_jobs(batch: client.BatchV1Api, namespace: str, work: Workload, 
 
 def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Result, settle: float) -> None:
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    with run_namespace(api, "the floor's", followed=True) as namespace:
+    with run_namespace(api, NAMESPACES, "the floor's", followed=True) as namespace:
         log(f"the floor: {len(work.gangs)} plain Jobs ({work.pods} pods) in {namespace}")
         start = time.monotonic()
         result.floor_created = create_plain_jobs(batch, namespace, work, threads, result, "floor")
@@ -289,16 +197,10 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
         result.figures["floor_running_seconds"] = time.monotonic() - start
         result.figures.update({f"floor_{k}": v for k, v in job_sync_lag(batch, namespace).items()})
         time.sleep(settle)
-        stop = threading.Event()
-        lost: dict[str, float] = {}
-        watcher = watch_preempted_pods(namespace, stop, lost)
         log(f"  the stream: {len(work.arrivals)} high-priority pods")
-        Stream(core, namespace, work.arrivals).run()
-        time.sleep(15)
-        stop.set()
-        watcher.join(30)
-        result.lost_plain = sorted(lost.values())
-        log(f"  {len(lost)} plain pods preempted, {sum(lost.values()):.0f} pod-seconds of work lost")
+        result.lost_plain = preempted(Stream(core, namespace, work.arrivals, high_pod),
+                                      label_selector=f"{BENCH_LABEL}=plain", members_annotation=GANG_ANNOTATION)
+        log(f"  {len(result.lost_plain)} plain pods preempted, {sum(result.lost_plain):.0f} pod-seconds of work lost")
 
 
 def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Result, *,
@@ -307,7 +209,7 @@ def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Res
     older (thousands of objects made and deleted, etcd grown until its next compaction), and the first
     floor had it fresh. The ratio is taken against the mean of the two floors, which have aged as much as
     the operator's run between them, on average."""
-    with run_namespace(api, "the floor's second", followed=followed) as namespace:
+    with run_namespace(api, NAMESPACES, "the floor's second", followed=followed) as namespace:
         log(f"the floor again: {len(work.gangs)} plain Jobs in {namespace}")
         create_plain_jobs(client.BatchV1Api(api), namespace, work, threads, result, "floor_after")
         figures = result.figures
@@ -328,9 +230,8 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
     write of its own."""
     batch, custom = client.BatchV1Api(api), client.CustomObjectsApi(api)
     run, what = ("ceiling_watched", "the ceiling watched") if standby else ("ceiling", "the ceiling")
-    made: queue.Queue[int | None] = queue.Queue()
     created = result.ceiling_created if not standby else []
-    with run_namespace(api, f"{what}'s", followed=True) as namespace:
+    with run_namespace(api, NAMESPACES, f"{what}'s", followed=True) as namespace:
         log(f"{what}: {len(work.gangs)} SJs, each one's plain Job made once it exists, in {namespace} "
             f"({'a standby replica of the operator watching' if standby else 'no operator'})")
         standby_log = scratch(f"bench-scale-standby-{namespace}.log")
@@ -342,24 +243,12 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
             def create_sj(i: int) -> None:
                 retrying(lambda: custom.create_namespaced_custom_object(
                     GROUP, VERSION, namespace, PLURAL, scavenger_job(f"sj-{i:05d}", work.gangs[i], period)))
-                made.put(i)
 
-            def create_jobs() -> None:
-                while (i := made.get()) is not None:
-                    retrying(lambda: batch.create_namespaced_job(namespace, plain_job(f"sj-{i:05d}-r1",
-                                                                                      work.gangs[i])))
-                    created.append(time.monotonic() - start)
+            def create_job(i: int) -> None:
+                retrying(lambda: batch.create_namespaced_job(namespace, plain_job(f"sj-{i:05d}-r1", work.gangs[i])))
+                created.append(time.monotonic() - start)
 
-            workers = [threading.Thread(target=create_jobs, daemon=True) for _ in range(threads)]
-            for worker in workers:
-                worker.start()
-            try:
-                in_parallel(create_sj, len(work.gangs), threads, "SJs created")
-            finally:
-                for _ in workers:
-                    made.put(None)
-                for worker in workers:
-                    worker.join()
+            in_parallel_then(create_sj, create_job, len(work.gangs), threads, "SJs created")
             took = time.monotonic() - start
             creation_figures(result, run, len(work.gangs), took, apiserver)
             note = ""
@@ -375,7 +264,7 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                  profile_burst: bool = False) -> None:
     """The SJs' burst with the operator running as its own process, until every SJ runs; then the stream."""
     port = free_port()
-    with run_namespace(api, "the operator's", followed=followed) as namespace:
+    with run_namespace(api, NAMESPACES, "the operator's", followed=followed) as namespace:
         logfile = scratch(f"bench-scale-operator-{namespace}.log")
         log(f"the operator: {len(work.gangs)} SJs ({work.pods} pods) in {namespace} (operator log {logfile})")
         rec = RecorderProcess(namespace)
@@ -389,7 +278,7 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                 time.sleep(settle)
                 before = scrape(port)
                 log(f"  the stream: {len(work.arrivals)} high-priority pods")
-                Stream(client.CoreV1Api(api), namespace, work.arrivals).run()
+                Stream(client.CoreV1Api(api), namespace, work.arrivals, high_pod).run()
                 time.sleep(60)  # the last victims stop (grace period 1 s) and their interruptions are recorded
                 after = scrape(port)
                 result.figures["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
@@ -450,49 +339,26 @@ def sjs_running(api: client.ApiClient, namespace: str, units: int, port: int, st
     """Waits until 99.5 % of the SJs run: how long that took from the first create, the Job controller's lag,
     and the operator's writes per SJ by then (steering's for the SJs that ran a period by then included; the
     unit test of the controller counts a single-pod SJ's own writes: four)."""
-    def running() -> tuple[bool, str]:
-        try:
-            n = scrape(port).get('scavenger_sjs{phase="Running"}', 0)
-        except OSError as exc:  # a pass over thousands of changed SJs can hold the operator's loop
-            return False, f"the operator's metrics did not answer ({exc!r}); asking again"
-        return n >= 0.995 * units, f"{n:.0f}/{units} SJs Running"
-
-    wait_until("SJs running", running, timeout=3600, every=15)
+    scavenger.wait_running(port, units, 0.995)
     result.figures["operator_running_seconds"] = time.monotonic() - start
     result.figures.update({f"operator_{k}": v for k, v in job_sync_lag(client.BatchV1Api(api), namespace).items()})
     result.figures["writes_per_sj_to_running"] = sum(writes(calls_by_operation(scrape(port))).values()) / units
     log(f"  99.5% of the SJs Running {result.figures['operator_running_seconds']:.0f}s after the first create")
 
 
-def lost_by_sjs(custom: client.CustomObjectsApi, namespace: str, period: str) -> list[float]:
-    """The pod-seconds each interruption cost, from the SJs' own statuses: the time since its checkpoint period
-    began (``policy.lifecycle.lost_work``, the operator's own estimate), for every pod of its gang."""
-    lost: list[float] = []
-    for sj in retrying(lambda: custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))["items"]:
-        st = sj.get("status") or {}
-        stamps = [parse_time(t) for t in st.get("interruptedTimestamps") or []]
-        runs = [parse_time(t) for t in st.get("runningTimestamps") or []]
-        duration = parse_duration(sj["spec"].get("duration", period))
-        for one in lost_work([r for r in runs if r], [t for t in stamps if t], duration):
-            lost.append(one.total_seconds() * int(sj["spec"].get("parallelism", 1)))
-    return lost
-
-
 def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Result, nodes: int,
               node_cpu: int) -> None:
     """The same burst as plain Jobs through Kueue: from the first create until Kueue started the last."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    custom = client.CustomObjectsApi(api)
     workdir = scratch(unique("bench-scale-kueue"))
     workdir.mkdir(parents=True)
     logfile = workdir / "kueue.log"
-    namespace = create_namespace(core, "bench-scale")
+    namespace = create_namespace(core, NAMESPACES)
     log(f"Kueue {kueue.VERSION}: {len(work.gangs)} Jobs ({work.pods} pods) in {namespace} (Kueue log {logfile})")
     try:
-        with kueue.running(workdir, logfile) as proc:
-            # Its ClusterQueue's quota is the operator's threshold of the benchmark's nodes.
-            kueue.create_queues(custom, namespace, cpu=str(int(THRESHOLD * nodes * node_cpu)),
-                                memory=f"{int(THRESHOLD * nodes * NODE_MEMORY_GI)}Gi")
+        # Its ClusterQueue's quota is the operator's threshold of the benchmark's nodes.
+        with kueue.queueing(api, namespace, workdir, logfile, cpu=str(int(THRESHOLD * nodes * node_cpu)),
+                            memory=f"{int(THRESHOLD * nodes * NODE_MEMORY_GI)}Gi") as proc:
             started: dict[str, float] = {}
             stop = threading.Event()
             watcher = kueue.watch_started_jobs(namespace, stop, started)
@@ -524,164 +390,9 @@ def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
             log(f"  all {len(names)} Jobs started after {took:.1f}s ({len(names) / took:.0f}/s); create -> started "
                 f"p50 {result.figures['kueue_latency_p50']:.1f}s p99 {result.figures['kueue_latency_p99']:.1f}s; "
                 f"Kueue peak RSS {result.figures['kueue_peak_rss_mib']:.0f} MiB")
-            log("  deleting Kueue's namespace and queues (Kueue removes its finalizers)")
-            delete_namespace(api, namespace, timeout=1800)
-            kueue.delete_queues(custom, namespace)
     finally:
         with suppress(ApiException):
             core.delete_namespace(namespace)
-
-
-# --- reporting ------------------------------------------------------------------------------------
-
-def report(work: Workload, result: Result, nodes: int) -> None:
-    f = result.figures
-    print()
-    print(f"{len(work.gangs)} units of work ({f.get('gangs', 0)} gangs of 2-16, {work.pods} pods) on {nodes} kwok "
-          f"nodes; {len(work.arrivals)} high-priority pods in the stream")
-    floor = f.get("floor_mean_per_second")
-    rows = [
-        ("throughput (units/s)", _figure(f, "floor_mean_per_second", ".1f"), f"{f['operator_per_second']:.1f}",
-         f"{f['operator_per_second'] / floor:.2f} of the floor (the mean of {f['floor_per_second']:.1f} before "
-         f"the operator's run and {f['floor_after_per_second']:.1f} after it)" if floor else
-         "no floor run (--no-floor)"),
-        ("all Jobs exist after (s)", _figure(f, "floor_seconds", ".1f"), f"{f['operator_seconds']:.1f}", ""),
-        *([("the ceiling: SJ + its Job, no operator", "-", f"{f['ceiling_per_second']:.1f} units/s",
-            (f"{f['ceiling_per_second'] / floor:.2f} of the floor; " if floor else "")
-            + f"the operator reached {f['operator_per_second'] / f['ceiling_per_second']:.2f} of it")]
-          if "ceiling_per_second" in f else []),
-        *([("the ceiling watched by a standby replica", "-", f"{f['ceiling_watched_per_second']:.1f} units/s",
-            (f"{f['ceiling_watched_per_second'] / floor:.2f} of the floor; " if floor else "")
-            + f"the replica's CPU {f['standby_cpu_seconds']:.1f} s; the operator reached "
-            f"{f['operator_per_second'] / f['ceiling_watched_per_second']:.2f} of it")]
-          if "ceiling_watched_per_second" in f else []),
-        ("99.5% running after (s)", _figure(f, "floor_running_seconds", ".0f"),
-         f"{f.get('operator_running_seconds', float('nan')):.0f}", "pods ready / SJs Running"),
-        ("create -> Job p50 / p99 (s)", "-", f"{f['latency_p50']:.1f} / {f['latency_p99']:.1f}", ""),
-        ("Job -> its first sync p50 / p99 (s)", _pair(f, "floor_job_sync"), _pair(f, "operator_job_sync"),
-         "the Job controller's status.startTime"),
-        ("API server CPU (cores)", _figure(f, "floor_apiserver_cores", ".2f"),
-         f"{f.get('operator_apiserver_cores', float('nan')):.2f}", ""),
-        ("operator CPU until every Job exists (s)", "-", _figure(f, "operator_cpu_seconds", ".1f"),
-         f"{_figure(f, 'operator_gc_seconds_to_jobs', '.1f')} s of wall time in GC meanwhile"),
-        ("client writes per unit", "1", f"1 + {f['writes_per_sj']:.2f} by the operator",
-         f"{f['writes_per_sj_without_gang_services']:.2f} without gang Services"),
-        ("operator writes per unit to 99.5% Running", "-", _figure(f, "writes_per_sj_to_running", ".2f"),
-         "Events and steering included"),
-        ("operator peak RSS (MiB)", "-", f"{f['operator_peak_rss_mib']:.0f}", ""),
-        ("operator's loop held at most (s)", "-", f"<= {_figure(f, 'loop_lag_worst_le', 'g')}",
-         f"{_figure(f, 'loop_lag_over_1s', '.0f')} lags over 1 s (scavenger_event_loop_lag_seconds)"),
-        ("operator's full GC pauses at most (s)", "-", f"<= {_figure(f, 'gc_full_worst_le', 'g')}",
-         f"{_figure(f, 'gc_full_over_1s', '.0f')} over 1 s; {_figure(f, 'gc_seconds', '.1f')} s in all collections"),
-        ("operator's GC by generation (s in n)", "-", " / ".join(
-            f"{_figure(f, f'gc_seconds_gen{g}', '.1f')} in {_figure(f, f'gc_count_gen{g}', '.0f')}" for g in range(3)),
-         "young / middle / full; freed " + " / ".join(_figure(f, f"gc_collected_gen{g}", ".3g") for g in range(3))),
-        ("pods preempted / SJ runs interrupted", f"{len(result.lost_plain)}" if floor else "-",
-         f"{f['operator_interruptions']:.0f}", ""),
-        ("work lost (pod-seconds)", f"{sum(result.lost_plain):.0f}" if floor else "-",
-         f"{sum(result.lost_operator):.0f}",
-         f"{_ratio(sum(result.lost_operator), sum(result.lost_plain))} of plain Jobs'" if floor else ""),
-    ]
-    width = max(len(r[0]) for r in rows)
-    print(f"{'':<{width}}  {'plain Jobs':>12}  {'operator':>28}  ")
-    for label, plain, operator, note in rows:
-        print(f"{label:<{width}}  {plain:>12}  {operator:>28}  {note}")
-    print("operator API calls per SJ: " + ", ".join(f"{op} {n:.2f}" for op, n in f["calls_per_sj"].items()))
-    if "kueue_seconds" in f:
-        print(f"Kueue {f['kueue_version']}, the same burst as suspended Jobs: all started after "
-              f"{f['kueue_seconds']:.1f}s "
-              f"({f['kueue_per_second']:.1f}/s"
-              + (f", {f['kueue_per_second'] / floor:.2f} of the floor" if floor else "") + "); "
-              f"create -> started p50 {f['kueue_latency_p50']:.1f}s p99 {f['kueue_latency_p99']:.1f}s; API server "
-              f"{f.get('kueue_apiserver_cores', float('nan')):.2f} cores; Kueue CPU {f['kueue_cpu_seconds']:.1f}s, "
-              f"peak RSS {f['kueue_peak_rss_mib']:.0f} MiB")
-
-
-GOALS: dict[str, results.Goal] = {
-    "operator_to_floor": {"min": 0.5},
-    "work_lost_to_plain": {"max": 0.3},
-}
-"""The project's goals: the operator launches at least half as fast as the floor (the mean of its two timings),
-and loses at most 0.3 of the work plain Jobs lose to the same stream."""
-RSS_GOAL_MIB = 500e6 / 2**20
-"""Peak RSS under 500 MB (476.8 MiB), set for 10,000 units (``RSS_GOAL_UNITS``)."""
-RSS_GOAL_UNITS = 10_000
-UNITS = (("_per_second", "/s"), ("_seconds", "s"), ("_cores", "cores"), ("_mib", "MiB"), ("_p50", "s"), ("_p99", "s"),
-         ("_le", "s"))
-
-
-def _unit(key: str) -> str:
-    return next((unit for suffix, unit in UNITS if key.endswith(suffix) or f"{suffix}_" in key), "")
-
-
-def scale_figures(figures: Mapping[str, Any], units: int) -> list[dict[str, Any]]:
-    """The run's figures (``Result.figures``) as the result's, with the ratios its goals are set on; names that are
-    not numbers (Kueue's version) are left to the parameters."""
-    out: list[dict[str, Any]] = []
-    for key, value in figures.items():
-        if isinstance(value, Mapping):
-            out += [results.figure(f"{key}: {name}", n) for name, n in value.items()]
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            goal = {"max": RSS_GOAL_MIB} if key == "operator_peak_rss_mib" and units >= RSS_GOAL_UNITS else None
-            out.append(results.figure(key, value, _unit(key), goal))
-    if figures.get("floor_mean_per_second"):
-        ratio = figures["operator_per_second"] / figures["floor_mean_per_second"]
-        out.append(results.figure("operator_to_floor", ratio, "", GOALS["operator_to_floor"]))
-    if figures.get("work_lost_plain_pod_seconds"):
-        out.append(results.figure("work_lost_to_plain", figures["work_lost_operator_pod_seconds"]
-                                  / figures["work_lost_plain_pod_seconds"], "", GOALS["work_lost_to_plain"]))
-    return out
-
-
-def _pair(figures: Mapping[str, Any], key: str) -> str:
-    """``key``'s p50 / p99, or "-" when the run did not measure them."""
-    if f"{key}_p50" not in figures:
-        return "-"
-    return f"{figures[f'{key}_p50']:.0f} / {figures[f'{key}_p99']:.0f}"
-
-
-def _figure(figures: Mapping[str, Any], key: str, spec: str) -> str:
-    return format(figures[key], spec) if key in figures else "-"
-
-
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}" if b else "n/a"
-
-
-def plot(work: Workload, result: Result, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.5))
-    n = len(work.gangs)
-    if result.floor_created:
-        left.plot(sorted(result.floor_created), range(1, len(result.floor_created) + 1), label="plain Jobs (the floor)")
-    left.plot(result.operator_jobs, range(1, len(result.operator_jobs) + 1), label="ScavengerJobs' Jobs")
-    if result.ceiling_created:
-        left.plot(sorted(result.ceiling_created), range(1, len(result.ceiling_created) + 1),
-                  label="SJ + Job, no operator (the ceiling)")
-    if result.kueue_started:
-        left.plot(result.kueue_started, range(1, len(result.kueue_started) + 1), label="Kueue: Jobs started")
-    left.set(title=f"Jobs existing after a burst of {n}", xlabel="seconds after the first create", ylabel="Jobs")
-    left.legend()
-    middle.plot(result.latencies, [i / len(result.latencies) for i in range(1, len(result.latencies) + 1)],
-                label="operator: SJ created -> its Job", color="tab:orange")
-    if result.kueue_latencies:
-        middle.plot(result.kueue_latencies, [i / len(result.kueue_latencies)
-                                             for i in range(1, len(result.kueue_latencies) + 1)],
-                    label="Kueue: Job created -> started", color="tab:green")
-        middle.legend()
-    middle.set(title="created -> running Job (after the burst)", xlabel="seconds", ylabel="fraction of units")
-    middle.axvline(result.figures["latency_p99"], linestyle=":", color="grey")
-    right.bar(["plain Jobs", "operator"], [sum(result.lost_plain) / 3600, sum(result.lost_operator) / 3600],
-              color=["tab:blue", "tab:orange"])
-    right.set(title=f"work lost to {len(work.arrivals)} high-priority pods", ylabel="pod-hours")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    log(f"plot written to {path}")
 
 
 def main() -> int:
@@ -747,16 +458,7 @@ def main() -> int:
                 kueue_run(api, work, args.threads, result, args.nodes, args.node_cpu)
     finally:
         delete_nodes(core, SELECTOR)
-    report(work, result, args.nodes)
-    result.figures["work_lost_operator_pod_seconds"] = sum(result.lost_operator)
-    if not args.no_floor:
-        result.figures["pods_preempted_plain"] = len(result.lost_plain)
-        result.figures["work_lost_plain_pod_seconds"] = sum(result.lost_plain)
-    params = results.parameters(args, units_pods=work.pods, high_priority_pods=len(work.arrivals),
-                                **{k: v for k, v in result.figures.items() if isinstance(v, str)})
-    results.save(args, results.result("bench_scale", params, scale_figures(result.figures, args.sjs)))
-    if args.plot:
-        plot(work, result, args.plot)
+    conclude(args, result, units=len(work.gangs), pods=work.pods, high_pods=len(work.arrivals))
     return 0
 
 

@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kubernetes import client, config
 
 from benchmarks.harness import results
-from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, unique, wait_for
+from benchmarks.harness.kube import create_namespace
+from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
 from tests.e2e.sj import InProcessOperator, create_sj, run_pods, sj_spec, status, test_config
 
 DURATION = 20.0
@@ -73,9 +74,7 @@ def run_mode(api: client.ApiClient, protect_level: int, rounds: int, seed: int,
              verbose: bool = False, max_delay: float = 14.0) -> list[float]:
     core = client.CoreV1Api(api)
     rng = random.Random(seed)
-    ns = unique("bench-steer")
-    core.create_namespace({"metadata": {"name": ns}})
-    wait_for("default ServiceAccount", lambda: core.read_namespaced_service_account("default", ns))
+    ns = create_namespace(core, "bench-steer")
     op = InProcessOperator(test_config(protect_level=protect_level, tick=timedelta(seconds=1)))
     op.start()
     lost: list[float] = []

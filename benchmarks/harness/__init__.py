@@ -7,5 +7,7 @@
 * ``metrics``: a process's health and Prometheus metrics over HTTP, and the operator's read back as figures;
 * ``kube``: the cluster through the kubernetes client (namespaces, CRDs, kwok nodes, PriorityClasses, watches);
   ``recorder``: when each SJ's Job and phase Running are first seen;
-* ``scavenger``: the operator as a process of its own, leading or on standby; ``kueue``: Kueue's manager.
+* ``scavenger``: the operator as a process of its own, leading or on standby; ``kueue``: Kueue's manager;
+* ``preemption``: high-priority pods sent on a schedule, and the work their victims lost;
+* ``scale_report``: what ``bench_scale`` keeps of a run and shows of it (its table, its figures and goals, its plot).
 """

@@ -109,6 +109,23 @@ def delete_namespace(api: client.ApiClient, name: str, timeout: float = 120, col
     print(f"namespace {name} still terminating after {timeout:.0f}s", file=sys.stderr)
 
 
+@contextmanager
+def run_namespace(api: client.ApiClient, prefix: str, whose: str, *, followed: bool) -> Iterator[str]:
+    """A namespace for one run (``prefix``-random; ``whose``: the run's, in the log), deleted at its end: waited for
+    when another run follows on this cluster (it must not share it with the deletion), only begun when nothing runs
+    after it."""
+    namespace = create_namespace(client.CoreV1Api(api), prefix)
+    try:
+        yield namespace
+    finally:
+        if followed:
+            log(f"  deleting {whose} namespace")
+            delete_namespace(api, namespace, timeout=1800)
+        else:
+            log(f"  deleting {whose} namespace (not waited for: nothing runs after it)")
+            delete_namespace(api, namespace, timeout=5, collections=False)
+
+
 def make_kwok_nodes(core: client.CoreV1Api, names: Sequence[str], allocatable: Mapping[str, str],
                     selector: Mapping[str, str], taints: Sequence[Mapping[str, str]], threads: int) -> None:
     """Fake nodes kwok runs, ``threads`` created at a time, once all are Ready. ``selector``: the labels that

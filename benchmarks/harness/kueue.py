@@ -22,9 +22,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from benchmarks.harness.kube import retrying, watch_namespace
+from benchmarks.harness.kube import delete_namespace, retrying, watch_namespace
 from benchmarks.harness.metrics import http_get
 from benchmarks.harness.processes import free_port, started
+from benchmarks.harness.progress import log
 from benchmarks.harness.results import REPO
 
 VERSION = "v0.17.0"  # hack/tools/kueue pins it; hack/build-binaries kueue builds .bin/kueue
@@ -109,6 +110,21 @@ def running(workdir: Path, logfile: Path) -> Iterator[subprocess.Popen[bytes]]:
             for d in made:
                 with suppress(OSError):
                     d.rmdir()
+
+
+@contextmanager
+def queueing(api: client.ApiClient, namespace: str, workdir: Path, logfile: Path, *, cpu: str,
+             memory: str) -> Iterator[subprocess.Popen[bytes]]:
+    """Kueue's manager (`running`) admitting the Jobs of ``namespace`` against a ClusterQueue of ``cpu`` and
+    ``memory`` (`create_queues`). After the block, ``namespace`` is deleted and waited for, then the queues, while
+    Kueue still runs to take its finalizers off them."""
+    custom = client.CustomObjectsApi(api)
+    with running(workdir, logfile) as proc:
+        create_queues(custom, namespace, cpu=cpu, memory=memory)
+        yield proc
+        log("  deleting Kueue's namespace and queues (Kueue removes its finalizers)")
+        delete_namespace(api, namespace, timeout=1800)
+        delete_queues(custom, namespace)
 
 
 def forget(crds: Path) -> None:

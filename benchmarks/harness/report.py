@@ -138,9 +138,9 @@ CATALOG: tuple[Benchmark, ...] = (
         "Kueue's manager with a ClusterQueue holding the operator's 70 % of the nodes. After a settling time "
         "a Poisson stream of high-priority pods (0.5/s, each needing most of a node for 20 s) preempts: a plain "
         "Job's pod restarts from nothing, a gang loses every member's run, an SJ loses the time since its "
-        "checkpoint period began. The goals (`bench_scale.GOALS`): the operator launches at least half as fast as "
-        "the floor, and loses at most 0.3 of the work plain Jobs lose; its peak RSS stays under 500 MB at 10,000 "
-        "units.",
+        "checkpoint period began. The goals (`GOALS` in `benchmarks/harness/scale_report.py`): the operator launches "
+        "at least half as fast as the floor, and loses at most 0.3 of the work plain Jobs lose; its peak RSS stays "
+        "under 500 MB at 10,000 units.",
         shown=("operator_to_floor", "operator_per_second", "floor_mean_per_second", "latency_p50", "latency_p99",
                "operator_cpu_seconds", "writes_per_sj", "operator_peak_rss_mib", "operator_interruptions",
                "work_lost_to_plain", "kueue_per_second"),

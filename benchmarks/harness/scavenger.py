@@ -1,7 +1,8 @@
 """The operator as a process of its own beside a benchmark, as its image runs it: leading, or on standby.
 
-Its metrics port is how the benchmark knows it leads (``scavenger_leader``) and reads what it did
-(`benchmarks.harness.metrics`); its CPU and memory are the process's (`benchmarks.harness.processes`).
+Its metrics port is how the benchmark knows it leads (``scavenger_leader``) and how many SJs run (`wait_running`),
+and reads what it did (`benchmarks.harness.metrics`); its CPU and memory are the process's
+(`benchmarks.harness.processes`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from benchmarks.harness.metrics import scrape
 from benchmarks.harness.processes import free_port, started
+from benchmarks.harness.progress import wait_until
 from tests.e2e.kube import unique
 
 ENV = {"MALLOC_ARENA_MAX": "2"}
@@ -52,3 +54,16 @@ def standby(api: client.ApiClient, namespace: str, log: Path) -> Iterator[subpro
     finally:
         with suppress(ApiException):
             coordination.delete_namespaced_lease(peering, "default")
+
+
+def wait_running(port: int, units: int, share: float, *, timeout: float = 3600, every: float = 15) -> float:
+    """Waits until ``share`` of the ``units`` SJs run, as the operator serving its metrics on ``port`` counts
+    them (``scavenger_sjs{phase="Running"}``); the seconds it took (`wait_until`)."""
+    def running() -> tuple[bool, str]:
+        try:
+            n = scrape(port).get('scavenger_sjs{phase="Running"}', 0)
+        except OSError as exc:  # a pass over thousands of changed SJs can hold the operator's loop
+            return False, f"the operator's metrics did not answer ({exc!r}); asking again"
+        return n >= share * units, f"{n:.0f}/{units} SJs Running"
+
+    return wait_until("SJs running", running, timeout=timeout, every=every)

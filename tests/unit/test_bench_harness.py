@@ -1,5 +1,6 @@
 """`benchmarks/harness/`: what the cluster benchmarks share, in the parts that run without a cluster (a process
-started and stopped, its CPU, metrics scraped and read, py-spy's stacks summed, a Job queued for Kueue)."""
+started and stopped, its CPU, metrics scraped and read, py-spy's stacks summed, a Job queued for Kueue, work done in
+parallel, the SJs Running as the operator counts them, bench_scale's figures and goals)."""
 from __future__ import annotations
 
 import http.server
@@ -12,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.harness import kueue, metrics, processes, profiling
+from benchmarks.harness import kueue, metrics, processes, profiling, progress, scale_report, scavenger
 
 OPERATOR_METRICS = """# HELP scavenger_leader whether this replica leads
 scavenger_leader 1.0
+scavenger_sjs{phase="Running"} 9.0
 scavenger_api_requests_total{operation="create_namespaced_job"} 10.0
 scavenger_api_requests_total{operation="patch_namespaced_custom_object_status"} 20.0
 scavenger_api_requests_total{operation="list_namespaced_pod"} 3.0
@@ -62,6 +64,12 @@ def test_the_operators_metrics_are_scraped_and_read(served: int) -> None:
     assert lag["loop_lag_worst_le"] == 5.0 and lag["loop_lag_over_1s"] == 2.0
     assert lag["gc_seconds"] == 2.0 and lag["gc_count_gen0"] == 50.0 and lag["gc_seconds_gen1"] == 0.0
     assert metrics.http_get(served, "/readyz", timeout=5)[0] == 404
+
+
+def test_the_operators_running_sjs_are_waited_for_by_its_metrics(served: int) -> None:
+    assert 0 <= scavenger.wait_running(served, 10, 0.9, timeout=5) < 5  # 9 of 10 run
+    with pytest.raises(TimeoutError):
+        scavenger.wait_running(served, 10, 0.995, timeout=0, every=0)
 
 
 def test_a_port_that_answers_no_http_is_not_ready_yet() -> None:
@@ -120,3 +128,32 @@ def test_a_job_is_queued_for_kueue_as_its_webhook_would_leave_it() -> None:
                                  "metadata": {"name": "j", "labels": {"a": "b", kueue.QUEUE_LABEL: "bench"}},
                                  "spec": {"parallelism": 2, "suspend": True}}
     assert job["spec"] == {"parallelism": 2}  # the Job given is left as it was
+
+
+def test_each_piece_of_work_is_timed_and_followed_as_soon_as_it_is_done() -> None:
+    names = [f"unit-{i}" for i in range(20)]
+    took, created = progress.timed_creates(lambda i: None, names, 4, "units")
+    assert took >= 0 and sorted(created) == sorted(names)
+    followed: list[int] = []
+    progress.in_parallel_then(lambda i: None, followed.append, 20, 4, "units")
+    assert sorted(followed) == list(range(20))
+
+    def fails(i: int) -> None:
+        if i == 3:
+            raise ValueError(i)
+
+    with pytest.raises(ValueError):  # the followers stop too: nothing is left waiting
+        progress.in_parallel_then(fails, followed.append, 20, 4, "units")
+
+
+def test_the_scale_benchmark_judges_its_goals_on_its_ratios() -> None:
+    figures = {"floor_mean_per_second": 145.0, "operator_per_second": 72.5, "operator_peak_rss_mib": 480.0,
+               "calls_per_sj": {"create_namespaced_job": 1.0}, "kueue_version": "v0.17.0",
+               "work_lost_operator_pod_seconds": 10_000.0, "work_lost_plain_pod_seconds": 40_000.0}
+    by_metric = {f["metric"]: f for f in scale_report.scale_figures(figures, 10_000)}
+    assert by_metric["operator_to_floor"] == {"metric": "operator_to_floor", "value": 0.5, "unit": "",
+                                              "goal": {"min": 0.5}, "met": True}
+    assert by_metric["work_lost_to_plain"]["met"] is True and by_metric["work_lost_to_plain"]["value"] == 0.25
+    assert by_metric["operator_peak_rss_mib"]["met"] is False  # 480 MiB is over 500 MB
+    assert by_metric["calls_per_sj: create_namespaced_job"]["value"] == 1.0 and "kueue_version" not in by_metric
+    assert "goal" not in {f["metric"]: f for f in scale_report.scale_figures(figures, 2_000)}["operator_peak_rss_mib"]
