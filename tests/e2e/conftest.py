@@ -3,7 +3,8 @@
 The local cluster (`hack/cluster up`) is used when it runs, or started here (and
 stopped at the end) when it does not. `SJ_E2E_CLUSTER=kind` runs the same tests on
 kind through pytest-kind instead, for machines with Docker; tests that need
-simulated nodes are skipped there.
+simulated nodes are skipped there, and those that need kind's real ones (`kind_only`)
+are skipped on the local cluster.
 """
 from __future__ import annotations
 
@@ -32,10 +33,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if USE_KIND and item.get_closest_marker("kwok_only"):
             item.add_marker(pytest.mark.skip(reason="needs simulated kwok nodes; not available on kind"))
+        if not USE_KIND and item.get_closest_marker("kind_only"):
+            item.add_marker(pytest.mark.skip(reason="needs kind's real nodes and containers (SJ_E2E_CLUSTER=kind)"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kwok_only: needs the local cluster's simulated nodes")
+    config.addinivalue_line("markers", "kind_only: needs kind's real nodes and containers (two workers)")
     config.addinivalue_line("markers", "real_node: needs the real kubelet node (hack/node; root)")
 
 

@@ -16,8 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
+
+from sj_operator.observed import pod_requests
+from sj_operator.resources import to_milli
 
 # The image of the test workloads' pods (they run `sh -c "sleep N; exit X"`): busybox where images can be
 # pulled; make e2e-kind on a machine without a registry sets one it loaded into the nodes.
@@ -26,6 +29,7 @@ E2E_IMAGE = os.environ.get("SJ_E2E_IMAGE", "busybox:1.36")
 T = TypeVar("T")
 
 TEST_TAINT_KEY = "scavenger.dev/e2e"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 CLUSTER_DIR = Path(__file__).resolve().parents[2] / ".cluster" / "kwok" / "clusters" / "scavenger"
 """The local cluster's kwokctl state: its components' pid files (``pids/NAME.pid``) and logs."""
@@ -87,7 +91,7 @@ def dedicated_node(cpu: str = "4", memory: str = "16Gi",
     """A kwok node only pods with the returned selector and toleration land on."""
     core = client.CoreV1Api()
     name = unique("e2e-node")
-    labels = {"type": "kwok", "kubernetes.io/hostname": name, TEST_TAINT_KEY: name, **(extra or {})}
+    labels = {"type": "kwok", HOSTNAME_LABEL: name, TEST_TAINT_KEY: name, **(extra or {})}
     body = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -113,6 +117,11 @@ def dedicated_node(cpu: str = "4", memory: str = "16Gi",
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+def node_placement(node: dict[str, Any]) -> dict[str, Any]:
+    """The ``nodeSelector`` and ``tolerations`` that put a pod (or an SJ's pods) on a `dedicated_node`."""
+    return {"nodeSelector": node["nodeSelector"], "tolerations": node["tolerations"]}
 
 
 def release_node(core: client.CoreV1Api, node: str) -> None:
@@ -162,3 +171,47 @@ def sim_annotations(run_for: str | None = None, exit_code: int | None = None) ->
 
 def pod_condition(pod: Any, ctype: str) -> Any | None:
     return next((c for c in (pod.status.conditions or []) if c.type == ctype), None)
+
+
+def workload_pod(name: str, placement: dict[str, Any], *, cpu: str, run_for: str | None = None,
+                 priority_class: str | None = None) -> dict[str, Any]:
+    """A pod of another workload, placed by ``placement`` (its ``nodeSelector`` and ``tolerations``), that runs for
+    ``run_for`` (forever without), on kwok and on a real node alike; at the default priority (0, above every SJ),
+    or ``priority_class``'s."""
+    spec: dict[str, Any] = {"restartPolicy": "Never", **placement,
+                            "containers": [sim_container(cpu=cpu, run_for=run_for)]}
+    if priority_class is not None:
+        spec["priorityClassName"] = priority_class
+    return {"metadata": {"name": name, "annotations": sim_annotations(run_for=run_for)}, "spec": spec}
+
+
+def free_cpu(api: client.ApiClient) -> dict[str, int]:
+    """The mCPU free on each node a pod without tolerations may use (schedulable, untainted): its allocatable
+    less the requests of the pods bound to it that have not ended, as the scheduler counts them."""
+    core = client.CoreV1Api(api)
+    free = {node.metadata.name: to_milli(node.status.allocatable["cpu"]) for node in core.list_node().items
+            if not node.spec.unschedulable
+            and not any(t.effect in ("NoSchedule", "NoExecute") for t in node.spec.taints or [])}
+    for pod in core.list_pod_for_all_namespaces().items:
+        if pod.spec.node_name in free and pod.status.phase not in ("Succeeded", "Failed"):
+            free[pod.spec.node_name] -= pod_requests(api.sanitize_for_serialization(pod.spec)).get("cpu", 0)
+    return free
+
+
+def watch_pod(core: client.CoreV1Api, namespace: str, name: str, until: Callable[[Any], bool],
+              timeout: int = 60) -> Any:
+    """The pod as it was when ``until`` first held for it, from a watch: every change is seen, also one the
+    pod shows only for the moments before it is gone (a victim's ``DisruptionTarget``). The pod must exist
+    when this is called."""
+    stream = watch.Watch()
+    last: Any = None
+    try:
+        for event in stream.stream(core.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}",
+                                   timeout_seconds=timeout):
+            last = event["object"]
+            if until(last):
+                return last
+    finally:
+        stream.stop()
+    raise AssertionError(f"watched pod {namespace}/{name} for {timeout}s without seeing what was awaited; "
+                         f"last seen: {last!r}")

@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.e2e.kube import dedicated_node, free_port, sim_annotations, sim_container, wait_for
+from tests.e2e.kube import (
+    dedicated_node,
+    free_port,
+    node_placement,
+    sim_annotations,
+    sim_container,
+    wait_for,
+    workload_pod,
+)
 from tests.e2e.sj import run_pods, status, wait_phase
 
 OPERATOR_CONFIG = {"webhook_port": free_port(), "webhook_host": "127.0.0.1"}
@@ -67,10 +75,7 @@ def test_a_labelled_job_runs_as_an_sj_is_preempted_resumes_and_ends_complete(api
         [pod] = run_pods(api, namespace, st["jobName"])
         assert pod.spec.priority_class_name.startswith("scavenger-band-")
         # A default-priority workload takes the room back: the SJ is interrupted, and resumes.
-        core.create_namespaced_pod(namespace, {
-            "metadata": {"name": "owner", "annotations": sim_annotations(run_for="4s")},
-            "spec": {"restartPolicy": "Never", "nodeSelector": node["nodeSelector"],
-                     "tolerations": node["tolerations"], "containers": [sim_container(cpu="2", run_for="4s")]}})
+        core.create_namespaced_pod(namespace, workload_pod("owner", node_placement(node), cpu="2", run_for="4s"))
         wait_for("the interruption", lambda: status(api, namespace, "adopted").get("interruptedCount") == 1,
                  timeout=60)
         st = wait_phase(api, namespace, "adopted", "Succeeded", timeout=120)

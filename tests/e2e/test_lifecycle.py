@@ -6,7 +6,7 @@ import time
 import pytest
 from kubernetes import client
 
-from tests.e2e.kube import E2E_IMAGE, dedicated_node, sim_annotations, sim_container, wait_for
+from tests.e2e.kube import E2E_IMAGE, dedicated_node, node_placement, wait_for, workload_pod
 from tests.e2e.sj import (
     create_sj,
     event_messages,
@@ -70,11 +70,7 @@ def test_preempted_sj_is_interrupted_then_runs_again_and_succeeds(api, namespace
             run_for="8s", cpu="3", nodeSelector=node["nodeSelector"], tolerations=node["tolerations"]))
         wait_phase(api, namespace, "victim", "Running")
         # A default-priority workload needs the room: the scheduler preempts the SJ.
-        core.create_namespaced_pod(namespace, {
-            "metadata": {"name": "owner", "annotations": sim_annotations(run_for="4s")},
-            "spec": {"restartPolicy": "Never", "nodeSelector": node["nodeSelector"],
-                     "tolerations": node["tolerations"], "containers": [sim_container(cpu="2", run_for="4s")]},
-        })
+        core.create_namespaced_pod(namespace, workload_pod("owner", node_placement(node), cpu="2", run_for="4s"))
         st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "victim")).get(
             "interruptedCount") == 1 and s, timeout=60)
         assert len(st["interruptedTimestamps"]) == 1
@@ -101,11 +97,7 @@ def test_preempted_sj_that_exits_zero_after_checkpointing_is_interrupted_not_suc
             run_for=None, cpu="3", nodeSelector=node["nodeSelector"], tolerations=node["tolerations"],
             podAnnotations={"sim.scavenger.dev/exit-code-on-delete": "0"}))
         wait_phase(api, namespace, "clean", "Running")
-        core.create_namespaced_pod(namespace, {
-            "metadata": {"name": "owner"},
-            "spec": {"restartPolicy": "Never", "nodeSelector": node["nodeSelector"],
-                     "tolerations": node["tolerations"], "containers": [sim_container(cpu="2")]},
-        })
+        core.create_namespaced_pod(namespace, workload_pod("owner", node_placement(node), cpu="2"))
         st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "clean")).get(
             "interruptedCount") == 1 and s, timeout=60)
         assert st["phase"] != "Succeeded" and not st.get("finishedTimestamp")

@@ -2,19 +2,19 @@
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 
 import pytest
 from kubernetes import client
 
 from sj_operator.observed import pod_requests
 from sj_operator.resources import to_milli
-from tests.e2e.kube import dedicated_node, scheduler_paused, sim_annotations, sim_container, wait_for
-from tests.e2e.sj import create_sj, jobs_of, patch_sj, run_pods, sj_spec, status, wait_phase
+from tests.e2e.kube import dedicated_node, node_placement, scheduler_paused, sim_container, wait_for
+from tests.e2e.scenarios import QUEUE_CONFIG, interrupted_sj_goes_before_an_older_one, run_that_cannot_start_is_retried
+from tests.e2e.sj import create_sj, jobs_of, run_pods, sj_spec, status, wait_phase
 
 pytestmark = pytest.mark.kwok_only
 
-OPERATOR_CONFIG = {"start_timeout": timedelta(seconds=6), "retry_backoff": timedelta(seconds=3)}
+OPERATOR_CONFIG = QUEUE_CONFIG
 
 
 def _cpu_milli(core: client.CoreV1Api) -> tuple[int, int, int]:
@@ -57,33 +57,8 @@ def test_requests_never_exceed_the_threshold_while_others_wait(api, namespace, o
 
 
 def test_interrupted_sj_starts_before_an_older_never_run_sj(api, namespace, operator):
-    core = client.CoreV1Api(api)
     with dedicated_node(cpu="4") as node:
-        pinned = {"nodeSelector": node["nodeSelector"], "tolerations": node["tolerations"]}
-        # The older SJ is held back (suspended) until the other is being interrupted.
-        create_sj(api, namespace, "older", sj_spec(run_for="5s", cpu="3", suspend=True, **pinned))
-        time.sleep(1.1)  # creationTimestamps have one-second resolution
-        create_sj(api, namespace, "younger", sj_spec(run_for="600s", cpu="3", **pinned))
-        wait_phase(api, namespace, "younger", "Running")
-        core.create_namespaced_pod(namespace, {
-            "metadata": {"name": "owner", "annotations": sim_annotations(run_for="15s")},
-            "spec": {"restartPolicy": "Never", **pinned, "containers": [sim_container(cpu="2", run_for="15s")]},
-        })
-        wait_for("younger being interrupted", lambda: status(api, namespace, "younger").get(
-            "message", "").startswith("interrupting"), timeout=60)
-        patch_sj(api, namespace, "older", {"suspend": False})
-        wait_phase(api, namespace, "older", "Pending")
-        wait_for("interruption recorded", lambda: status(api, namespace, "younger").get("interruptedCount") == 1,
-                 timeout=60)
-        # The room is taken by the owner: the scheduler binds it once the victim has stopped (the same moment
-        # the interruption is recorded, so it may take the scheduler's backoff longer).
-        wait_for("the owner running", lambda: core.read_namespaced_pod("owner", namespace).status.phase == "Running",
-                 timeout=30)
-        # When the owner finishes, room for one 3-CPU SJ returns: the interrupted one goes first.
-        st = wait_phase(api, namespace, "younger", "Starting", "Running", timeout=60)
-        assert st["interruptedCount"] == 1 and st["jobName"] == "younger-r2"
-        assert status(api, namespace, "older")["phase"] == "Pending"
-        assert jobs_of(api, namespace, "older") == []
+        interrupted_sj_goes_before_an_older_one(api, namespace, node_placement(node), sj_cpu="3", owner_cpu="2")
 
 
 def test_small_sj_backfills_while_a_large_one_waits(api, namespace, operator):
@@ -122,26 +97,7 @@ def test_sj_larger_than_any_node_is_never_launched(api, namespace, operator):
 def test_run_that_cannot_start_times_out_and_leaves_nothing_pending(api, namespace, operator):
     """A run the scheduler cannot place (its claim never binds) is deleted after the start
     timeout; the SJ waits again with backoff, no interruption counted, no pod left pending."""
-    core = client.CoreV1Api(api)
-    core.create_namespaced_persistent_volume_claim(namespace, {
-        "metadata": {"name": "unbound"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    })
-    create_sj(api, namespace, "stuck", sj_spec(run_for="5s", volumes=[
-        {"name": "data", "mountPath": "/data", "persistentVolumeClaim": {"claimName": "unbound"}}]))
-    wait_phase(api, namespace, "stuck", "Starting")
-    st = wait_for("start timeout recorded", lambda: (s := status(api, namespace, "stuck")).get(
-        "startTimeouts", 0) >= 1 and s, timeout=60)
-    assert st["phase"] == "Pending"
-    assert st["interruptedCount"] == 0
-    assert "did not have all pods running within 6s" in st["message"]
-    assert st["notBefore"]
-    wait_for("nothing of the run left", lambda: not run_pods(api, namespace, "stuck-r1"), timeout=30)
-    # It is retried later (backoff), and times out again: the backoff grows.
-    st = wait_for("second timeout", lambda: (s := status(api, namespace, "stuck")).get(
-        "startTimeouts", 0) >= 2 and s, timeout=90)
-    assert st["attempt"] >= 2 and st["interruptedCount"] == 0
+    run_that_cannot_start_is_retried(api, namespace, operator)
 
 
 def test_a_scheduler_far_behind_times_no_run_out(api, namespace, operator):

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 from kubernetes import client
 
-from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
+from tests.e2e.kube import dedicated_node, wait_for, workload_pod
 from tests.e2e.sj import create_sj, event_messages, run_pods, sj_spec, status, wait_phase
 
 pytestmark = pytest.mark.kwok_only
@@ -40,10 +40,7 @@ def _started(api, namespace: str, name: str) -> datetime:
 
 
 def _owner(core: client.CoreV1Api, namespace: str, pinned: dict, cpu: str = "2") -> None:
-    core.create_namespaced_pod(namespace, {
-        "metadata": {"name": "owner", "annotations": sim_annotations()},
-        "spec": {**pinned, "containers": [sim_container(cpu=cpu)]},
-    })
+    core.create_namespaced_pod(namespace, workload_pod("owner", pinned, cpu=cpu))
 
 
 def _interrupted(api, namespace: str, names: list[str]) -> list[str]:
