@@ -329,8 +329,9 @@ CRASH_WRAPPER = textwrap.dedent(
     counter = importlib.util.module_from_spec(spec)
     sys.modules["counter"] = counter
     spec.loader.exec_module(counter)
+    helper = sys.modules["sj_operator.checkpoint"]  # the counter's checkpoint helper writes the files
     when, after_step = sys.argv[2], int(sys.argv[3])
-    real_replace, real_fsync_dir = os.replace, counter.fsync_dir
+    real_replace, real_fsync_dir = os.replace, helper._fsync_dir
     armed = []
 
     def replace(src, dst, *args, **kwargs):
@@ -346,8 +347,8 @@ CRASH_WRAPPER = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGKILL)
         return real_fsync_dir(directory)
 
-    counter.os.replace = replace
-    counter.fsync_dir = fsync_dir
+    os.replace = replace
+    helper._fsync_dir = fsync_dir
     sys.exit(counter.main(sys.argv[4:]))
     """
 )

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from types import ModuleType
@@ -21,7 +24,7 @@ def images() -> ModuleType:
 
 
 def test_every_dockerfile_is_one_the_builder_follows(images: ModuleType) -> None:
-    recipes = {name: images.parse(path) for name, path in images.IMAGES.items()}
+    recipes = {name: images.parse(path, images.CONTEXTS.get(name)) for name, path in images.IMAGES.items()}
     assert recipes["operator"].entrypoint == ["python3", "-m", "sj_operator"]
     assert recipes["operator"].user == "10001:10001"
     assert recipes["generic-counter"].entrypoint == ["python3", "/app/counter.py"]
@@ -29,6 +32,26 @@ def test_every_dockerfile_is_one_the_builder_follows(images: ModuleType) -> None
     assert recipes["mpi-heat"].user == "1000:1000" and recipes["mpi-heat"].workdir == "/home/mpiuser"
     for recipe in recipes.values():
         assert all(path.is_file() for path in images.copied_files(recipe)), recipe.path
+
+
+def test_the_counter_runs_from_what_its_image_copies(images: ModuleType, tmp_path: Path) -> None:
+    """The counter's context is the repository's root, as the operator's: its image holds the package's
+    checkpoint helper beside the counter, which runs from those files alone (no site-packages)."""
+    recipe = images.parse(images.IMAGES["generic-counter"], images.CONTEXTS["generic-counter"])
+    assert recipe.context == REPO
+    root = tmp_path / "root"
+    for word, args in recipe.steps:
+        if word == "COPY":
+            images.Chroot(root, tmp_path / "build.log").copy(recipe, args, recipe.workdir)
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) == [
+        "app/counter.py", "app/sj_operator/__init__.py", "app/sj_operator/checkpoint.py"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SJ_", "COUNTER_", "PYTHON"))}
+    run = subprocess.run([sys.executable, "-S", str(root / recipe.entrypoint[1].lstrip("/")), "--target", "3",
+                          "--step-seconds", "0", "--checkpoint-dir", str(tmp_path / "ckpt")],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, check=False)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["value"] == 3
+    assert (tmp_path / "ckpt/ckpt-000000000003.json").is_file()
 
 
 def test_the_deploy_manifest_runs_what_the_operator_image_holds(images: ModuleType) -> None:
