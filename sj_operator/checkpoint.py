@@ -2,16 +2,17 @@
 
 The module needs nothing beyond the standard library and imports nothing from this package, so an image may
 copy this single file (or install the package; importing this module loads none of the operator's
-dependencies). The contract it serves is the docs' "Write a checkpointing app" page::
+dependencies). The contract it serves is the docs' "Write a checkpointing app" page; their "Checkpoint a Python
+app" page shows this app, which prints what an uninterrupted run prints however often it is preempted::
 
     from sj_operator.checkpoint import Checkpointer
 
-    with Checkpointer.from_env() as ckpt:             # SJ_CHECKPOINT_DIR, SJ_CHECKPOINT_INTERVAL, SIGTERM
-        last = ckpt.load()                            # the newest valid checkpoint, or None
+    with Checkpointer.from_env() as ckpt:                # SJ_CHECKPOINT_DIR, SJ_CHECKPOINT_INTERVAL, SIGTERM
+        last = ckpt.load()                               # the newest checkpoint that verifies, or None
         step, total = (last.step, last.state["total"]) if last else (0, 0)
         while step < 10_000_000:
-            step, total = step + 1, total + step
-            ckpt.save_if_due(step, {"total": total})  # on the interval; on SIGTERM: save, then exit 143
+            step, total = step + 1, (total + step * step) % 1_000_000_007
+            ckpt.save_if_due(step, {"total": total})     # every interval; after SIGTERM: save, then exit 143
         ckpt.save(step, {"total": total}, "done")
     print(total)
 
@@ -301,7 +302,8 @@ def _signal_name(signum: int) -> str:
 
 
 def _stderr_log(message: str) -> None:
-    print(f"checkpoint: {message}", file=sys.stderr, flush=True)
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    print(f"{program}[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------------------------------

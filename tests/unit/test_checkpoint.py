@@ -528,3 +528,42 @@ def test_a_signal_in_the_middle_of_a_save(tmp_path: Path, pause_at: str, sent: s
     elif pause_at == "before-rename":
         assert [n for n in names_in(tmp_path) if n.startswith(".tmp-ckpt-000000000002.json.")], \
             "the killed write left its temp file, which the next start removes"
+
+
+# --------------------------------------------------------------------------------------------------
+# The docs' ten-line app
+
+DOCS_PAGE = REPO / "docs/tasks/python-checkpoints.md"
+
+
+def docs_app() -> str:
+    return DOCS_PAGE.read_text().split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_docs_app_is_ten_lines_and_the_modules_own_example() -> None:
+    app = docs_app()
+    assert len([line for line in app.splitlines() if line.strip()]) <= 10
+    assert textwrap.indent(app, "    ") in (checkpoint.__doc__ or ""), "the module's docstring shows the same app"
+
+
+def test_the_docs_app_resumes_from_the_newest_valid_checkpoint_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    """The page's app, with fewer steps: run, then with its last checkpoint torn and an earlier good one."""
+    steps, modulus = 100_000, 1_000_000_007
+    app = tmp_path / "app.py"
+    app.write_text(docs_app().replace("10_000_000", str(steps)))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SJ_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+           "SJ_CHECKPOINT_INTERVAL": "3600"}
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(app)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              check=True)
+
+    def total(upto: int) -> int:
+        return sum(k * k for k in range(upto)) % modulus
+
+    assert run().stdout == f"{total(steps)}\n"
+    truncate(tmp_path / f"ckpt/ckpt-{steps:012d}.json")
+    Checkpointer(tmp_path / "ckpt", 3600).save(steps // 2, {"total": total(steps // 2)})
+    resumed = run()
+    assert resumed.stdout == f"{total(steps)}\n"
+    assert f"ignoring checkpoint ckpt-{steps:012d}.json: " in resumed.stderr
