@@ -64,7 +64,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, TypeVar
 
 __all__ = [
     "DEFAULT_FORMAT",
@@ -102,6 +102,8 @@ KEEP: Final = 2
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 SLEEP_SLICE_SECONDS: Final = 0.05
 
+N = TypeVar("N", int, float)
+
 
 class ContractError(ValueError):
     """A pod environment variable that is missing or malformed; the message names it."""
@@ -133,39 +135,35 @@ def _env_text(name: str, environ: Mapping[str, str] | None) -> str | None:
     return raw.strip()
 
 
-def env_int(name: str, default: int | None = None, *, minimum: int = 0,
-            environ: Mapping[str, str] | None = None) -> int:
-    """The integer in variable ``name``, at least ``minimum``; ``default`` when unset, an error without one."""
+def _env_number(name: str, default: N | None, convert: Callable[[str], N], wanted: str, fits: Callable[[N], bool],
+                environ: Mapping[str, str] | None) -> N:
+    """The number in variable ``name``; ``default`` when unset, an error without one or unless it ``fits``."""
     raw = _env_text(name, environ)
     if raw is None:
         if default is None:
             raise ContractError(f"{name} is not set")
         return default
     try:
-        value = int(raw)
+        value: N | None = convert(raw)
     except ValueError:
-        raise ContractError(f"{name}={raw!r} is not an integer") from None
-    if value < minimum:
-        raise ContractError(f"{name}={raw!r} is below {minimum}")
+        value = None
+    if value is None or not fits(value):
+        raise ContractError(f"{name}={raw!r} is not {wanted}")
     return value
+
+
+def env_int(name: str, default: int | None = None, *, minimum: int = 0,
+            environ: Mapping[str, str] | None = None) -> int:
+    """The integer in variable ``name``, at least ``minimum``; ``default`` when unset, an error without one."""
+    return _env_number(name, default, int, f"an integer of at least {minimum}", lambda v: v >= minimum, environ)
 
 
 def env_float(name: str, default: float | None = None, *, positive: bool = False,
               environ: Mapping[str, str] | None = None) -> float:
     """The finite, non-negative number in variable ``name`` (above zero with ``positive``); ``default`` when
     unset, an error without one."""
-    raw = _env_text(name, environ)
-    if raw is None:
-        if default is None:
-            raise ContractError(f"{name} is not set")
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ContractError(f"{name}={raw!r} is not a number") from None
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ContractError(f"{name}={raw!r} must be a finite number {'above' if positive else 'at least'} 0")
-    return value
+    return _env_number(name, default, float, f"a finite number {'above' if positive else 'of at least'} 0",
+                       lambda v: math.isfinite(v) and (v > 0 if positive else v >= 0), environ)
 
 
 def _optional_int(name: str, environ: Mapping[str, str] | None, minimum: int = 0) -> int | None:
