@@ -215,8 +215,9 @@ _TICK = timedelta(microseconds=1)
 
 def settled_until(queue: Iterable[QueuedSJ], now: datetime, config: PolicyConfig = DEFAULT_POLICY) -> datetime:
     """The first moment after ``now`` at which time alone can change what ``decide_pass`` returns for the
-    same snapshot (exclusive; ``FOREVER`` when none): an SJ's backoff ends, its aging moves it up a rank,
-    it starts starving, or it may run a fallback. Until then a decision loop may reuse the pass."""
+    same snapshot (exclusive; ``FOREVER`` when none): an SJ's backoff ends (and with it the hold of its room),
+    its aging moves it up a rank, it starts starving, or it may run a fallback (held, too, for a backing-off SJ).
+    Until then a decision loop may reuse the pass."""
     soonest = FOREVER
     step, cap, starving = config.aging_step, config.aging_cap, config.starvation_after
     for sj in queue:
