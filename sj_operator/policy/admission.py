@@ -3,15 +3,15 @@
 ``decide`` walks the queue in ``queue_order`` and admits an SJ when both hold:
 
 (a) **Threshold.** For every resource the SJ requests: ``cluster_requested`` + the requests of the
-    pods of in-flight runs not yet scheduled + the SJs admitted earlier in this pass + the whole gang
+    pods of in-flight runs not yet scheduled + the SJs admitted (or held) earlier in this pass + the whole gang
     <= ``threshold`` x the allocatable of all schedulable (non-cordoned) nodes. A resource that no
     schedulable node has therefore admits nothing that requests it. In-flight pods that exist but are
     still pending are already in ``cluster_requested`` and are counted once more: conservative, and
     only until the run's pods are scheduled or its start times out.
 (b) **Placement.** ``gang.placement`` finds a node for every pod of the gang at once on free capacity,
     where free is allocatable minus requested, minus the unscheduled pods of in-flight runs (placed
-    with the same heuristic, as many of them as fit) and minus the placements of SJs admitted earlier
-    in this pass. So one pass never admits two SJs into the same room.
+    with the same heuristic, as many of them as fit) and minus the placements of SJs admitted (or held)
+    earlier in this pass. So one pass never admits two SJs into the same room.
 
 An SJ that is not admitted is skipped, and SJs behind it may still start (backfill). ``decide_pass``
 also says why each one waits (``Waiting``): ``ThresholdReached`` when (a) fails, ``NoNodeFitsGang`` when
@@ -33,20 +33,23 @@ the queue) waiting, which is the price of never delaying it.
 
 **Backoff hold.** An SJ in the queue whose backoff has not ended (``not_before`` after now; the controller
 queues an SJ so only during its anti-thrash backoff, `policy.lifecycle`) keeps its place: the walk places it
-where it stands in the order exactly as it would were the backoff over (its preferred configuration within
-its namespace's quota, else a fallback once due) and *holds* that room for it (threshold, nodes and fair
-share are taken, nothing is admitted; ``held``). So the SJs behind it get only room it would not use, and
-the backoff changes when an SJ starts, never what the SJs behind it get: but for the backing-off SJs not
-starting, the pass admits what it would admit were their backoffs over. Every backing-off SJ holds, not only
-the first, so several in a row keep their order too; one that does not place now holds nothing (room that
-frees in pieces may go to SJs behind it until all of it is there, as behind an eligible head that is not
-starving), so neither does one that could never fit on this cluster. The hold lasts the whole backoff,
-unbounded here: the backoff itself is capped (``--max-thrash-backoff``), the hold keeps out only other SJs
-(never the cluster's own workloads, whose burst the backoff makes way for) and only from room the SJ would
-start in, which a newcomer would otherwise take and keep. A backing-off SJ is not eligible, so it is never
-the head of the starvation rule, and nothing is held behind a starving head. An SJ that the holds keep out
-(it would be admitted on the room without them) waits with ``NoNodeFitsGang``, naming the SJ its room is
-held for; the backing-off SJ itself is not in ``waiting`` (its ``BackingOff`` reason stands).
+where it stands in the order exactly as it would were its backoff over (its preferred configuration within
+its namespace's quota, else a fallback once due) and *holds* that room (threshold, nodes and its namespace's
+fair share and quota are taken as by an admission, but nothing is admitted; ``held``). So the SJs behind it
+get only room it would not use: short of the starvation rule, the pass admits exactly what it would admit
+were every backoff over, less the backing-off SJs themselves. The backoff delays an SJ's start, never its
+place. Every backing-off SJ holds, not only the first, so several in a row keep their order too. One that does
+not place now holds nothing: room that frees in pieces may go to SJs behind it until all it needs is there
+(as behind an eligible head that is not starving), and one that could never fit on this cluster holds
+nothing ever. The hold lasts the whole backoff, with no horizon of its own: the backoff is capped
+(``--max-thrash-backoff``, 10m by default, the default ``--starvation-after`` too), the hold keeps out only
+other SJs (never the cluster's own workloads, whose burst the backoff makes way for), and only from room the
+SJ would start in, which an SJ behind it would otherwise take and, running, keep. A backing-off SJ is not
+eligible, so it is never the head of the starvation rule, and nothing is held behind a starving head. An SJ
+that the holds keep out (it would be admitted on the room but for them) waits with ``NoNodeFitsGang``,
+naming the first SJ the room is held for; one that would not be admitted even then says why with the numbers
+of the room but for the holds. The backing-off SJ itself is not in ``waiting``: its ``BackingOff`` reason
+(until when) stands.
 """
 
 from __future__ import annotations
