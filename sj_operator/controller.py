@@ -293,15 +293,16 @@ class Controller:
 
     def _admission(self, view: ClusterView, decided: list[Decided], runs: tuple[InFlightRun, ...],
                    now: datetime) -> AdmissionPass:
-        """Which waiting SJs start now, and why the others wait. SJs their namespace refused wait out their
-        retry delay without holding room for the others (their reason is already written)."""
+        """Which waiting SJs start now, and why the others wait. SJs backing off after a wasted run are in the
+        queue, which holds their room; SJs their namespace refused wait out their retry delay without holding
+        room for the others (their reason is already written), as do SJs after a start timeout."""
         clock = self.monotonic()
         gate = self.gate
         steering = self.steering_lane.under_way
         quarantine = self.quarantine
         faulted = quarantine.held
         queue = self.memo.queue(((o.sj, o.spec, d.step.status) for d in decided
-                                 if d.step.waiting and not isinstance((o := d.observed).spec, InvalidSpec)
+                                 if d.step.in_queue and not isinstance((o := d.observed).spec, InvalidSpec)
                                  and (not gate.held or not gate.holds(o.sj.uid, clock))
                                  and (not steering or o.sj.uid not in steering)
                                  and (not faulted or not quarantine.holds(o.sj))), now, on_fault=quarantine.fault)

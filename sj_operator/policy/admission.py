@@ -3,15 +3,15 @@
 ``decide`` walks the queue in ``queue_order`` and admits an SJ when both hold:
 
 (a) **Threshold.** For every resource the SJ requests: ``cluster_requested`` + the requests of the
-    pods of in-flight runs not yet scheduled + the SJs admitted earlier in this pass + the whole gang
+    pods of in-flight runs not yet scheduled + the SJs admitted (or held) earlier in this pass + the whole gang
     <= ``threshold`` x the allocatable of all schedulable (non-cordoned) nodes. A resource that no
     schedulable node has therefore admits nothing that requests it. In-flight pods that exist but are
     still pending are already in ``cluster_requested`` and are counted once more: conservative, and
     only until the run's pods are scheduled or its start times out.
 (b) **Placement.** ``gang.placement`` finds a node for every pod of the gang at once on free capacity,
     where free is allocatable minus requested, minus the unscheduled pods of in-flight runs (placed
-    with the same heuristic, as many of them as fit) and minus the placements of SJs admitted earlier
-    in this pass. So one pass never admits two SJs into the same room.
+    with the same heuristic, as many of them as fit) and minus the placements of SJs admitted (or held)
+    earlier in this pass. So one pass never admits two SJs into the same room.
 
 An SJ that is not admitted is skipped, and SJs behind it may still start (backfill). ``decide_pass``
 also says why each one waits (``Waiting``): ``ThresholdReached`` when (a) fails, ``NoNodeFitsGang`` when
@@ -30,13 +30,33 @@ starving SJ further back waits until everything ahead of it has started or becom
 itself. An SJ that could not run even on an empty cluster never becomes head, so it cannot stall the
 queue forever; capacity held by long-lived non-SJ workloads can still keep a starving head (and so
 the queue) waiting, which is the price of never delaying it.
+
+**Backoff hold.** An SJ in the queue whose backoff has not ended (``not_before`` after now; the controller
+queues an SJ so only during its anti-thrash backoff, `policy.lifecycle`) keeps its place: the walk places it
+where it stands in the order exactly as it would were its backoff over (its preferred configuration within
+its namespace's quota, else a fallback once due) and *holds* that room (threshold, nodes and its namespace's
+fair share and quota are taken as by an admission, but nothing is admitted; ``held``). So the SJs behind it
+get only room it would not use: short of the starvation rule, the pass admits exactly what it would admit
+were every backoff over, less the backing-off SJs themselves. The backoff delays an SJ's start, never its
+place. Every backing-off SJ holds, not only the first, so several in a row keep their order too. One that does
+not place now holds nothing: room that frees in pieces may go to SJs behind it until all it needs is there
+(as behind an eligible head that is not starving), and one that could never fit on this cluster holds
+nothing ever. The hold lasts the whole backoff, with no horizon of its own: the backoff is capped
+(``--max-thrash-backoff``, 10m by default, the default ``--starvation-after`` too), the hold keeps out only
+other SJs (never the cluster's own workloads, whose burst the backoff makes way for), and only from room the
+SJ would start in, which an SJ behind it would otherwise take and, running, keep. A backing-off SJ is not
+eligible, so it is never the head of the starvation rule, and nothing is held behind a starving head. An SJ
+that the holds keep out (it would be admitted on the room but for them) waits with ``NoNodeFitsGang``,
+naming the first SJ the room is held for; one that would not be admitted even then says why with the numbers
+of the room but for the holds. The backing-off SJ itself is not in ``waiting``: its ``BackingOff`` reason
+(until when) stands.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fractions import Fraction
@@ -91,6 +111,8 @@ class AdmissionPass:
     admitted: list[Admission]
     waiting: dict[str, Waiting]
     """Every eligible SJ of the queue that was not admitted, by key."""
+    held: list[Admission] = field(default_factory=list)
+    """The backing-off SJs whose room this pass holds, each where it would start, in the order of the walk."""
 
 
 def decide(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig = DEFAULT_POLICY) -> list[Admission]:
@@ -130,44 +152,65 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
     ``eligibility``: the node masks of the caller's last passes (the result is the same without)."""
     if now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware, got {now!r}")
-    state = CapacityLedger(snapshot.nodes, snapshot.cluster_requested, Fraction(str(config.threshold)), config.pools,
-                       None if eligibility is None else eligibility.for_pass(snapshot.nodes, config.pools))
-    taken: set[str] = set()
-    for run in snapshot.in_flight:
-        taken.add(run.key)
-        state.reserve_in_flight(run.unscheduled_pods, need_of(run.request), run.node_selector, run.tolerations)
+    masks = None if eligibility is None else eligibility.for_pass(snapshot.nodes, config.pools)
+    state = _ledger(snapshot, config, masks)
+    taken = {run.key for run in snapshot.in_flight}
 
     admissions: list[Admission] = []
     waiting: dict[str, Waiting] = {}
+    holds = _Holds(lambda: _ledger(snapshot, config, masks) if explain else None)
     head_found = False
-    head: QueuedSJ | None = None
-    kept = ""
     fair = _FairShare(snapshot, state.totals()) if snapshot.quotas or snapshot.default_quota else None
     ordered = queue_order(snapshot.queue, now, config) if ordered is None else ordered
-    for sj in ordered if fair is None else fair.order(ordered):
-        if sj.key in taken or (sj.not_before is not None and sj.not_before > now):
+    walk = iter(ordered if fair is None else fair.order(ordered))
+    for sj in walk:
+        if sj.key in taken:
             continue
-        if head is not None:  # the same words for every SJ behind it, but its own needs
-            kept = kept or _kept_for(head)
-            waiting[sj.key] = Waiting(sj.key, "NoNodeFitsGang", f"{needs_text(sj)}; {kept}")
-            continue
+        backing_off = _backing_off(sj, now)
         need = need_of(sj.request)
         over_quota = fair.over_quota(sj.key, sj.pods, need) if fair is not None else None
-        admission = _place(state, sj, need, now, fair, preferred=over_quota is None)
-        if admission is not None:
+        chosen = _place(state, sj, need, now, fair, preferred=over_quota is None, held=backing_off)
+        if backing_off:
+            holds.hold(sj, chosen)
+            continue
+        if chosen is not None:
             taken.add(sj.key)
-            admissions.append(admission)
+            admissions.append(holds.admitted(*chosen))
             continue
         if explain:
-            waiting[sj.key] = (Waiting(sj.key, *state.why_not(sj, need)) if over_quota is None
-                               else Waiting(sj.key, "QuotaExceeded", f"{needs_text(sj)}; {over_quota}"))
+            waiting[sj.key] = (Waiting(sj.key, "QuotaExceeded", f"{needs_text(sj)}; {over_quota}")
+                               if over_quota is not None else holds.why_not(state, sj, need, now, fair))
         if over_quota is None and not head_found and state.could_ever_fit(sj.pods, need, sj.node_selector,
                                                                          sj.tolerations):
             head_found = True
-            head = sj if is_starving(sj, now, config) else None
-            if head is not None and not explain:
+            if is_starving(sj, now, config):  # nothing behind it is admitted or held
+                if explain:
+                    _kept_behind(sj, walk, taken, now, waiting)
                 break
-    return AdmissionPass(admissions, waiting)
+    return AdmissionPass(admissions, waiting, holds.held)
+
+
+def _backing_off(sj: QueuedSJ, now: datetime) -> bool:
+    return sj.not_before is not None and sj.not_before > now
+
+
+def _kept_behind(head: QueuedSJ, behind: Iterable[QueuedSJ], taken: set[str], now: datetime,
+                 waiting: dict[str, Waiting]) -> None:
+    """Behind a starving head, each eligible SJ waits for it: the same words for all, but their own needs."""
+    kept = _kept_for(head)
+    for sj in behind:
+        if sj.key not in taken and not _backing_off(sj, now):
+            waiting[sj.key] = Waiting(sj.key, "NoNodeFitsGang", f"{needs_text(sj)}; {kept}")
+
+
+def _ledger(snapshot: ClusterSnapshot, config: PolicyConfig,
+            masks: dict[EligibilityKey, list[bool] | None] | None) -> CapacityLedger:
+    """The pass's ledger before anything is admitted: the nodes' free room less the runs in flight."""
+    ledger = CapacityLedger(snapshot.nodes, snapshot.cluster_requested, Fraction(str(config.threshold)),
+                            config.pools, masks)
+    for run in snapshot.in_flight:
+        ledger.reserve_in_flight(run.unscheduled_pods, need_of(run.request), run.node_selector, run.tolerations)
+    return ledger
 
 
 _TICK = timedelta(microseconds=1)
@@ -175,8 +218,9 @@ _TICK = timedelta(microseconds=1)
 
 def settled_until(queue: Iterable[QueuedSJ], now: datetime, config: PolicyConfig = DEFAULT_POLICY) -> datetime:
     """The first moment after ``now`` at which time alone can change what ``decide_pass`` returns for the
-    same snapshot (exclusive; ``FOREVER`` when none): an SJ's backoff ends, its aging moves it up a rank,
-    it starts starving, or it may run a fallback. Until then a decision loop may reuse the pass."""
+    same snapshot (exclusive; ``FOREVER`` when none): an SJ's backoff ends (and with it the hold of its room),
+    its aging moves it up a rank, it starts starving, or it may run a fallback (held, too, for a backing-off SJ).
+    Until then a decision loop may reuse the pass."""
     soonest = FOREVER
     step, cap, starving = config.aging_step, config.aging_cap, config.starvation_after
     for sj in queue:
@@ -193,34 +237,80 @@ def settled_until(queue: Iterable[QueuedSJ], now: datetime, config: PolicyConfig
     return soonest
 
 
+class _Holds:
+    """The room a pass holds for backing-off SJs (the module docstring's backoff hold), and whether an SJ that
+    is not admitted would be without the holds (``why_not``)."""
+
+    def __init__(self, ledger: Callable[[], CapacityLedger | None]) -> None:
+        self.held: list[Admission] = []
+        self._holder: QueuedSJ | None = None
+        """The first SJ room is held for."""
+        self._ledger = ledger
+        """A new ledger of the pass before anything is admitted (None: no explanations are asked for)."""
+        self._placed: list[tuple[tuple[str, ...], Need]] = []
+        """What the admissions took."""
+        self._unheld: CapacityLedger | None = None
+        """Once something is held, and explanations are asked for: the room but for the holds."""
+
+    def hold(self, sj: QueuedSJ, chosen: tuple[Admission, Need] | None) -> None:
+        """``sj`` backs off; ``chosen``: where it would start, which the pass's ledger has taken."""
+        if chosen is None:
+            return
+        self.held.append(chosen[0])
+        self._holder = self._holder or sj
+        if self._unheld is None and (unheld := self._ledger()) is not None:
+            for nodes, need in self._placed:
+                unheld.commit(nodes, need)
+            self._unheld = unheld
+
+    def admitted(self, admission: Admission, need: Need) -> Admission:
+        """``admission`` took its room (``need`` per pod)."""
+        self._placed.append((admission.nodes, need))
+        if self._unheld is not None:
+            self._unheld.commit(admission.nodes, need)
+        return admission
+
+    def why_not(self, state: CapacityLedger, sj: QueuedSJ, need: Need, now: datetime,
+                fair: _FairShare | None) -> Waiting:
+        """Why ``sj``, within its namespace's quota, was not admitted: the holds, when it would be without them;
+        else what keeps it out even without them (with the numbers of the room but for the holds)."""
+        if self._holder is None or self._unheld is None:
+            return Waiting(sj.key, *state.why_not(sj, need))
+        if _choose(self._unheld, sj, need, now, fair, preferred=True) is not None:
+            return Waiting(sj.key, "NoNodeFitsGang", f"{needs_text(sj)}; {_held_for(self._holder, len(self.held) - 1)}")
+        return Waiting(sj.key, *self._unheld.why_not(sj, need))
+
+
 def _place(state: CapacityLedger, sj: QueuedSJ, need: Need, now: datetime, fair: _FairShare | None, *,
-           preferred: bool) -> Admission | None:
-    """The preferred configuration if it may run (``preferred``: its namespace's quota allows it) and
-    places, else a fallback that does (committed either way)."""
+           preferred: bool, held: bool = False) -> tuple[Admission, Need] | None:
+    """``_choose``, committed: the ledger and the namespace's fair share take its room (``held``: room held
+    for a backing-off SJ). With what each of its pods requests."""
+    chosen = _choose(state, sj, need, now, fair, preferred=preferred)
+    if chosen is not None:
+        admission, used = chosen
+        state.commit(admission.nodes, used)
+        if fair is not None:
+            fair.charge(sj.key, len(admission.nodes), used, held_for=sj if held else None)
+    return chosen
+
+
+def _choose(state: CapacityLedger, sj: QueuedSJ, need: Need, now: datetime, fair: _FairShare | None, *,
+            preferred: bool) -> tuple[Admission, Need] | None:
+    """The preferred configuration if it may run (``preferred``: its namespace's quota allows it) and places,
+    else the first fallback configuration that places within the quota, once the preferred one has waited
+    long enough; with what each of its pods requests. Nothing is committed."""
     placement = state.try_place(sj.pods, need, sj.node_selector, sj.tolerations) if preferred else None
     if placement is not None:
-        state.commit(placement, need)
-        if fair is not None:
-            fair.charge(sj.key, len(placement), need)
-        return Admission(sj.key, placement)
-    return _fallback(state, sj, now, fair)
-
-
-def _fallback(state: CapacityLedger, sj: QueuedSJ, now: datetime, fair: _FairShare | None) -> Admission | None:
-    """The first fallback configuration that places (within the namespace's quota), once the preferred
-    one has waited long enough."""
+        return Admission(sj.key, placement), need
     if not sj.fallbacks or now - (sj.waiting_from or sj.created) < sj.fallback_after:
         return None
     for index, shape in enumerate(sj.fallbacks, start=1):
-        need = need_of(shape.request)
-        if fair is not None and fair.over_quota(sj.key, shape.pods, need) is not None:
+        shape_need = need_of(shape.request)
+        if fair is not None and fair.over_quota(sj.key, shape.pods, shape_need) is not None:
             continue
-        placement = state.try_place(shape.pods, need, shape.node_selector, shape.tolerations)
+        placement = state.try_place(shape.pods, shape_need, shape.node_selector, shape.tolerations)
         if placement is not None:
-            state.commit(placement, need)
-            if fair is not None:
-                fair.charge(sj.key, shape.pods, need)
-            return Admission(sj.key, placement, index)
+            return Admission(sj.key, placement, index), shape_need
     return None
 
 
@@ -239,6 +329,8 @@ class _FairShare:
         self._quotas = snapshot.quotas
         self._default = snapshot.default_quota
         self._used = {ns: dict(res) for ns, res in snapshot.namespace_used.items()}
+        self._held: dict[str, tuple[list[QueuedSJ], dict[str, int]]] = {}
+        """By namespace: its backing-off SJs whose room is held, and what is held for them."""
         self._totals = {r: amount for r, amount in totals.items() if amount > 0 and r != "pods"}
 
     def _quota(self, namespace: str) -> NamespaceQuota | None:
@@ -279,17 +371,43 @@ class _FairShare:
             cap = quota.hard.get(r)
             if cap is not None and used.get(r, 0) + amount * pods > cap:
                 return (f"namespace {namespace} may request {amount_text(r, cap)} for its SJs at once "
-                        f"({quota.capped_by.get(r, 'its quota')}) and they request {amount_text(r, used.get(r, 0))}")
+                        f"({quota.capped_by.get(r, 'its quota')}) and they request {amount_text(r, used.get(r, 0))}"
+                        f"{self._counting(namespace, r)}")
         return None
 
-    def charge(self, key: str, pods: int, need: Need) -> None:
-        used = self._used.setdefault(_namespace(key), {})
+    def _counting(self, namespace: str, resource: str) -> str:
+        """What of the namespace's ``resource`` is held for its backing-off SJs, if any."""
+        holders, held = self._held.get(namespace, ([], {}))
+        if not held.get(resource):
+            return ""
+        whom = holders[0].key + (f" and {len(holders) - 1} more backing-off SJ(s)" if len(holders) > 1
+                                 else ", backing off")
+        return f", counting {amount_text(resource, held[resource])} held for {whom}"
+
+    def charge(self, key: str, pods: int, need: Need, *, held_for: QueuedSJ | None = None) -> None:
+        """``pods`` more pods of ``need`` for the namespace of ``key``: admitted, or (``held_for``) held for a
+        backing-off SJ."""
+        namespace = _namespace(key)
+        used = self._used.setdefault(namespace, {})
         for r, amount in need:
             used[r] = used.get(r, 0) + amount * pods
+        if held_for is not None:
+            holders, held = self._held.setdefault(namespace, ([], {}))
+            holders.append(held_for)
+            for r, amount in need:
+                held[r] = held.get(r, 0) + amount * pods
 
 
 def _namespace(key: str) -> str:
     return key.split("/", 1)[0]
+
+
+def _held_for(holder: QueuedSJ, others: int) -> str:
+    """Behind backing-off SJs: the room it would take is held for them (``holder`` the first)."""
+    assert holder.not_before is not None
+    more = f" (and for {others} more backing-off SJ(s) ahead of it)" if others else ""
+    return (f"the room it would take is held for {holder.key}, ahead of it in the queue and backing off until "
+            f"{holder.not_before.isoformat()}{more}")
 
 
 def _kept_for(head: QueuedSJ) -> str:

@@ -36,13 +36,16 @@ WAIT_REASON_MEANINGS: dict[WaitReason, str] = {
                         "the threshold of allocatable for some resource; the message gives what it needs, the "
                         "threshold and what is requested",
     "NoNodeFitsGang": "the gang does not place at once on the free room of the nodes it may use (node selector, "
-                      "taints, cordons), or a starving head of the queue holds backfill behind it",
+                      "taints, cordons), or a starving head of the queue holds backfill behind it, or the room it "
+                      "would take is held for an SJ ahead of it that backs off after a wasted run (the message "
+                      "names it)",
     "QuotaExceeded": "over its namespace's cap (ScavengerClusterQuota, ScavengerQuota or the operator's default), "
                      "or a ResourceQuota refused the run's pods (a server-side dry run, or a gang's sum) or one "
                      "of its objects; the message names the quota",
     "BackingOff": "the namespace refused the run for another reason (Pod Security, an admission policy), or its "
                   "last run was wasted (interrupted before its first checkpoint period ended): it keeps its "
-                  "place and waits a doubling delay",
+                  "place and waits a doubling delay (after a wasted run, the room it would start in is held for "
+                  "it meanwhile)",
     "StartTimeout": "its last run's pods were not all running within the start timeout; the run was deleted and "
                     "it waits a doubling delay (no interruption counted)",
     "Suspended": "`spec.suspend` is true",

@@ -141,8 +141,8 @@ class _Builder:
     def admitted(self, admitted: bool, reason: str, message: str) -> None:
         self.update(conditions=set_admitted(self.status.conditions, admitted, reason, message, self.now))
 
-    def done(self, waiting: bool = False, kind: StepKind | None = None) -> Step:
-        return Step(self.status, tuple(self.actions), tuple(self.events), waiting, kind)
+    def done(self, waiting: bool = False, kind: StepKind | None = None, *, backing_off: bool = False) -> Step:
+        return Step(self.status, tuple(self.actions), tuple(self.events), waiting, kind, backing_off)
 
 
 def launched(status: ScavengerJobStatus, now: datetime, *, job_name: str, priority_class_name: str,
@@ -340,7 +340,7 @@ def _suspension(b: _Builder, spec: ScavengerJobSpec, run: Run) -> Step:
     if run.holds_resources:
         return b.done()  # the cancelled run is still stopping
     b.transition(waiting_phase(b.status), "Resumed", "resumed: spec.suspend is false; waiting for idle capacity")
-    return b.done(waiting=True)
+    return _queued(b)
 
 
 def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str, cfg: LifecycleConfig, exempt: bool,
@@ -353,8 +353,23 @@ def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str, cfg: L
     if st.phase is None:
         b.transition(Phase.PENDING, "Queued", "waiting for idle capacity")
         return b.done(waiting=True, kind="queues")
+    return _queued(b)
+
+
+def _queued(b: _Builder) -> Step:
+    """A waiting SJ with no run: eligible once its backoff has passed; until then in the queue, its room held,
+    only while it backs off after a wasted run (not after a start timeout)."""
+    st = b.status
     eligible = st.not_before is None or st.not_before <= b.now
-    return b.done(waiting=eligible)
+    return b.done(waiting=eligible, backing_off=not eligible and after_wasted_run(st))
+
+
+def after_wasted_run(status: ScavengerJobStatus) -> bool:
+    """Whether the SJ's backoff (``not_before``) is the anti-thrash one: its last run was wasted
+    (`_record_interruption`) and none was launched since, so it is not a start timeout's."""
+    interrupted = status.interrupted_timestamps
+    return (status.wasted_runs > 0 and bool(interrupted)
+            and (status.launched_timestamp is None or status.launched_timestamp <= interrupted[-1]))
 
 
 def _record(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: LifecycleConfig, exempt: bool,
@@ -628,7 +643,7 @@ def _record_interruption(b: _Builder, spec: ScavengerJobSpec, cause: str, cfg: L
     b.admitted(False, "BackingOff", f"run {st.job_name} was interrupted after {format_duration(ran)}, before it "
                f"completed a checkpoint period of {format_duration(spec.duration)} ({wasted} wasted run(s) in a "
                f"row): the next run starts no earlier than {(b.now + delay).isoformat()}")
-    return b.done(waiting=False)
+    return b.done(waiting=False, backing_off=True)
 
 
 def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig, exempt: bool,

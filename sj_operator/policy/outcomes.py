@@ -103,3 +103,11 @@ class Step:
     kind: StepKind | None = None
     """What the state machine decided, in the cases the decision loop writes apart; None for any other step
     (and for a step that changes nothing)."""
+    backing_off: bool = False
+    """The SJ waits out its anti-thrash backoff (its last run was wasted): not admitted yet, but in the queue,
+    where the admission holds the room it would start in (`policy.admission`)."""
+
+    @property
+    def in_queue(self) -> bool:
+        """The SJ is in the admission's queue: waiting for admission, or backing off with its room held."""
+        return self.waiting or self.backing_off

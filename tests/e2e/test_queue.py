@@ -1,7 +1,9 @@
-"""The cluster-wide queue on the local cluster: threshold, order, backfill, start timeout."""
+"""The cluster-wide queue on the local cluster: threshold, order, backfill, the backoff hold, start timeout."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -14,7 +16,8 @@ from tests.e2e.sj import create_sj, jobs_of, run_pods, sj_spec, status, wait_pha
 
 pytestmark = pytest.mark.kwok_only
 
-OPERATOR_CONFIG = QUEUE_CONFIG
+# The anti-thrash backoff long enough to make room come back, and a later SJ ask for it, before it ends.
+OPERATOR_CONFIG = {**QUEUE_CONFIG, "thrash_backoff": timedelta(seconds=12), "max_thrash_backoff": timedelta(seconds=24)}
 
 
 def _cpu_milli(core: client.CoreV1Api) -> tuple[int, int, int]:
@@ -59,6 +62,51 @@ def test_requests_never_exceed_the_threshold_while_others_wait(api, namespace, o
 def test_interrupted_sj_starts_before_an_older_never_run_sj(api, namespace, operator):
     with dedicated_node(cpu="4") as node:
         interrupted_sj_goes_before_an_older_one(api, namespace, node_placement(node), sj_cpu="3", owner_cpu="2")
+
+
+def _admitted(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """The SJ's Admitted condition, if it has one."""
+    return next((c for c in status(api, namespace, name).get("conditions") or [] if c["type"] == "Admitted"), None)
+
+
+def test_the_room_of_an_sj_backing_off_after_a_wasted_run_is_held_from_a_later_sj(api, namespace, operator):
+    """Issue 43, point 6: an SJ interrupted within its first checkpoint period backs off; its room comes back
+    during the backoff; an SJ created later, never interrupted, that needs the same room must not take it (and,
+    running, keep it). When the backoff ends the interrupted SJ starts in its room; the later one waits."""
+    core = client.CoreV1Api(api)
+    with dedicated_node(cpu="4") as node:
+        pinned = {"nodeSelector": node["nodeSelector"], "tolerations": node["tolerations"]}
+        create_sj(api, namespace, "first", sj_spec(run_for=None, cpu="3", **pinned))
+        wait_phase(api, namespace, "first", "Running")
+        # A default-priority workload needs the room: the scheduler preempts the SJ seconds into its 30m period.
+        core.create_namespaced_pod(namespace, {
+            "metadata": {"name": "owner"},
+            "spec": {"restartPolicy": "Never", **pinned, "containers": [sim_container(cpu="2")]},
+        })
+        st = wait_for("the interruption recorded", lambda: (s := status(api, namespace, "first")).get(
+            "interruptedCount") == 1 and s, timeout=60)
+        assert st["phase"] == "Interrupted" and st["wastedRuns"] == 1, st
+        backing_off = _admitted(api, namespace, "first")
+        assert backing_off is not None and backing_off["reason"] == "BackingOff", backing_off
+        not_before = datetime.fromisoformat(st["notBefore"].replace("Z", "+00:00"))
+        # The room comes back during the backoff: the owner leaves (and the operator sees it go before the later
+        # SJ comes, so that the later SJ's first reason is the hold's).
+        core.delete_namespaced_pod("owner", namespace, grace_period_seconds=0)
+        wait_for("the owner gone", lambda: not core.list_namespaced_pod(
+            namespace, field_selector="metadata.name=owner").items, timeout=30)
+        time.sleep(1)
+        create_sj(api, namespace, "later", sj_spec(run_for=None, cpu="3", **pinned))
+        held = wait_for("the later SJ waiting for the room held for the first", lambda: (c := _admitted(
+            api, namespace, "later")) and f"is held for {namespace}/first" in c.get("message", "") and c, timeout=30)
+        assert datetime.now(UTC) < not_before, "seen during the backoff (a longer thrash_backoff is needed here)"
+        assert held["status"] == "False" and held["reason"] == "NoNodeFitsGang", held
+        assert status(api, namespace, "later")["phase"] == "Pending" and jobs_of(api, namespace, "later") == []
+        # The backoff ends: the interrupted SJ starts in its room, and the later one still waits.
+        st = wait_phase(api, namespace, "first", "Starting", "Running", timeout=60)
+        assert st["jobName"] == "first-r2" and st["interruptedCount"] == 1
+        time.sleep(3)  # several passes
+        assert status(api, namespace, "later")["phase"] == "Pending"
+        assert jobs_of(api, namespace, "later") == []
 
 
 def test_small_sj_backfills_while_a_large_one_waits(api, namespace, operator):

@@ -487,17 +487,21 @@ def with_admissions(snap: ClusterSnapshot, admissions: list[Admission], queue: t
 @settings(max_examples=400, deadline=None)
 @given(snap=snapshots(), config=configs)
 def test_admissions_respect_threshold_gang_and_nodes(snap: ClusterSnapshot, config: PolicyConfig) -> None:
+    result = decide_pass(snap, NOW, config)
     admissions = decide(snap, NOW, config)
+    assert admissions == result.admitted
     by_key = {s.key: s for s in snap.queue}
     nodes = {n.name: n for n in snap.nodes}
     order = [s.key for s in queue_order(snap.queue, NOW, config)]
-    assert len({a.key for a in admissions}) == len(admissions)
+    assert len({a.key for a in admissions + result.held}) == len(admissions) + len(result.held)
 
     demand: dict[str, int] = {}
     per_node: dict[str, dict[str, int]] = {}
-    for admission in admissions:
+    # What is admitted and what is held for backing-off SJs together: the holds are room taken.
+    for admission in admissions + result.held:
         queued = by_key[admission.key]
-        assert queued.not_before is None or queued.not_before <= NOW
+        backing_off = queued.not_before is not None and queued.not_before > NOW
+        assert backing_off is (admission in result.held)
         assert admission.key not in {run.key for run in snap.in_flight}
         # A gang is admitted whole, on nodes it may run on.
         assert len(admission.nodes) == queued.pods
@@ -519,47 +523,52 @@ def test_admissions_respect_threshold_gang_and_nodes(snap: ClusterSnapshot, conf
         for resource, amount in added.items():
             if amount > 0:
                 assert nodes[name].requested.get(resource, 0) + amount <= nodes[name].allocatable.get(resource, 0)
-    # Admissions come out in queue order.
-    positions = [order.index(a.key) for a in admissions]
-    assert positions == sorted(positions)
+    # Admissions and holds come out in queue order.
+    for placed in (admissions, result.held):
+        positions = [order.index(a.key) for a in placed]
+        assert positions == sorted(positions)
 
 
 @settings(max_examples=400, deadline=None)
 @given(snap=snapshots(with_in_flight=False), config=configs)
 def test_skips_and_placements_are_justified(snap: ClusterSnapshot, config: PolicyConfig) -> None:
-    admissions = decide(snap, NOW, config)
-    admitted_keys = [a.key for a in admissions]
+    result = decide_pass(snap, NOW, config)
+    # Room held for a backing-off SJ is taken as an admission's is.
+    placements = result.admitted + result.held
+    placed_keys = [a.key for a in placements]
     order = queue_order(snap.queue, NOW, config)
     position = {s.key: i for i, s in enumerate(order)}
-    last_admitted = max((position[k] for k in admitted_keys), default=-1)
+    last_placed = max((position[k] for k in placed_keys), default=-1)
     for i, queued in enumerate(order):
-        before = [a for a in admissions if position[a.key] < i]
-        state = with_admissions(snap, before, (queued,))
-        if queued.key in admitted_keys:
+        before = [a for a in placements if position[a.key] < i]
+        state = with_admissions(snap, before, (replace(queued, not_before=None),))
+        if queued.key in placed_keys:
             # The placement is the heuristic's on the capacity left at that point.
             placement = fit_gang(queued.pods, queued.request, state.nodes, queued.node_selector, queued.tolerations)
-            assert placement == admissions[admitted_keys.index(queued.key)].nodes
-        elif i < last_admitted and (queued.not_before is None or queued.not_before <= NOW):
-            # Skipped while something behind it started: it would not have fit then on its own.
+            assert placement == placements[placed_keys.index(queued.key)].nodes
+        elif i < last_placed:
+            # Skipped (neither admitted nor held) while something behind it started or was held: it would not
+            # have fit then on its own.
             assert decide(state, NOW, config) == []
 
 
 @settings(max_examples=400, deadline=None)
 @given(snap=snapshots(), config=configs)
 def test_starving_head_blocks_everything_behind_it(snap: ClusterSnapshot, config: PolicyConfig) -> None:
-    admissions = decide(snap, NOW, config)
-    admitted_keys = {a.key for a in admissions}
+    result = decide_pass(snap, NOW, config)
+    admitted_keys = {a.key for a in result.admitted}
+    placed_keys = admitted_keys | {a.key for a in result.held}
     taken = {run.key for run in snap.in_flight}
     empty = replace(snap, nodes=tuple(replace(n, requested={}) for n in snap.nodes), cluster_requested={}, in_flight=())
     order = queue_order(snap.queue, NOW, config)
     for i, queued in enumerate(order):
-        if queued.key in admitted_keys or queued.key in taken or (queued.not_before or NOW) > NOW:
+        if queued.key in placed_keys or queued.key in taken or (queued.not_before or NOW) > NOW:
             continue
         could_ever_fit = decide(replace(empty, queue=(queued,)), NOW, config) != []
         if could_ever_fit:
-            # The head: it blocks everything behind it exactly when it is starving.
+            # The head: it blocks everything behind it (admissions and holds) exactly when it is starving.
             if is_starving(queued, NOW, config):
-                assert not admitted_keys & {s.key for s in order[i + 1 :]}
+                assert not placed_keys & {s.key for s in order[i + 1 :]}
             break
 
 

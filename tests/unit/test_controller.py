@@ -23,6 +23,7 @@ from sj_operator.write.writer import BUDGET_REFRESH
 from tests.unit.helpers import settled_pass
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+S = timedelta(seconds=1)
 
 
 class FakeKube:
@@ -419,6 +420,38 @@ def test_queue_order_puts_the_interrupted_sj_first(controller, kube):
     interrupted = sj({"phase": "Interrupted", "interruptedCount": 2, "attempt": 2}, name="again", cpu="4")
     run(controller, view(older, interrupted))
     assert launched(kube) == ["again-r3"]
+
+
+BACKING_OFF = {"phase": "Interrupted", "interruptedCount": 1, "attempt": 1, "jobName": "again-r1",
+               "launchedTimestamp": (NOW - timedelta(minutes=2)).isoformat(), "notBefore": (NOW + 10 * S).isoformat()}
+"""Its run was launched two minutes ago and has ended; it waits with a backoff until 10 s from now."""
+AFTER_A_WASTED_RUN = {**BACKING_OFF, "wastedRuns": 1, "interruptedTimestamps": [(NOW - 20 * S).isoformat()]}
+AFTER_A_START_TIMEOUT = {**BACKING_OFF, "startTimeouts": 1, "wastedRuns": 1,
+                         "interruptedTimestamps": [(NOW - timedelta(minutes=5)).isoformat()]}
+"""A wasted run long ago, then a run that timed out: its backoff is the start timeout's."""
+
+
+@pytest.mark.parametrize(("backoff", "held"), [(AFTER_A_WASTED_RUN, True), (AFTER_A_START_TIMEOUT, False)],
+                         ids=["wasted-run", "start-timeout"])
+def test_the_room_an_sj_backing_off_after_a_wasted_run_would_take_is_held(kube, backoff, held):
+    """Room for one 4-CPU SJ (70 % of 8 CPU). The SJ interrupted within its first checkpoint period backs off: a
+    newer SJ that needs the same room waits, saying for whom it is held, and the interrupted one starts in it once
+    its backoff has ended. After a start timeout nothing is held: the newer SJ starts."""
+    t = [NOW]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: t[0])  # type: ignore[arg-type]
+    again = sj(backoff, name="again", created=NOW - timedelta(hours=1), cpu="4")
+    newer = sj(PENDING, name="newer", cpu="4")
+    run(controller, view(again, newer))
+    if not held:
+        assert launched(kube) == ["newer-r1"]
+        return
+    assert launched(kube) == []
+    [written] = [body for kind, body in kube.calls if kind == "status"]  # the newer SJ's reason; not the other's
+    why = next(c for c in written["conditions"] if c["type"] == "Admitted")
+    assert why["reason"] == "NoNodeFitsGang" and "the room it would take is held for ns/again" in why["message"]
+    t[0] = NOW + 10 * S
+    run(controller, view(again, newer))
+    assert launched(kube) == ["again-r2"]
 
 
 @pytest.mark.parametrize(("threshold", "started"), [(0.9, ["work-r1"]), (0.7, [])])

@@ -392,6 +392,10 @@ def an_sj(i: int, rv: int, st_: dict[str, Any], **spec_: Any) -> SJObject:
 RAW_STATUSES: list[dict[str, Any]] = [
     {"phase": "Pending"},
     {"phase": "Interrupted", "interruptedCount": 1, "notBefore": (NOW + 3 * M).isoformat()},
+    # Backing off after a wasted run: in the queue, its room held until its backoff ends.
+    {"phase": "Interrupted", "interruptedCount": 1, "wastedRuns": 1, "attempt": 1, "jobName": "{name}-1",
+     "launchedTimestamp": (NOW - 2 * M).isoformat(), "interruptedTimestamps": [(NOW - M).isoformat()],
+     "notBefore": (NOW + 2 * M).isoformat()},
     {"phase": "Succeeded", "attempt": 1, "jobName": "sj-1"},
     {"phase": "Starting", "attempt": 1, "jobName": "{name}-1", "launchedTimestamp": NOW.isoformat()},
     {"phase": "Running", "attempt": 1, "jobName": "{name}-1", "launchedTimestamp": (NOW - 20 * M).isoformat(),
@@ -462,7 +466,7 @@ def test_the_memo_decides_exactly_as_the_pure_functions_pass_after_pass(evolutio
         decided = memo.decide(mine.sjs, now, cfg, on_error=failed, draining=frozenset())
         assert decided == decide(pure.sjs, now, cfg, on_error=failed)
         queue = tuple(memo.queued(d.observed.sj, d.observed.spec, d.step.status, now) for d in decided
-                      if d.step.waiting and not isinstance(d.observed.spec, InvalidSpec))
+                      if d.step.in_queue and not isinstance(d.observed.spec, InvalidSpec))
         if queue:
             assert memo.admission(view, queue, (), now, policy) == decide_pass(
                 admission_snapshot(view, queue, ()), now, policy)

@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from sj_operator.policy.lifecycle import Event, LifecycleConfig, SetProtection, step
+from sj_operator.api import Phase
+from sj_operator.policy.lifecycle import Event, LifecycleConfig, SetProtection, after_wasted_run, step
 from sj_operator.policy.priority import draining_nodes, protection_expired
 from tests.unit import test_controller as ctl
 from tests.unit.test_lifecycle import CFG, NOW, RUN1, SJ, M, S, job, pod, run_of, running, spec
@@ -103,13 +104,32 @@ def test_a_wasted_run_makes_the_next_one_wait(ran, wasted_before, wasted, delay)
         assert st.not_before is None and result.waiting is True
         return
     assert st.not_before == NOW + delay and result.waiting is False, "it keeps its place but waits"
+    assert result.backing_off and result.in_queue, "in the queue, its room held"
     reason = next(c for c in st.conditions if c.type == "Admitted")
     assert (reason.status, reason.reason) == ("False", "BackingOff")
     assert f"interrupted after {int(ran.total_seconds() // 60)}m, before it completed a checkpoint period of 30m" in (
         reason.message)
-    # Once the wait is over it is eligible again, in its place.
+    # Until the wait is over it stays in the queue, its room held; then it is eligible again, in its place.
+    meanwhile = step(spec(duration="30m"), st, run_of(None), NOW + delay - S, THRASH, sj_name=SJ)
+    assert (meanwhile.waiting, meanwhile.backing_off) == (False, True)
     later = step(spec(duration="30m"), st, run_of(None), NOW + delay, THRASH, sj_name=SJ)
-    assert later.waiting is True
+    assert (later.waiting, later.backing_off) == (True, False)
+
+
+def test_a_start_timeout_after_a_wasted_run_and_a_suspension_leave_the_room_alone_or_hold_it():
+    """Only the anti-thrash backoff holds room: a start timeout after a wasted run backs off without (the retry's
+    run was launched after the interruption); an SJ resumed during its anti-thrash backoff holds it again."""
+    wasted = step(spec(duration="30m"), running(NOW - M, level=0, message=f"interrupting: pod {RUN1}-0 was deleted"),
+                  run_of(job(deleting=True)), NOW, THRASH, sj_name=SJ).status
+    assert after_wasted_run(wasted)
+    retried = wasted.model_copy(update={"attempt": 2, "job_name": f"{SJ}-r2", "launched_timestamp": NOW + M,
+                                        "start_timeouts": 1, "not_before": NOW + 2 * M})
+    assert not after_wasted_run(retried)
+    later = step(spec(duration="30m"), retried, run_of(None), NOW + 90 * S, THRASH, sj_name=SJ)
+    assert (later.waiting, later.backing_off) == (False, False)
+    suspended = wasted.model_copy(update={"phase": Phase.SUSPENDED})
+    resumed = step(spec(duration="30m"), suspended, run_of(None), NOW + S, THRASH, sj_name=SJ)
+    assert resumed.status.phase is Phase.INTERRUPTED and (resumed.waiting, resumed.backing_off) == (False, True)
 
 
 def test_anti_thrash_can_be_turned_off():
