@@ -159,6 +159,16 @@ def _preempt(api: client.ApiClient, namespace: str, sj: str, leave: int) -> str:
     return "owner"
 
 
+def _preempt_one_of_three(api: client.ApiClient, namespace: str, sj: str) -> None:
+    """The 3-pod gang SJ (200m each) loses a member to a default workload that leaves room for two; the whole
+    first run goes and the interruption is recorded as a preemption."""
+    _preempt(api, namespace, sj, leave=450)
+    wait_for("interruption recorded", lambda: status(api, namespace, sj).get("interruptedCount") == 1, timeout=120)
+    reasons = event_messages(api, namespace, sj, "Interrupted")
+    assert reasons and "PreemptionByScheduler" in reasons[0]
+    wait_for("the whole first gang gone", lambda: not run_pods(api, namespace, f"{sj}-r1"), timeout=90)
+
+
 class LogFollower:
     """Follows one container's log in a thread, so what it printed before its pod is removed is kept."""
 
@@ -280,12 +290,7 @@ def test_mpi_gang_across_pods_loses_a_member_and_resumes_to_the_same_result(
     wait_for("the gang past step 150", lambda: "step 150/" in log.text(), timeout=240)
     assert "2 ranks" in log.text(), "two ranks on two worker pods, started over ssh"
 
-    _preempt(api, namespace, "heat", leave=450)  # room for two of the three members: one must go
-    st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "heat")).get(
-        "interruptedCount") == 1 and s, timeout=120)
-    reasons = event_messages(api, namespace, "heat", "Interrupted")
-    assert reasons and "PreemptionByScheduler" in reasons[0]
-    wait_for("the whole first gang gone", lambda: not run_pods(api, namespace, "heat-r1"), timeout=90)
+    _preempt_one_of_three(api, namespace, "heat")
 
     client.CoreV1Api(api).delete_namespaced_pod("owner", namespace, grace_period_seconds=0)
     # The operator removes a finished gang's run: its launcher's log is followed while it runs.
@@ -369,12 +374,7 @@ def test_lammps_gang_preempted_mid_run_resumes_from_its_restart_file_to_an_unint
     wait_for("a restart file written, the run far from its end", lambda: 2 * every <= thermo_step() <= steps // 2,
              timeout=420)
     assert "starting afresh" in log.text(), log.text()[-2000:]
-    _preempt(api, namespace, "melt", leave=450)  # room for two of the three members: one must go
-    st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "melt")).get(
-        "interruptedCount") == 1 and s, timeout=120)
-    reasons = event_messages(api, namespace, "melt", "Interrupted")
-    assert reasons and "PreemptionByScheduler" in reasons[0]
-    wait_for("the whole first gang gone", lambda: not run_pods(api, namespace, "melt-r1"), timeout=90)
+    _preempt_one_of_three(api, namespace, "melt")
     reached = thermo_step()
     assert reached < steps, "preempted mid-run"
 
