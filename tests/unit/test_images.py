@@ -68,6 +68,8 @@ def test_what_the_builder_cannot_follow_is_refused(images: ModuleType, tmp_path:
         ("FROM debian:bookworm-slim\nCOPY --chown=1000 app.py /app/\n", ":2: COPY --chown=1000: options of COPY"),
         ("FROM debian:bookworm-slim\nCOPY --from=build /out /out\n", ":2: COPY --from=build: options of COPY"),
         ("FROM debian:bookworm-slim\nRUN --mount=type=cache,target=/c true\n", ":2: RUN --mount=type=cache"),
+        ("FROM debian:bookworm-slim\nRUN <<EOF\napt-get update\nEOF\n", ":2: RUN <<EOF: here-documents"),
+        ('FROM debian:bookworm-slim\nRUN ["make", \n', ":2: RUN "),
         ("FROM debian:bookworm-slim\nRUN true\nFROM debian:bookworm-slim\n", ":3: a second FROM (a multi-stage build)"),
         ("RUN true\nFROM debian:bookworm-slim\n", ":1: RUN before FROM"),
         ("FROM debian:bookworm-slim\nCOPY missing.py /app/\n", ":2: COPY missing.py /app/: "),
