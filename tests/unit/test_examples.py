@@ -2,6 +2,7 @@
 wrapper chooses between a fresh start and LAMMPS's own restart file as docs/examples/lammps.md says."""
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 from pathlib import Path
@@ -73,3 +74,25 @@ def test_a_restart_file_is_resumed_from_and_a_torn_one_thrown_away(tmp_path: Pat
     assert _var(argv, "start") == "resume" and _var(argv, "restart") == f"{tmp_path}/melt.restart"
     assert (_var(argv, "steps"), _var(argv, "every")) == ("800", "100")
     assert not (tmp_path / "melt.restart.tmp").exists()
+
+
+def test_the_page_shows_the_wrapper_as_it_is() -> None:
+    """docs/examples/lammps.md explains lammps-run line by line: its block is the script less its comments."""
+    page = (REPO / "docs/examples/lammps.md").read_text()
+    block = page.split("## The wrapper, line by line", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    script = [line for line in WRAPPER.read_text().splitlines() if not line.startswith("# ")]
+    assert block.splitlines() == [line for line in script if line.strip()]
+
+
+def test_the_e2e_test_holds_the_tolerance_the_page_states() -> None:
+    e2e = ast.parse((REPO / "tests/e2e/test_real_node.py").read_text())
+    [held] = [ast.literal_eval(node.value) for node in e2e.body if isinstance(node, ast.Assign)
+              and [getattr(t, "id", "") for t in node.targets] == ["LAMMPS_TOLERANCE"]]
+    page = (REPO / "docs/examples/lammps.md").read_text().split("## The tolerance", 1)[1]
+    stated = {}
+    table = next(block for block in page.split("\n\n") if block.startswith("|"))
+    for row in table.splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        key = cells[0].split("`")[1]
+        stated[key] = float(cells[1].rstrip("%")) / 100 if cells[1].endswith("%") else float(cells[1])
+    assert stated == held
