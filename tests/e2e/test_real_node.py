@@ -1,6 +1,7 @@
 """Real containers on the real kubelet node (hack/node): the operator in-cluster from its own image and
-install recipe, the counter and the MPI gang preempted through the real scheduler, resumed from their
-checkpoints to the result of an uninterrupted run, a leader killed mid-run, and least privilege.
+install recipe, the counter, the MPI gang and the LAMMPS example (its image built with hack/images
+--dockerfile) preempted through the real scheduler, resumed from their checkpoints to the result of an
+uninterrupted run, a leader killed mid-run, and least privilege.
 
 These tests need root (containerd and the pod network); elsewhere they are skipped with one line. CI runs
 as root and never skips them.
