@@ -387,7 +387,9 @@ def test_lammps_gang_preempted_mid_run_resumes_from_its_restart_file_to_an_unint
         resumed.text()), timeout=30)
     assert "lammps-run: resuming from /checkpoints/melt.restart" in resumed.text(), resumed.text()[-2000:]
     [resumed_at] = [int(line.rsplit(" ", 1)[1]) for line in resumed.lines if line.startswith("resumed from ")]
-    assert every <= resumed_at <= reached and resumed_at % every == 0, "from a restart file of the first run"
+    # A restart file is written right after its step's thermo line, which the stopped mpirun may not have
+    # passed on: the first run reached at most one segment past the last line seen.
+    assert every <= resumed_at <= reached + every and resumed_at % every == 0, "from a restart of the first run"
 
     pod = wait_for("the uninterrupted run finished", lambda: next(
         (p for p in client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="job-name=melt-reference").items
