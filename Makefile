@@ -36,6 +36,7 @@ mpi: venv
 SHELL_SCRIPTS := hack/build-binaries hack/cluster hack/demo hack/e2e-kind hack/install-mpi hack/install-operator hack/node \
 	hack/mutation hack/release \
 	hack/kind/runc-bounded hack/kind/node/preload-images \
+	examples/lammps/lammps-run \
 	.ci/run
 PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-score hack/kind hack/chart-readme \
 	hack/run-docs
@@ -89,9 +90,10 @@ e2e: setup ## e2e tests against a local cluster this target starts and stops, th
 	trap 'hack/node down; hack/cluster down' EXIT; \
 	  KUBECONFIG=$(KUBECONFIG_LOCAL) $(PY) -m pytest tests/e2e -q --durations=25 $(PYTEST_ARGS)
 
-images: ## the operator and demo images, built without Docker, imported into the real node when it runs
-	@if hack/node status >/dev/null 2>&1; then hack/images pause operator generic-counter mpi-heat \
-	  --containerd .node/containerd/containerd.sock; else hack/images; fi
+images: ## the operator, demo and example images, built without Docker, imported into the real node when it runs
+	@if hack/node status >/dev/null 2>&1; then into="--containerd .node/containerd/containerd.sock"; else into=; fi; \
+	  hack/images pause operator generic-counter mpi-heat $$into; \
+	  hack/images --dockerfile examples/lammps/Dockerfile --tag scavenger/lammps:dev $$into
 
 node-up: setup ## join the real kubelet node to the running local cluster
 	hack/node up

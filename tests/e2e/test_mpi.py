@@ -75,7 +75,8 @@ def test_mpi_sj_gets_its_wiring_and_a_lost_worker_requeues_the_gang(api, namespa
 
 
 @pytest.mark.parametrize("manifest", ["demo/generic-counter/scavengerjob.yaml",
-                                      "demo/mpi-checkpoint/scavengerjob.yaml"])
+                                      "demo/mpi-checkpoint/scavengerjob.yaml",
+                                      "examples/lammps/scavengerjob.yaml"])
 def test_demo_manifests_are_accepted_by_the_crd(api, namespace, crd, manifest):
     custom = client.CustomObjectsApi(api)
     docs = [d for d in yaml.safe_load_all((REPO / manifest).read_text()) if d and d["kind"] == "ScavengerJob"]

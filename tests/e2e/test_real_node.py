@@ -1,6 +1,7 @@
 """Real containers on the real kubelet node (hack/node): the operator in-cluster from its own image and
-install recipe, the counter and the MPI gang preempted through the real scheduler, resumed from their
-checkpoints to the result of an uninterrupted run, a leader killed mid-run, and least privilege.
+install recipe, the counter, the MPI gang and the LAMMPS example (its image built with hack/images
+--dockerfile) preempted through the real scheduler, resumed from their checkpoints to the result of an
+uninterrupted run, a leader killed mid-run, and least privilege.
 
 These tests need root (containerd and the pod network); elsewhere they are skipped with one line. CI runs
 as root and never skips them.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client, watch
 
 from sj_operator.observed import pod_requests
@@ -158,6 +160,16 @@ def _preempt(api: client.ApiClient, namespace: str, sj: str, leave: int) -> str:
     return "owner"
 
 
+def _preempt_one_of_three(api: client.ApiClient, namespace: str, sj: str) -> None:
+    """The 3-pod gang SJ (200m each) loses a member to a default workload that leaves room for two; the whole
+    first run goes and the interruption is recorded as a preemption."""
+    _preempt(api, namespace, sj, leave=450)
+    wait_for("interruption recorded", lambda: status(api, namespace, sj).get("interruptedCount") == 1, timeout=120)
+    reasons = event_messages(api, namespace, sj, "Interrupted")
+    assert reasons and "PreemptionByScheduler" in reasons[0]
+    wait_for("the whole first gang gone", lambda: not run_pods(api, namespace, f"{sj}-r1"), timeout=90)
+
+
 class LogFollower:
     """Follows one container's log in a thread, so what it printed before its pod is removed is kept."""
 
@@ -279,12 +291,7 @@ def test_mpi_gang_across_pods_loses_a_member_and_resumes_to_the_same_result(
     wait_for("the gang past step 150", lambda: "step 150/" in log.text(), timeout=240)
     assert "2 ranks" in log.text(), "two ranks on two worker pods, started over ssh"
 
-    _preempt(api, namespace, "heat", leave=450)  # room for two of the three members: one must go
-    st = wait_for("interruption recorded", lambda: (s := status(api, namespace, "heat")).get(
-        "interruptedCount") == 1 and s, timeout=120)
-    reasons = event_messages(api, namespace, "heat", "Interrupted")
-    assert reasons and "PreemptionByScheduler" in reasons[0]
-    wait_for("the whole first gang gone", lambda: not run_pods(api, namespace, "heat-r1"), timeout=90)
+    _preempt_one_of_three(api, namespace, "heat")
 
     client.CoreV1Api(api).delete_namespaced_pod("owner", namespace, grace_period_seconds=0)
     # The operator removes a finished gang's run: its launcher's log is followed while it runs.
@@ -299,6 +306,102 @@ def test_mpi_gang_across_pods_loses_a_member_and_resumes_to_the_same_result(
                                 "--checkpoint-dir", str(Path("/tmp") / unique("heat-ref"))],
                                capture_output=True, text=True, check=True)
     assert result["checksum"] == _summary(reference.stdout)["checksum"], "bit for bit"
+
+
+LAMMPS = REPO / "examples/lammps"
+# What docs/examples/lammps.md states and justifies: the final step equal, and each value within this
+# relative difference of an uninterrupted run's.
+LAMMPS_TOLERANCE = {"etotal": 1e-3, "pe": 0.05, "temp": 0.10, "press": 0.15}
+
+
+@pytest.fixture(scope="module")
+def lammps_image(real_node: str) -> str:
+    """The LAMMPS example's image, built from its Dockerfile as a user builds their own (--dockerfile) and
+    imported into the real node's containerd."""
+    subprocess.run([str(REPO / "hack/images"), "--dockerfile", str(LAMMPS / "Dockerfile"),
+                    "--tag", "scavenger/lammps:dev", "--containerd", str(REPO / ".node/containerd/containerd.sock")],
+                   check=True)
+    return "scavenger/lammps:dev"
+
+
+def _number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def _final_thermo(log: str) -> dict[str, float]:
+    """The deck's last line, ``FINAL step N temp T pe E etotal E press P``, as numbers."""
+    final = [line.split()[1:] for line in log.splitlines() if line.startswith("FINAL ")]
+    assert final, f"no FINAL line in the log:\n{log[-2000:]}"
+    words = final[-1]
+    return {key: float(value) for key, value in zip(words[::2], words[1::2], strict=True)}
+
+
+def test_lammps_gang_preempted_mid_run_resumes_from_its_restart_file_to_an_uninterrupted_runs_result(
+        api: client.ApiClient, namespace: str, cluster_operator: None, lammps_image: str) -> None:
+    """examples/lammps as it is: Debian's LAMMPS over a 3-pod gang (two ranks), preempted once after it wrote
+    a restart file, resumed by its wrapper from LAMMPS's own restart, and its final thermodynamic output
+    compared with an uninterrupted run of the same deck (a plain Job, two ranks in one pod, alongside)."""
+    docs = [d for d in yaml.safe_load_all((LAMMPS / "scavengerjob.yaml").read_text()) if d]
+    claim = next(d for d in docs if d["kind"] == "PersistentVolumeClaim")
+    spec = next(d for d in docs if d["kind"] == "ScavengerJob")["spec"]
+    env = {e["name"]: e["value"] for e in spec["env"]}
+    steps, every = int(env["MELT_STEPS"]), int(env["MELT_EVERY"])
+    _pvc(api, namespace, claim["metadata"]["name"], "ReadWriteMany")
+    client.BatchV1Api(api).create_namespaced_job(namespace, {
+        "metadata": {"name": "melt-reference"},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never", **ON_NODE, "securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+            "containers": [{"name": "lammps", "image": lammps_image, "env": spec["env"],
+                            "command": ["/app/lammps-run", "-n", "2", "--oversubscribe", "--bind-to", "none"],
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/checkpoints"}],
+                            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}]}}}})
+    spec = {**spec, **ON_NODE, "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}}}
+    spec.pop("podAnnotations")
+    create_sj(api, namespace, "melt", spec)
+    launcher = _running_pod(api, namespace, "melt-r1", 0)
+    log = LogFollower(api, namespace, launcher)
+
+    def thermo_step() -> int:
+        """The last step of the first run's thermo output (a line of six numbers: step temp pe ke etotal press)."""
+        rows = [line.split() for line in log.lines]
+        return max((int(row[0]) for row in rows if len(row) == 6 and all(_number(w) for w in row)), default=0)
+
+    # Thermo output at step 2 * every comes after the restart file of step every is whole.
+    wait_for("a restart file written, the run far from its end", lambda: 2 * every <= thermo_step() <= steps // 2,
+             timeout=420)
+    assert "starting afresh" in log.text(), log.text()[-2000:]
+    _preempt_one_of_three(api, namespace, "melt")
+    reached = thermo_step()
+    assert reached < steps, "preempted mid-run"
+
+    client.CoreV1Api(api).delete_namespaced_pod("owner", namespace, grace_period_seconds=0)
+    resumed = LogFollower(api, namespace, _running_pod(api, namespace, "melt-r2", 0))
+    st = wait_phase(api, namespace, "melt", "Succeeded", timeout=600)
+    assert st["jobName"] == "melt-r2" and st["interruptedCount"] == 1
+    result = wait_for("the launcher's final thermo", lambda: "FINAL " in resumed.text() and _final_thermo(
+        resumed.text()), timeout=30)
+    assert "lammps-run: resuming from /checkpoints/melt.restart" in resumed.text(), resumed.text()[-2000:]
+    [resumed_at] = [int(line.rsplit(" ", 1)[1]) for line in resumed.lines if line.startswith("resumed from ")]
+    # A restart file is written right after its step's thermo line, which the stopped mpirun may not have
+    # passed on: the first run reached at most one segment past the last line seen.
+    assert every <= resumed_at <= reached + every and resumed_at % every == 0, "from a restart of the first run"
+
+    pod = wait_for("the uninterrupted run finished", lambda: next(
+        (p for p in client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="job-name=melt-reference").items
+         if p.status.phase in ("Succeeded", "Failed")), None), timeout=600)
+    reference_log = _pod_log(api, namespace, pod.metadata.name)
+    assert pod.status.phase == "Succeeded", reference_log[-2000:]
+    assert "starting afresh" in reference_log
+    reference = _final_thermo(reference_log)
+    assert result["step"] == reference["step"] == steps
+    for key, tolerance in LAMMPS_TOLERANCE.items():
+        difference = abs(result[key] - reference[key]) / abs(reference[key])
+        assert difference <= tolerance, f"{key}: {result[key]} resumed, {reference[key]} uninterrupted"
 
 
 def test_killing_the_active_operator_hands_over_without_losing_or_doubling_an_sj(

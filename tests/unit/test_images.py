@@ -83,11 +83,126 @@ def test_what_the_builder_cannot_follow_is_refused(images: ModuleType, tmp_path:
         images.parse(path)
 
 
+@pytest.mark.parametrize(
+    ("dockerfile", "message"),
+    [
+        ("# a comment\n\nFROM debian:bookworm-slim\nRUN true\nADD x.tar /\n", ":5: ADD is not supported"),
+        ("FROM debian:bookworm-slim\nRUN a \\\n && b\nEXPOSE 80\n", ":4: EXPOSE is not supported"),
+        ("FROM debian:bookworm-slim\nCOPY --chown=1000 app.py /app/\n", ":2: COPY --chown=1000: options of COPY"),
+        ("FROM debian:bookworm-slim\nCOPY --from=build /out /out\n", ":2: COPY --from=build: options of COPY"),
+        ("FROM debian:bookworm-slim\nRUN --mount=type=cache,target=/c true\n", ":2: RUN --mount=type=cache"),
+        ("FROM debian:bookworm-slim\nRUN <<EOF\napt-get update\nEOF\n", ":2: RUN <<EOF: here-documents"),
+        ('FROM debian:bookworm-slim\nRUN ["make", \n', ":2: RUN "),
+        ("FROM debian:bookworm-slim\nRUN true\nFROM debian:bookworm-slim\n", ":3: a second FROM (a multi-stage build)"),
+        ("RUN true\nFROM debian:bookworm-slim\n", ":1: RUN before FROM"),
+        ("FROM debian:bookworm-slim\nCOPY missing.py /app/\n", ":2: COPY missing.py /app/: "),
+        ("FROM debian:bookworm-slim\nCOPY ../outside /app/\n", "is outside the build context"),
+        ("FROM debian:bookworm-slim\nCOPY *.rs /app/\n", ":2: COPY *.rs /app/: nothing in"),
+        ("FROM debian:bookworm-slim\nCOPY app.py\n", ":2: COPY app.py: a source and a target are needed"),
+        ('FROM debian:bookworm-slim\nCMD ["python3", 1]\n', ":2: CMD "),
+        ("# only a comment\n", "no FROM debian:bookworm-slim"),
+    ],
+)
+def test_a_refusal_names_the_file_the_line_and_the_instruction(images: ModuleType, tmp_path: Path, dockerfile: str,
+                                                                message: str) -> None:
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "outside").write_text("not in the context\n")
+    (tmp_path / "ctx/app.py").write_text("print(1)\n")
+    path = tmp_path / "ctx/Dockerfile"
+    path.write_text(dockerfile)
+    with pytest.raises(ValueError) as refused:
+        images.parse(path)
+    assert str(refused.value).startswith(str(path)) and message in str(refused.value)
+
+
+def test_what_a_dockerfile_of_ones_own_may_use_is_followed_as_docker_does(images: ModuleType, tmp_path: Path) -> None:
+    """The shell forms of ENTRYPOINT and CMD, the older ``ENV KEY value``, relative WORKDIRs, COPY wildcards."""
+    for name in ("a.py", "b.py", "notes.txt"):
+        (tmp_path / name).write_text(name)
+    (tmp_path / "Dockerfile").write_text(
+        "FROM docker.io/library/debian:bookworm-slim\nENV GREETING hello there\nWORKDIR /app\nWORKDIR src\n"
+        "COPY *.py ./\nUSER 1000\nENTRYPOINT exec python3 a.py\nCMD [\"--fast\"]\n")
+    recipe = images.parse(tmp_path / "Dockerfile")
+    assert recipe.env == {"GREETING": "hello there"}
+    assert recipe.workdir == "/app/src" and recipe.user == "1000"
+    assert recipe.entrypoint == ["/bin/sh", "-c", "exec python3 a.py"] and recipe.cmd == ["--fast"]
+    assert [word for word, _ in recipe.steps] == ["ENV", "WORKDIR", "WORKDIR", "COPY", "USER"], "in order, for RUN"
+    assert [p.name for p in images.copied_files(recipe)] == ["a.py", "b.py"]
+
+
+def test_run_steps_as_a_user_get_that_users_home(images: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n"
+                                         "mpiuser:x:1000:1000::/home/mpiuser:/bin/bash\n")
+    root = images.Chroot(tmp_path, tmp_path / "build.log")
+    assert [root.home(u) for u in ("", "root", "0:0", "mpiuser", "1000:1000", "4242")] == \
+        ["/root", "/root", "/root", "/home/mpiuser", "/home/mpiuser", "/"]
+
+
+def _dockerfile(tmp_path: Path, text: str = "FROM debian:bookworm-slim\nCOPY app.py /app/\n") -> Path:
+    (tmp_path / "app.py").write_text("print(1)\n")
+    path = tmp_path / "Dockerfile"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--dockerfile", "{path}"], "--dockerfile needs --tag REPOSITORY:TAG"),
+    (["operator", "--dockerfile", "{path}", "--tag", "me/app:1"], "give no NAME with it"),
+    (["--dockerfile", "{dir}/nothing-here", "--tag", "me/app:1"], "nothing-here is not a file"),
+    (["--dockerfile", "{path}", "--tag", "me/app"], "--tag: 'me/app' is not REPOSITORY:TAG"),
+    (["--dockerfile", "{bad}", "--tag", "me/app:1"], "Dockerfile.bad:2: ADD is not supported by hack/images"),
+    (["operator", "generic-counter", "--tag", "me/app:1"], "--tag and --output name one image"),
+    (["kind-node", "--kind", "kind"], "kind-node is for Docker"),
+])
+def test_command_line_refusals(images: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                               argv: list[str], message: str) -> None:
+    path = _dockerfile(tmp_path)
+    bad = tmp_path / "Dockerfile.bad"
+    bad.write_text("FROM debian:bookworm-slim\nADD app.py /app/\n")
+    with pytest.raises(SystemExit) as exited:
+        images.arguments([a.format(path=path, dir=tmp_path, bad=bad) for a in argv])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_dockerfile_of_ones_own_is_built_under_its_tag_and_delivered_where_asked(
+        images: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--dockerfile: built once as the image --tag names (no copy to rename it), imported into the real node's
+    containerd, loaded into a kind cluster, and written to --output."""
+    path = _dockerfile(tmp_path)
+    args = images.arguments(["--dockerfile", str(path), "--tag", "me/app:1", "--containerd", "/run/c.sock",
+                             "--kind", "dev", "--output", str(tmp_path / "out/app.tar")])
+    assert args.reference == "docker.io/me/app:1" and args.recipe.path == path.resolve() and args.names == []
+    built: list[tuple[str, str]] = []
+    archive = tmp_path / "cache.oci.tar"
+
+    def build_recipe(name: str, recipe: object, reference: str, force: bool) -> Path:
+        built.append((name, reference))
+        images.write_archive(reference, [_layer(tmp_path / "l.tar", "app.py", "x\n")], {}, archive)
+        return archive
+
+    commands: list[tuple[str, ...]] = []
+    monkeypatch.setattr(images, "build_recipe", build_recipe)
+    monkeypatch.setattr(images, "run", lambda *argv, **_: commands.append(argv))
+    monkeypatch.setattr(images, "BIN", tmp_path / "no-bin")
+    monkeypatch.setattr(images.shutil, "which", lambda name: f"/usr/local/bin/{name}")
+    assert images.build_all(args) == 0
+    assert built == [("dockerfile-docker.io_me_app_1", "docker.io/me/app:1")]
+    out = tmp_path / "out/app.tar"
+    assert out.read_bytes() == archive.read_bytes(), "the archive already bears the tag: copied as it is"
+    assert commands == [
+        ("ctr", "--address", "/run/c.sock", "-n", "k8s.io", "images", "import", "--snapshotter", "overlayfs", str(out)),
+        ("/usr/local/bin/kind", "load", "image-archive", str(out), "--name", "dev"),
+    ]
+
+
 def test_instructions_join_continuations_and_skip_comments(images: ModuleType) -> None:
     text = "# c\nFROM debian:bookworm-slim\n\nRUN a \\\n # inside\n && b\nENV A=1 \\\n    B=\"two words\"\n"
     assert images.instructions(text) == [("FROM", "debian:bookworm-slim"), ("RUN", "a  && b"),
                                          ("ENV", 'A=1  B="two words"')]
     assert images.parse_env('A=1  B="two words"') == {"A": "1", "B": "two words"}
+    assert images.numbered_instructions(text)[1] == (4, "RUN", "a  && b"), "where the instruction starts"
 
 
 def test_inputs_hash_follows_the_copied_files_only(images: ModuleType, tmp_path: Path) -> None:
