@@ -7,6 +7,7 @@ found to say is passed over without a look (at scale, thousands wait for the sam
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -50,6 +51,23 @@ class Explainer:
         """When this process last wrote each waiting SJ's reason (monotonic seconds), by uid."""
         self.settled: dict[str, Settled] = {}
         """By uid."""
+        self._refreshes: list[tuple[float, str]] = []
+        """A heap of when the numbers of a settled SJ may be written (``Settled.until``), by uid."""
+
+    def due(self, clock: float) -> set[str]:
+        """The SJs (uids) whose numbers may be written at ``clock`` (monotonic seconds): `explain` looks at
+        them again even when neither their decision nor their reason changed."""
+        due: set[str] = set()
+        heap = self._refreshes
+        while heap and heap[0][0] <= clock:
+            until, uid = heapq.heappop(heap)
+            settled = self.settled.get(uid)
+            if settled is not None and settled.message is None and settled.until == until:
+                due.add(uid)
+        if len(heap) > 2 * len(self.settled) + 1000:
+            self._refreshes = [(s.until, uid) for uid, s in self.settled.items() if s.message is None]
+            heapq.heapify(self._refreshes)
+        return due
 
     def explain(self, decided: Iterable[Decided], waiting: Mapping[str, Waiting], now: datetime) -> list[Decided]:
         """Each of ``decided`` the admission left ``waiting`` says why, when that changed."""
@@ -82,8 +100,10 @@ class Explainer:
             # Nothing to write: the condition says just this, or only its numbers moved since it was
             # written (then they are written once `WHY_REFRESH` has passed).
             exact = _says(status, why)
-            self.settled[uid] = Settled(d, why, why.reason, why.message if exact else None,
-                                        0.0 if exact or written is None else written + WHY_REFRESH)
+            settled = self.settled[uid] = Settled(d, why, why.reason, why.message if exact else None,
+                                                  0.0 if exact or written is None else written + WHY_REFRESH)
+            if settled.message is None:
+                heapq.heappush(self._refreshes, (settled.until, uid))
             return d
         self.written[uid] = self.monotonic()
         return replace(d, step=replace(d.step, status=waiting_for_room(status, now, why.reason, why.message)))

@@ -8,7 +8,7 @@ recorder and the record hold-back read (in a burst the API server serves the lau
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -63,6 +63,7 @@ class _Starting:
     spec: ScavengerJobSpec
     scheduled: int
     run: InFlightRun
+    key: RunKey
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Ledger:
     """When (monotonic) this process last made a run: Events and new runs' records wait while runs are being
     launched."""
     _starting: dict[str, _Starting] = field(default_factory=dict)
+    """By SJ uid."""
 
     # --- statuses ---------------------------------------------------------------------
     def fresh(self, sj: SJObject) -> tuple[str, Mapping[str, Any]]:
@@ -126,30 +128,41 @@ class Ledger:
                   if key not in view.jobs and now - entry.at <= LAUNCHED_TTL}
         return replace(view, jobs={**view.jobs, **unseen}) if unseen else view
 
-    def in_flight(self, decided: list[Decided],
-                  on_fault: Callable[[SJObject, Exception], None]) -> dict[RunKey, InFlightRun]:
+    def in_flight(self, decided: list[Decided], on_fault: Callable[[SJObject, Exception], None], *,
+                  gone: Iterable[str] | None = None,
+                  position: Callable[[str], int] | None = None) -> dict[RunKey, InFlightRun]:
         """Runs that are Starting and not fully scheduled: their pods' room is spoken for. A run's entry is
-        the last pass's while its spec and scheduled pods are."""
-        runs: dict[RunKey, InFlightRun] = {}
-        made, kept = self._starting, {}
+        the last pass's while its spec and scheduled pods are. ``gone``: the SJs no longer decided, when
+        ``decided`` are only the SJs decided in this pass (the others keep their runs), then in the order of
+        ``position`` (of an SJ uid); None: ``decided`` is every SJ, in its order."""
+        made = before = self._starting
+        if gone is None:
+            made = self._starting = {}
+        else:
+            for uid in gone:
+                made.pop(uid, None)
+        last_of = before.get
         starting = Phase.STARTING
         for d in decided:
-            st = d.step.status
+            st, uid = d.step.status, d.observed.sj.uid
             if st.phase is not starting or not st.job_name or isinstance((o := d.observed).spec, InvalidSpec):
+                made.pop(uid, None)
                 continue
             scheduled = sum(1 for p in o.run.pods if p.node)
-            if scheduled < o.spec.parallelism:
-                last = made.get(o.sj.uid)
-                try:
-                    run = (last.run if last is not None and last.spec is o.spec and last.scheduled == scheduled
-                           else in_flight(o.sj, o.spec, scheduled))
-                except Exception as exc:
-                    on_fault(o.sj, exc)
-                    continue
-                kept[o.sj.uid] = _Starting(o.spec, scheduled, run)
-                runs[(o.sj.namespace, st.job_name)] = run
-        self._starting = kept
-        return runs
+            if scheduled >= o.spec.parallelism:
+                made.pop(uid, None)
+                continue
+            last = last_of(uid)
+            try:
+                run = (last.run if last is not None and last.spec is o.spec and last.scheduled == scheduled
+                       else in_flight(o.sj, o.spec, scheduled))
+            except Exception as exc:
+                made.pop(uid, None)
+                on_fault(o.sj, exc)
+                continue
+            made[uid] = _Starting(o.spec, scheduled, run, (o.sj.namespace, st.job_name))
+        entries = made.values() if position is None else (made[uid] for uid in sorted(made, key=position))
+        return {entry.key: entry.run for entry in entries}
 
     def add_launched(self, view: ClusterView, runs: dict[RunKey, InFlightRun]) -> None:
         """Adds to ``runs`` those this process launched that the cache does not show as Starting yet, and those
