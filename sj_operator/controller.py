@@ -26,7 +26,7 @@ from typing import Any
 from sj_operator.adopter import Adopter
 from sj_operator.api import InvalidSpec
 from sj_operator.config import OperatorConfig
-from sj_operator.decide import ClusterView, Decided, Observed, exemptions, nodes_being_drained
+from sj_operator.decide import ClusterView, Decided, Observed, exemptions, nodes_being_drained, running_exemptions
 from sj_operator.explain import Explainer
 from sj_operator.faults import CONDITION, Fault
 from sj_operator.gauges import Gauges
@@ -229,11 +229,12 @@ class Controller:
         await pacer.breathe()
         # 5. Why the others wait (looked at for the SJs decided and those whose reason may have changed); the SJs
         #    handled again lose their fault condition.
-        if not full:
-            decided = self._admission_changes(decided, admission)
+        more = [] if full else self._admission_changes(decided, admission)
         kept.admission = admission
         if waiting := admission.waiting:
             decided = await in_slices(decided, lambda part: self.explainer.explain(part, waiting, now), pacer)
+        if more:
+            decided = await self._explained_again(decided, more, admission, now, pacer)
         decided = [self._recovered(d) for d in decided]
         kept.writing = {d.observed.sj.uid for d in decided if writes(d)}
         # 6. The plan: which writes go first, which wait, which take the steering lane.
@@ -294,7 +295,8 @@ class Controller:
         observed_sjs = await observe(sjs)
         cfg, draining = self.lifecycle_config, kept.draining
         try:
-            exempt = exemptions(observed_sjs if full else work.running.values(), now, cfg)
+            exempt = (exemptions(observed_sjs, now, cfg) if full else
+                      running_exemptions(work.running.values(), now, cfg))
         except Exception:
             if not full:
                 return await self._decide(view, now, pacer, full=True)
@@ -413,10 +415,10 @@ class Controller:
         return admission
 
     def _admission_changes(self, decided: list[Decided], admission: AdmissionPass) -> list[Decided]:
-        """``decided`` (in the view's order) with the SJs the admission now admits or did, those whose reason
-        to wait changed, came or went since the last pass, and those whose reason's numbers may be written
-        again (`Explainer.due`), each with the decision the last pass made for it. The other SJs' reasons are
-        as they were: the explainer would leave them so."""
+        """The SJs not among ``decided`` that the admission now admits or did, those whose reason to wait
+        changed, came or went since the last pass, and those whose reason's numbers may be written again
+        (`Explainer.due`), each with the decision the last pass made for it (in no order). The other SJs'
+        reasons are as they were: the explainer would leave them so."""
         kept, work = self._kept, self.memo.work
         keys: set[str] = set()
         last = kept.admission
@@ -425,15 +427,30 @@ class Controller:
             keys.update(a.key for a in admission.admitted)
             if last is not None:
                 keys.update(a.key for a in last.admitted)
-            keys.update(key for key, why in admission.waiting.items() if before.get(key) != why)
+            keys.update(key for key, why in admission.waiting.items()
+                        if (was := before.get(key)) is None or was.message != why.message or was.reason != why.reason)
             keys.update(before.keys() - admission.waiting.keys())
         more = {uid for key in keys if (uid := work.uids.get(key)) is not None}
         more.update(self.explainer.due(self.monotonic()))
-        more.difference_update(d.observed.sj.uid for d in decided)
-        more.intersection_update(kept.decided)
+        if more:
+            more.difference_update(d.observed.sj.uid for d in decided)
+        return [kept.decided[uid] for uid in more if uid in kept.decided]
+
+    async def _explained_again(self, decided: list[Decided], more: list[Decided], admission: AdmissionPass,
+                               now: datetime, pacer: Pacer) -> list[Decided]:
+        """``decided`` with those of ``more`` (`_admission_changes`) that the explainer gives something to write
+        and those admitted, in the view's order. The others have nothing to write, as at the last pass (else
+        they would be among ``decided``): the rest of the pass has nothing to do for them."""
+        admitted = {a.key for a in admission.admitted}
+        if waiting := admission.waiting:
+            explained = await in_slices(more, lambda part: self.explainer.explain(part, waiting, now), pacer)
+            more = [e for e, d in zip(explained, more, strict=True) if e is not d or d.observed.sj.key in admitted]
+        else:
+            more = [d for d in more if d.observed.sj.key in admitted]
         if not more:
             return decided
-        return sorted([*decided, *(kept.decided[uid] for uid in more)], key=lambda d: work.position(d.observed.sj.uid))
+        position = self.memo.work.position
+        return sorted([*decided, *more], key=lambda d: position(d.observed.sj.uid))
 
     # --- faults ----------------------------------------------------------------------
     def _recovered(self, d: Decided) -> Decided:

@@ -78,6 +78,13 @@ class Explainer:
                 settled = settled_of(d.observed.sj.uid)
                 if settled is None or settled.decided is not d or settled.why is not why or (
                         settled.message is None and clock >= settled.until):
+                    if (settled is not None and settled.decided is d and settled.reason == why.reason
+                            and (settled.message == why.message if settled.message is not None
+                                 else clock < settled.until)):
+                        # `_explained`'s first case, inlined and without a new `Settled` (its ``why`` only
+                        # saves this look): at scale thousands of reasons move only their numbers at once.
+                        out.append(d)
+                        continue
                     try:
                         d = self._explained(d, why, now)
                     except Exception as exc:
@@ -92,7 +99,7 @@ class Explainer:
         settled = self.settled.get(uid)
         if settled is not None and settled.decided is d and settled.reason == why.reason and (
                 settled.message == why.message if settled.message is not None else self.monotonic() < settled.until):
-            self.settled[uid] = replace(settled, why=why)
+            self.settled[uid] = Settled(d, why, settled.reason, settled.message, settled.until)
             return d
         written = self.written.get(uid)
         if not wait_changed(status.conditions, why.reason, why.message, refresh=WHY_REFRESH,

@@ -28,6 +28,8 @@ import heapq
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import compress
+from operator import is_not
 from typing import Any, cast
 
 from sj_operator.api import (
@@ -198,7 +200,7 @@ class Worklist:
         changed: set[str] = set()
         gone: set[str] = set()
         sjs, last = view.sjs, self._sjs
-        if sjs is not last and not (len(sjs) == len(last) and sjs == last):
+        if sjs is not last and not (len(sjs) == len(last) and sjs == last) and not self._replaced(sjs, changed):
             position = dict(zip(map(id, sjs), range(len(sjs)), strict=True))
             before = self._position
             for i in before.keys() - position.keys():
@@ -225,6 +227,25 @@ class Worklist:
         for uid in gone:
             self.forget(uid)
         return changed, gone
+
+    def _replaced(self, sjs: tuple[SJObject, ...], changed: set[str]) -> bool:
+        """When ``sjs`` are the last view's SJs with some of them replaced in place (a watch event each: the
+        same uid at the same index), takes them (their uids added to ``changed``) without indexing every SJ
+        again; False otherwise."""
+        last = self._sjs
+        if len(sjs) != len(last):
+            return False
+        moved = list(compress(range(len(sjs)), map(is_not, sjs, last)))
+        if len(moved) > 64 or any(sjs[i].uid != last[i].uid or sjs[i].key != last[i].key for i in moved):
+            return False
+        position, objects = self._position, self.objects
+        for i in moved:
+            del position[id(last[i])]
+            position[id(sj := sjs[i])] = i
+            objects[sj.uid] = sj
+            changed.add(sj.uid)
+        self._sjs = sjs
+        return True
 
     def _moved(self, mapping: Mapping[RunKey, Any], last: Mapping[RunKey, Any]) -> set[str]:
         """The SJs whose current run's entry differs between the two mappings."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec
 from sj_operator.decide import ClusterView, Decided, in_flight
-from sj_operator.observed import JobView, SJObject
+from sj_operator.observed import JobView, PodView, SJObject
 from sj_operator.policy.snapshot import InFlightRun
 
 __all__ = ["LAUNCHED_TTL", "WRITTEN_TTL", "Launched", "Launching", "Ledger", "Written"]
@@ -79,6 +79,8 @@ class Ledger:
     launched."""
     _starting: dict[str, _Starting] = field(default_factory=dict)
     """By SJ uid."""
+    _scheduled: dict[RunKey, tuple[tuple[PodView, ...], int]] = field(default_factory=dict)
+    """The pods of each launched run as last seen, and how many of them are scheduled."""
 
     # --- statuses ---------------------------------------------------------------------
     def fresh(self, sj: SJObject) -> tuple[str, Mapping[str, Any]]:
@@ -114,6 +116,7 @@ class Ledger:
 
     def deleted(self, key: RunKey) -> None:
         self.launched.pop(key, None)
+        self._scheduled.pop(key, None)
 
     def launches_busy_since(self) -> float | None:
         """Now while a launch is under way, else when the last run was made (None: never)."""
@@ -173,9 +176,14 @@ class Ledger:
         for key, entry in list(self.launched.items()):
             if now - entry.at > LAUNCHED_TTL:
                 del self.launched[key]
+                self._scheduled.pop(key, None)
                 continue
             if key not in runs:
-                scheduled = sum(1 for p in view.run_pods.get(key, ()) if p.node)
+                pods = view.run_pods.get(key, ())
+                counted = self._scheduled.get(key)
+                if counted is None or counted[0] is not pods:  # the same pods: the same count, not walked again
+                    counted = self._scheduled[key] = (pods, sum(1 for p in pods if p.node))
+                scheduled = counted[1]
                 if scheduled < entry.run.pods:
                     runs[key] = (entry.run if scheduled == entry.run.scheduled_pods
                                  else replace(entry.run, scheduled_pods=scheduled))
