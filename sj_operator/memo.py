@@ -18,7 +18,16 @@ object as last pass" means "unchanged". On that:
   (``admission.settled_until``); when it is not, which nodes each selector and set of tolerations may use
   is kept while no node's labels, taints or schedulability changed (``admission.Eligibility``);
 * each namespace's effective quota (``tenancy.effective_quotas``) is kept while no quota, namespace label
-  or default changed.
+  or default changed;
+* which SJs a pass looks at at all (``Worklist``): those whose object is new or was replaced, whose current
+  run's Job or pods changed, whose decision's clock came (a heap of the moments the quiet decisions above
+  hold until), and those the controller names (written, faulted, steered, launched: `controller.Controller`);
+  every other SJ keeps what the last pass made of it, at no cost. The view is compared with the last one at
+  C speed (a tuple of the same objects compares without calling their ``__eq__``), and the pass keeps
+  what whole-cluster steps read of every SJ up to date by the SJs it looks at: the admission queue
+  (``candidates``, ``queue``: in a stable order, an entry made again only for an SJ that changed), the runs
+  the SJs point at (strays), the running SJs (steering's exemptions);
+* while the nodes are the same objects, only the nodes whose pods' sums moved have their views rebuilt.
 
 Entries of SJs that no longer exist are dropped once the caches have grown past the cluster's SJs.
 """
