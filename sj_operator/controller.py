@@ -236,9 +236,11 @@ class Controller:
         if more:
             decided = await self._explained_again(decided, more, admission, now, pacer)
         decided = [self._recovered(d) for d in decided]
-        kept.writing = {d.observed.sj.uid for d in decided if writes(d)}
-        # 6. The plan: which writes go first, which wait, which take the steering lane.
-        plan = await self._plan(decided, admission, now, pacer)
+        writing = [d for d in decided if writes(d)]
+        kept.writing = {d.observed.sj.uid for d in writing}
+        # 6. The plan: which writes go first, which wait, which take the steering lane (the plan leaves out
+        #    the decisions with nothing to write).
+        plan = await self._plan(writing, admission, now, pacer)
         # 7. Steering's bookkeeping goes out in the background; a pass is asked for when held records are due.
         if plan.steering:
             self.steering_lane.steer(plan.steering)

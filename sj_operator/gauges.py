@@ -94,20 +94,26 @@ class Gauges:
 
     def _count(self, d: Decided) -> None:
         """Counts the SJ as its decision says (the launches aside)."""
-        st, uid = d.step.status, d.observed.sj.uid
+        st, sj = d.step.status, d.observed.sj
+        uid = sj.uid
         labels = self.reported.get(uid)
         if labels is None or labels.status is not st:
             labels = self.reported[uid] = _reported(st)
-        counts = (("Starting", None) if d.observed.run.job is not None and _unrecorded(d, labels.phase)
-                  else (labels.phase, labels.waits_for))
+        phase: str | None = labels.phase
+        why = labels.waits_for
+        if d.observed.run.job is not None and _unrecorded(d, phase):
+            phase, why = "Starting", None
         before = self._counted.get(uid)
-        if before is not None and before[0] == d.observed.sj.key and before[1:] == counts:
-            return
-        self._uncount(uid)
-        self._counted[uid] = (d.observed.sj.key, *counts)
-        self._uids[d.observed.sj.key] = uid
-        _move(self._phases, counts[0], 1)
-        _move(self._pending, counts[1], 1)
+        if before is not None:
+            if before[1] == phase and before[2] == why and before[0] == sj.key:
+                return
+            self._uncount(uid)
+        self._counted[uid] = (sj.key, phase, why)
+        self._uids[sj.key] = uid
+        if phase is not None:
+            self._phases[phase] = self._phases.get(phase, 0) + 1
+        if why is not None:
+            self._pending[why] = self._pending.get(why, 0) + 1
 
     def _uncount(self, uid: str) -> None:
         counted = self._counted.pop(uid, None)
