@@ -417,10 +417,11 @@ class Controller:
         return admission
 
     def _admission_changes(self, decided: list[Decided], admission: AdmissionPass) -> list[Decided]:
-        """The SJs not among ``decided`` that the admission now admits or did, those whose reason to wait
-        changed, came or went since the last pass, and those whose reason's numbers may be written again
-        (`Explainer.due`), each with the decision the last pass made for it (in no order). The other SJs'
-        reasons are as they were: the explainer would leave them so."""
+        """The SJs not among ``decided`` that the admission now admits or did, those whose reason to wait went
+        since the last pass, those whose reason came or changed unless the explainer would pass over them as
+        they are (`Explainer.moved`), and those whose reason's numbers may be written again (`Explainer.due`),
+        each with the decision the last pass made for it (in no order). The other SJs' reasons are as they
+        were: the explainer would leave them so."""
         kept, work = self._kept, self.memo.work
         keys: set[str] = set()
         last = kept.admission
@@ -429,10 +430,11 @@ class Controller:
             keys.update(a.key for a in admission.admitted)
             if last is not None:
                 keys.update(a.key for a in last.admitted)
-            keys.update(key for key, why in admission.waiting.items()
-                        if (was := before.get(key)) is None or was.message != why.message or was.reason != why.reason)
             keys.update(before.keys() - admission.waiting.keys())
         more = {uid for key in keys if (uid := work.uids.get(key)) is not None}
+        if admission is not last:
+            more.update(self.explainer.moved(admission.waiting, {} if last is None else last.waiting, work.uids,
+                                             kept.decided))
         more.update(self.explainer.due(self.monotonic()))
         if more:
             more.difference_update(d.observed.sj.uid for d in decided)

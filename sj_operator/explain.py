@@ -92,6 +92,28 @@ class Explainer:
             out.append(d)
         return out
 
+    def moved(self, waiting: Mapping[str, Waiting], before: Mapping[str, Waiting], uids: Mapping[str, str],
+              decided: Mapping[str, Decided]) -> set[str]:
+        """The SJs (uids, by key in ``uids``) whose reason in ``waiting`` differs from ``before``'s and that
+        `explain` would not pass over, given their decision in ``decided``: all but those whose condition
+        says the same reason and either this very message or numbers that may not be written yet. At scale
+        an admission pass moves the numbers of thousands of reasons at once, and nothing is written for
+        them; this finds that in one loop."""
+        clock, settled_of, out = self.monotonic(), self.settled.get, set()
+        for key, why in waiting.items():
+            was = before.get(key)
+            if was is not None and was.message == why.message and was.reason == why.reason:
+                continue
+            uid = uids.get(key)
+            if uid is None:
+                continue
+            settled = settled_of(uid)
+            if (settled is not None and settled.decided is decided.get(uid) and settled.reason == why.reason
+                    and (settled.message == why.message if settled.message is not None else clock < settled.until)):
+                continue
+            out.add(uid)
+        return out
+
     def _explained(self, d: Decided, why: Waiting, now: datetime) -> Decided:
         """A waiting SJ that was not admitted says why in its Admitted condition, when that changed (the
         numbers alone refresh at most every `WHY_REFRESH` seconds)."""
