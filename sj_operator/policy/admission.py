@@ -142,6 +142,7 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
     head_found = False
     head: QueuedSJ | None = None
     kept = ""
+    refused: _Refused | None = None
     fair = _FairShare(snapshot, state.totals()) if snapshot.quotas or snapshot.default_quota else None
     ordered = queue_order(snapshot.queue, now, config) if ordered is None else ordered
     for sj in ordered if fair is None else fair.order(ordered):
@@ -151,6 +152,8 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
             kept = kept or _kept_for(head)
             waiting[sj.key] = Waiting(sj.key, "NoNodeFitsGang", f"{needs_text(sj)}; {kept}")
             continue
+        if refused is not None and refused.again(sj, state, waiting):
+            continue
         need = need_of(sj.request)
         over_quota = fair.over_quota(sj.key, sj.pods, need) if fair is not None else None
         admission = _place(state, sj, need, now, fair, preferred=over_quota is None)
@@ -158,16 +161,57 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
             taken.add(sj.key)
             admissions.append(admission)
             continue
-        if explain:
-            waiting[sj.key] = (Waiting(sj.key, *state.why_not(sj, need)) if over_quota is None
-                               else Waiting(sj.key, "QuotaExceeded", f"{needs_text(sj)}; {over_quota}"))
+        refused = _refuse(sj, state, need, over_quota, waiting if explain else None, refused, alike=fair is None)
         if over_quota is None and not head_found and state.could_ever_fit(sj.pods, need, sj.node_selector,
                                                                          sj.tolerations):
             head_found = True
             head = sj if is_starving(sj, now, config) else None
+            refused = refused if head is None else None  # the SJs behind a starving head wait for it
             if head is not None and not explain:
                 break
     return AdmissionPass(admissions, waiting)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """The last SJ refused in a pass, as what refused it depends on: its gang, request, selector and
+    tolerations, and the ledger's reservations then (`CapacityLedger.reservations`). Behind a full threshold
+    thousands of SJs of a few shapes are refused one after the other: an SJ of the same shape without
+    fallbacks, while the ledger has taken no room since, is refused for the same reason (the ledger answers
+    as it did, its room only ever shrinks), and the walk needs nothing more of it."""
+
+    pods: int
+    request: Mapping[str, int]
+    node_selector: Mapping[str, str]
+    tolerations: tuple[object, ...]
+    reservations: int
+    why: tuple[RoomReason, str]
+
+    def again(self, sj: QueuedSJ, state: CapacityLedger, waiting: dict[str, Waiting]) -> bool:
+        """Whether ``sj`` is refused for this very reason (then it waits with it)."""
+        if (sj.fallbacks or state.reservations != self.reservations or sj.pods != self.pods
+                or sj.request != self.request or sj.node_selector != self.node_selector
+                or tuple(sj.tolerations) != self.tolerations):
+            return False
+        waiting[sj.key] = Waiting(sj.key, *self.why)
+        return True
+
+
+def _refuse(sj: QueuedSJ, state: CapacityLedger, need: Need, over_quota: str | None,
+            waiting: dict[str, Waiting] | None, refused: _Refused | None, *, alike: bool) -> _Refused | None:
+    """``sj`` waits, and why (``waiting`` None: why is not asked); the refusal the walk may give the SJs of
+    its shape behind it (`_Refused`: ``alike``, the walk does not deal by fair share, and it has no
+    fallbacks), else ``refused``."""
+    if waiting is None:
+        return refused
+    if over_quota is not None:
+        waiting[sj.key] = Waiting(sj.key, "QuotaExceeded", f"{needs_text(sj)}; {over_quota}")
+        return refused
+    why = state.why_not(sj, need)
+    waiting[sj.key] = Waiting(sj.key, *why)
+    if sj.fallbacks or not alike:
+        return refused
+    return _Refused(sj.pods, sj.request, sj.node_selector, tuple(sj.tolerations), state.reservations, why)
 
 
 _TICK = timedelta(microseconds=1)

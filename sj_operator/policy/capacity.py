@@ -256,6 +256,11 @@ class CapacityLedger:
                 return True
         return False
 
+    @property
+    def reservations(self) -> int:
+        """How many times the pass took room so far: while it is the same, the ledger answers as it did."""
+        return self._reserved
+
     def totals(self) -> dict[str, int]:
         """The allocatable of the schedulable nodes, per resource."""
         return {r: sum(column) for r, column in self._allocatable.items()}
