@@ -72,7 +72,8 @@ class _FaultReport:
 class _Kept:
     """What a pass keeps for the next one, so that it looks only at the SJs that changed (`Controller._pass`)."""
 
-    first: bool = True
+    complete: bool = False
+    """The last pass ended: what it kept holds (else the next pass looks at every SJ)."""
     decided: dict[str, Decided] = field(default_factory=dict)
     """Each SJ's decision as the last pass that looked at it held it (steering's kept), by uid."""
     writing: set[str] = field(default_factory=set)
@@ -208,8 +209,8 @@ class Controller:
         #    way keep that decision. A pass after a drain began or ended looks at every SJ.
         if kept.nodes is not view.nodes and kept.nodes != view.nodes:
             kept.nodes, kept.draining = view.nodes, nodes_being_drained(view)
-        full = not self.incremental or kept.first or kept.draining != kept.drained
-        kept.first, kept.drained = False, kept.draining
+        full = not self.incremental or not kept.complete or kept.draining != kept.drained
+        kept.complete, kept.drained = False, kept.draining  # a pass that does not end leaves the next one full
         decided, gone = await self._decide(view, now, pacer, full=full)
         full = full or gone is None
         gone = gone or set()
@@ -255,6 +256,7 @@ class Controller:
         await self._write(plan.rest)
         kept.faulted = set(self.quarantine.faults)
         kept.busy = {*self.steering_lane.under_way, *self.ledger.launching}
+        kept.complete = True
         return decided, None if full else gone, {entry.key for entry in self.ledger.launching.values()}
 
     def _forget_gone(self, view: ClusterView) -> None:

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -258,3 +259,19 @@ def test_due_pops_each_deadline_once_and_only_the_current_one() -> None:
     assert work.due(NOW + timedelta(minutes=10)) == set()
     work.wake("c", None)
     assert work.every == {"c"}
+
+
+def test_a_pass_that_does_not_end_leaves_the_next_one_to_look_at_every_sj() -> None:
+    world = World(2)
+    for i in range(4):
+        world.add_sj(i, 0)
+    controller = Controller(world, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    asyncio.run(settled_pass(controller, world.view()))
+    with mock.patch.object(controller.memo.work, "reset", wraps=controller.memo.work.reset) as reset:
+        asyncio.run(settled_pass(controller, world.view()))
+        assert reset.call_count == 0, "a pass after one that ended looks at what changed"
+        with mock.patch.object(controller.writer, "delete_strays", side_effect=RuntimeError("a bug")), \
+                pytest.raises(RuntimeError):
+            asyncio.run(settled_pass(controller, world.view()))
+        asyncio.run(settled_pass(controller, world.view()))
+        assert reset.call_count == 1, "what the broken pass took from the view is looked at again"
