@@ -189,9 +189,10 @@ class _Refused:
 
     def again(self, sj: QueuedSJ, state: CapacityLedger, waiting: dict[str, Waiting]) -> bool:
         """Whether ``sj`` is refused for this very reason (then it waits with it)."""
-        if (sj.fallbacks or state.reservations != self.reservations or sj.pods != self.pods
-                or sj.request != self.request or sj.node_selector != self.node_selector
-                or tuple(sj.tolerations) != self.tolerations):
+        if (sj.fallbacks or sj.pods != self.pods or state.reservations != self.reservations
+                or (sj.request is not self.request and sj.request != self.request)
+                or ((sj.node_selector or self.node_selector) and sj.node_selector != self.node_selector)
+                or ((sj.tolerations or self.tolerations) and tuple(sj.tolerations) != self.tolerations)):
             return False
         waiting[sj.key] = Waiting(sj.key, *self.why)
         return True

@@ -81,6 +81,14 @@ class Ledger:
     """By SJ uid."""
     _scheduled: dict[RunKey, tuple[tuple[PodView, ...], int]] = field(default_factory=dict)
     """The pods of each launched run as last seen, and how many of them are scheduled."""
+    _version: int = 0
+    """Moves whenever ``launched`` does (through `made`, `deleted` and the launches past their time)."""
+    _unseen: tuple[int, float, dict[RunKey, JobView], dict[RunKey, JobView]] | None = None
+    """What `with_launched` last found: for ``_version``, until when, the view's Jobs, the launched Jobs unseen."""
+    _added: tuple[int, float, frozenset[RunKey], dict[RunKey, tuple[PodView, ...]],
+                  dict[RunKey, InFlightRun]] | None = None
+    """What `add_launched` last found: for ``_version``, until when, the runs it was given, the runs' pods, and
+    the runs it added."""
 
     # --- statuses ---------------------------------------------------------------------
     def fresh(self, sj: SJObject) -> tuple[str, Mapping[str, Any]]:
@@ -113,9 +121,11 @@ class Ledger:
         """This process made a run: it stands in the view, its room spoken for, until the watch shows it."""
         self.last_launch = now = self.monotonic()
         self.launched[key] = Launched(run, now, job)
+        self._version += 1
 
     def deleted(self, key: RunKey) -> None:
-        self.launched.pop(key, None)
+        if self.launched.pop(key, None) is not None:
+            self._version += 1
         self._scheduled.pop(key, None)
 
     def launches_busy_since(self) -> float | None:
@@ -126,10 +136,18 @@ class Ledger:
     def with_launched(self, view: ClusterView) -> ClusterView:
         """The view with the Jobs this process made that the watch does not show yet (a launch writes no
         status, so its Job is what says the SJ has a run)."""
-        now = self.monotonic()
-        unseen = {key: entry.job for key, entry in self.launched.items()
-                  if key not in view.jobs and now - entry.at <= LAUNCHED_TTL}
+        now, kept = self.monotonic(), self._unseen
+        if kept is None or not (kept[0] == self._version and now <= kept[1] and view.jobs == kept[2]):
+            # The same launches and Jobs, none of them past its time: the same Jobs unseen (no walk over them).
+            unseen = {key: entry.job for key, entry in self.launched.items()
+                      if key not in view.jobs and now - entry.at <= LAUNCHED_TTL}
+            kept = self._unseen = (self._version, self._expiry(now), dict(view.jobs), unseen)
+        unseen = kept[3]
         return replace(view, jobs={**view.jobs, **unseen}) if unseen else view
+
+    def _expiry(self, now: float) -> float:
+        """Until when no launch has been counted longer than `LAUNCHED_TTL` (checked from ``now`` on)."""
+        return min((entry.at for entry in self.launched.values()), default=now) + LAUNCHED_TTL
 
     def in_flight(self, decided: list[Decided], on_fault: Callable[[SJObject, Exception], None], *,
                   gone: Iterable[str] | None = None,
@@ -172,11 +190,18 @@ class Ledger:
         being launched; forgets the launches past `LAUNCHED_TTL`."""
         for launching in self.launching.values():
             runs.setdefault(launching.run_key, launching.run)
-        now = self.monotonic()
+        now, kept = self.monotonic(), self._added
+        if (kept is not None and kept[0] == self._version and now <= kept[1] and runs.keys() == kept[2]
+                and view.run_pods == kept[3]):
+            # The same launches, runs and pods, none past its time: the same runs added (no walk over them).
+            runs.update(kept[4])
+            return
+        before = set(runs)
         for key, entry in list(self.launched.items()):
             if now - entry.at > LAUNCHED_TTL:
                 del self.launched[key]
                 self._scheduled.pop(key, None)
+                self._version += 1
                 continue
             if key not in runs:
                 pods = view.run_pods.get(key, ())
@@ -187,3 +212,5 @@ class Ledger:
                 if scheduled < entry.run.pods:
                     runs[key] = (entry.run if scheduled == entry.run.scheduled_pods
                                  else replace(entry.run, scheduled_pods=scheduled))
+        self._added = (self._version, self._expiry(now), frozenset(before), dict(view.run_pods),
+                       {key: run for key, run in runs.items() if key not in before})
