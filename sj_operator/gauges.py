@@ -47,13 +47,11 @@ class Gauges:
         self.metrics, self.memo, self.hold_budget = metrics, memo, hold_budget
         self.reported: dict[str, Reported] = {}
         """By SJ uid."""
-        self._counted: dict[str, tuple[str, str | None, str | None]] = {}
-        """By SJ uid: its key, and what it counts as without the launches (its phase or Starting, and why it
-        waits)."""
+        self._counted: dict[str, tuple[str | None, str | None]] = {}
+        """By SJ uid: what it counts as without the launches (its phase or Starting, and why it waits; the
+        pairs are shared, `_COUNTS`)."""
         self._phases: dict[str, int] = {}
         self._pending: dict[str, int] = {}
-        self._uids: dict[str, str] = {}
-        """The uids of the SJs counted, by key."""
         self._capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
         """The nodes last seen and what they can schedule."""
 
@@ -63,7 +61,7 @@ class Gauges:
         ``gone``: the SJs no longer decided, when ``decided`` are only the SJs decided in this pass (the others
         count as they did); None: ``decided`` is every SJ."""
         if gone is None:
-            self._counted, self._phases, self._pending, self._uids = {}, {}, {}, {}
+            self._counted, self._phases, self._pending = {}, {}, {}
             gone = ()
         for uid in gone:
             self._uncount(uid)
@@ -76,11 +74,12 @@ class Gauges:
         phases, pending = self._phases, self._pending
         if launching:  # its run is not in its status yet
             phases, pending = dict(phases), dict(pending)
+            uids = self.memo.work.uids
             for key in launching:
-                counted = self._counted.get(self._uids.get(key, ""))
+                counted = self._counted.get(uids.get(key, ""))
                 if counted is not None:
-                    _move(phases, counted[1], -1)
-                    _move(pending, counted[2], -1)
+                    _move(phases, counted[0], -1)
+                    _move(pending, counted[1], -1)
                     _move(phases, "Starting", 1)
         if self._capacity[0] != view.nodes:
             self._capacity = (view.nodes, total(n.allocatable for n in view.nodes if n.ready and not n.unschedulable))
@@ -105,11 +104,10 @@ class Gauges:
             phase, why = "Starting", None
         before = self._counted.get(uid)
         if before is not None:
-            if before[1] == phase and before[2] == why and before[0] == sj.key:
+            if before[0] == phase and before[1] == why:
                 return
             self._uncount(uid)
-        self._counted[uid] = (sj.key, phase, why)
-        self._uids[sj.key] = uid
+        self._counted[uid] = _COUNTS.setdefault((phase, why), (phase, why))
         if phase is not None:
             self._phases[phase] = self._phases.get(phase, 0) + 1
         if why is not None:
@@ -118,11 +116,12 @@ class Gauges:
     def _uncount(self, uid: str) -> None:
         counted = self._counted.pop(uid, None)
         if counted is not None:
-            key, phase, waits_for = counted
-            if self._uids.get(key) == uid:
-                del self._uids[key]
-            _move(self._phases, phase, -1)
-            _move(self._pending, waits_for, -1)
+            _move(self._phases, counted[0], -1)
+            _move(self._pending, counted[1], -1)
+
+
+_COUNTS: dict[tuple[str | None, str | None], tuple[str | None, str | None]] = {}
+"""Every (phase, why it waits) pair counted, shared by the SJs that count as it (a few phases and reasons)."""
 
 
 def _move(counts: dict[str, int], name: str | None, by: int) -> None:

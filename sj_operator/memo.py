@@ -182,9 +182,8 @@ class Worklist:
     """The view's SJs' uids by key."""
     _jobs: Mapping[RunKey, JobView] = field(default_factory=dict)
     _run_pods: Mapping[RunKey, tuple[PodView, ...]] = field(default_factory=dict)
-    _on_run: dict[RunKey, set[str]] = field(default_factory=dict)
-    """The SJs (uids) whose current run (the first of their ``run_keys``) is the key."""
-    _run_of: dict[str, RunKey | None] = field(default_factory=dict)
+    _on_run: dict[RunKey, tuple[str, ...]] = field(default_factory=dict)
+    """The SJs (uids) whose current run (the first of their ``run_keys``) is the key (nearly always one)."""
     _owned: dict[str, tuple[OwnedRun, ...]] = field(default_factory=dict)
     _known: set[OwnedRun] = field(default_factory=set)
     _frozen: frozenset[OwnedRun] | None = None
@@ -199,7 +198,7 @@ class Worklist:
     def reset(self) -> None:
         """Forgets every SJ: the next `changes` finds them all new (a pass that looks at every SJ)."""
         self._sjs, self._position, self.objects, self.uids = (), {}, {}, {}
-        self._jobs, self._run_pods, self._on_run, self._run_of = {}, {}, {}, {}
+        self._jobs, self._run_pods, self._on_run = {}, {}, {}
         self._owned, self._known, self._frozen, self.running = {}, set(), None, {}
         self.every, self._deadlines, self._until = set(), [], {}
 
@@ -275,16 +274,16 @@ class Worklist:
 
     def index(self, uid: str, run: RunKey | None, owned: tuple[OwnedRun, ...], observed: Observed | None) -> None:
         """What the SJ was observed as (``observed`` None: it was not: deleting, not handled, or it raised)."""
-        if self._run_of.get(uid) != run:
-            if (before := self._run_of.pop(uid, None)) is not None:
-                on = self._on_run[before]
-                on.discard(uid)
-                if not on:
+        owned_before = self._owned.get(uid, ())
+        if (before := owned_before[0][1] if owned_before else None) != run:  # its current run is the first owned
+            if before is not None:
+                if on := tuple(other for other in self._on_run[before] if other != uid):
+                    self._on_run[before] = on
+                else:
                     del self._on_run[before]
             if run is not None:
-                self._run_of[uid] = run
-                self._on_run.setdefault(run, set()).add(uid)
-        if self._owned.get(uid, ()) != owned:
+                self._on_run[run] = (*self._on_run.get(run, ()), uid)
+        if owned_before != owned:
             self._known.difference_update(self._owned.pop(uid, ()))
             if owned:
                 self._owned[uid] = owned
