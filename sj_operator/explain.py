@@ -3,7 +3,9 @@
 The admission says why each SJ it left waiting waits (a reason and a message with the numbers). The
 condition is written when the reason or the words change; when only the numbers move it is refreshed at
 most every `WHY_REFRESH` seconds. An SJ whose decision and reason are the very ones its condition was last
-found to say is passed over without a look (at scale, thousands wait for the same reason at every pass).
+found to say is passed over without a look (at scale, thousands wait for the same reason at every pass). A pass
+that looks only at what changed asks `Explainer.moved` which SJs' new reasons need a look at all, and
+`Explainer.due` whose numbers may be written now.
 """
 from __future__ import annotations
 

@@ -174,19 +174,26 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
 
 @dataclass(frozen=True)
 class _Refused:
-    """The last SJ refused in a pass, as what refused it depends on (`QueuedSJ.alike`: its gang, request,
-    selector and tolerations) and the ledger's reservations then (`CapacityLedger.reservations`). Behind a full
-    threshold thousands of SJs of a few shapes are refused one after the other: an SJ of the same shape without
+    """The last SJ refused in a pass, as what refused it depends on (its gang, request, selector and
+    tolerations) and the ledger's reservations then (`CapacityLedger.reservations`). Behind a full threshold
+    thousands of SJs of a few shapes are refused one after the other: an SJ of the same shape without
     fallbacks, while the ledger has taken no room since, is refused for the same reason (the ledger answers as
     it did, its room only ever shrinks), and the walk needs nothing more of it."""
 
-    alike: tuple[object, ...]
+    pods: int
+    request: tuple[tuple[str, int], ...]
+    """Its request's items, in their order (the same request in another order is only not known as alike)."""
+    node_selector: Mapping[str, str]
+    tolerations: tuple[object, ...]
     reservations: int
     why: tuple[RoomReason, str]
 
     def again(self, sj: QueuedSJ, state: CapacityLedger, waiting: dict[str, Waiting]) -> bool:
         """Whether ``sj`` is refused for this very reason (then it waits with it)."""
-        if sj.fallbacks or state.reservations != self.reservations or sj.alike != self.alike:
+        if (sj.fallbacks or sj.pods != self.pods or state.reservations != self.reservations
+                or tuple(sj.request.items()) != self.request
+                or ((sj.node_selector or self.node_selector) and sj.node_selector != self.node_selector)
+                or ((sj.tolerations or self.tolerations) and sj.tolerations != self.tolerations)):
             return False
         waiting[sj.key] = Waiting(sj.key, *self.why)
         return True
@@ -206,7 +213,7 @@ def _refuse(sj: QueuedSJ, state: CapacityLedger, need: Need, over_quota: str | N
     waiting[sj.key] = Waiting(sj.key, *why)
     if sj.fallbacks or not alike:
         return refused
-    return _Refused(sj.alike, state.reservations, why)
+    return _Refused(sj.pods, tuple(sj.request.items()), sj.node_selector, sj.tolerations, state.reservations, why)
 
 
 _TICK = timedelta(microseconds=1)

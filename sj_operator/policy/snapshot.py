@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import cached_property
 from types import MappingProxyType
 
 from gang.placement import Resources, Taint
@@ -114,13 +113,6 @@ class QueuedSJ:
         object.__setattr__(self, "request", _nonnegative(self.request, f"{self.key} request"))
         object.__setattr__(self, "node_selector", _labels(self.node_selector))
         object.__setattr__(self, "tolerations", tuple(self.tolerations))
-
-    @cached_property
-    def alike(self) -> tuple[object, ...]:
-        """What placing it depends on, by value: its gang, request, node selector and tolerations, and whether
-        it has fallbacks (SJs alike are refused alike: `policy.admission._Refused`)."""
-        return (self.pods, tuple(sorted(self.request.items())), tuple(sorted(self.node_selector.items())),
-                self.tolerations, bool(self.fallbacks))
 
 
 @dataclass(frozen=True)
