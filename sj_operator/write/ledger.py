@@ -8,6 +8,7 @@ recorder and the record hold-back read (in a burst the API server serves the lau
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -83,12 +84,13 @@ class Ledger:
     """The pods of each launched run as last seen, and how many of them are scheduled."""
     _version: int = 0
     """Moves whenever ``launched`` does (through `made`, `deleted` and the launches past their time)."""
-    _unseen: tuple[int, float, dict[RunKey, JobView], dict[RunKey, JobView]] | None = None
-    """What `with_launched` last found: for ``_version``, until when, the view's Jobs, the launched Jobs unseen."""
-    _added: tuple[int, float, frozenset[RunKey], dict[RunKey, tuple[PodView, ...]],
-                  dict[RunKey, InFlightRun]] | None = None
-    """What `add_launched` last found: for ``_version``, until when, the runs it was given, the runs' pods, and
-    the runs it added."""
+    _expiries: list[tuple[float, RunKey]] = field(default_factory=list)
+    """A heap of when each launch was made (an entry whose launch was made again since is stale)."""
+    _unseen: tuple[int, dict[RunKey, JobView], dict[RunKey, JobView]] | None = None
+    """What `with_launched` last found: for ``_version``, the view's Jobs and the launched Jobs unseen."""
+    _added: tuple[int, frozenset[RunKey], dict[RunKey, tuple[PodView, ...]], dict[RunKey, InFlightRun]] | None = None
+    """What `add_launched` last found: for ``_version``, the runs it was given, the runs' pods, and the runs it
+    added."""
 
     # --- statuses ---------------------------------------------------------------------
     def fresh(self, sj: SJObject) -> tuple[str, Mapping[str, Any]]:
@@ -121,6 +123,7 @@ class Ledger:
         """This process made a run: it stands in the view, its room spoken for, until the watch shows it."""
         self.last_launch = now = self.monotonic()
         self.launched[key] = Launched(run, now, job)
+        heapq.heappush(self._expiries, (now, key))
         self._version += 1
 
     def deleted(self, key: RunKey) -> None:
@@ -136,18 +139,29 @@ class Ledger:
     def with_launched(self, view: ClusterView) -> ClusterView:
         """The view with the Jobs this process made that the watch does not show yet (a launch writes no
         status, so its Job is what says the SJ has a run)."""
-        now, kept = self.monotonic(), self._unseen
-        if kept is None or not (kept[0] == self._version and now <= kept[1] and view.jobs == kept[2]):
-            # The same launches and Jobs, none of them past its time: the same Jobs unseen (no walk over them).
-            unseen = {key: entry.job for key, entry in self.launched.items()
-                      if key not in view.jobs and now - entry.at <= LAUNCHED_TTL}
-            kept = self._unseen = (self._version, self._expiry(now), dict(view.jobs), unseen)
-        unseen = kept[3]
+        self._expire(self.monotonic())
+        kept = self._unseen
+        if kept is None or not (kept[0] == self._version and view.jobs == kept[1]):
+            # The same launches and Jobs: the same Jobs unseen (no walk over every launch).
+            unseen = {key: entry.job for key, entry in self.launched.items() if key not in view.jobs}
+            kept = self._unseen = (self._version, dict(view.jobs), unseen)
+        unseen = kept[2]
         return replace(view, jobs={**view.jobs, **unseen}) if unseen else view
 
-    def _expiry(self, now: float) -> float:
-        """Until when no launch has been counted longer than `LAUNCHED_TTL` (checked from ``now`` on)."""
-        return min((entry.at for entry in self.launched.values()), default=now) + LAUNCHED_TTL
+    def _expire(self, now: float) -> None:
+        """Forgets the launches counted longer than `LAUNCHED_TTL` at ``now`` (a heap of when each was made),
+        and takes them out of what `with_launched` and `add_launched` last found."""
+        heap = self._expiries
+        while heap and now - heap[0][0] > LAUNCHED_TTL:
+            at, key = heapq.heappop(heap)
+            entry = self.launched.get(key)
+            if entry is not None and entry.at == at:
+                del self.launched[key]
+                self._scheduled.pop(key, None)
+                if self._unseen is not None:
+                    self._unseen[2].pop(key, None)
+                if self._added is not None:
+                    self._added[3].pop(key, None)
 
     def in_flight(self, decided: list[Decided], on_fault: Callable[[SJObject, Exception], None], *,
                   gone: Iterable[str] | None = None,
@@ -190,19 +204,14 @@ class Ledger:
         being launched; forgets the launches past `LAUNCHED_TTL`."""
         for launching in self.launching.values():
             runs.setdefault(launching.run_key, launching.run)
-        now, kept = self.monotonic(), self._added
-        if (kept is not None and kept[0] == self._version and now <= kept[1] and runs.keys() == kept[2]
-                and view.run_pods == kept[3]):
-            # The same launches, runs and pods, none past its time: the same runs added (no walk over them).
-            runs.update(kept[4])
+        self._expire(self.monotonic())
+        kept = self._added
+        if kept is not None and kept[0] == self._version and runs.keys() == kept[1] and view.run_pods == kept[2]:
+            # The same launches, runs and pods: the same runs added (no walk over every launch).
+            runs.update(kept[3])
             return
         before = set(runs)
-        for key, entry in list(self.launched.items()):
-            if now - entry.at > LAUNCHED_TTL:
-                del self.launched[key]
-                self._scheduled.pop(key, None)
-                self._version += 1
-                continue
+        for key, entry in self.launched.items():
             if key not in runs:
                 pods = view.run_pods.get(key, ())
                 counted = self._scheduled.get(key)
@@ -212,5 +221,5 @@ class Ledger:
                 if scheduled < entry.run.pods:
                     runs[key] = (entry.run if scheduled == entry.run.scheduled_pods
                                  else replace(entry.run, scheduled_pods=scheduled))
-        self._added = (self._version, self._expiry(now), frozenset(before), dict(view.run_pods),
+        self._added = (self._version, frozenset(before), dict(view.run_pods),
                        {key: run for key, run in runs.items() if key not in before})
