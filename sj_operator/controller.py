@@ -237,7 +237,7 @@ class Controller:
         if more:
             decided = await self._explained_again(decided, more, admission, now, pacer)
         decided = [self._recovered(d) for d in decided]
-        writing = [d for d in decided if writes(d)]
+        writing = await in_slices(decided, lambda part: [d for d in part if writes(d)], pacer)
         kept.writing = {d.observed.sj.uid for d in writing}
         # 6. The plan: which writes go first, which wait, which take the steering lane (the plan leaves out
         #    the decisions with nothing to write).
