@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -26,14 +26,14 @@ from typing import Any
 from sj_operator.adopter import Adopter
 from sj_operator.api import InvalidSpec
 from sj_operator.config import OperatorConfig
-from sj_operator.decide import ClusterView, Decided, Observation, Observed, exemptions, nodes_being_drained
+from sj_operator.decide import ClusterView, Decided, Observed, exemptions, nodes_being_drained, running_exemptions
 from sj_operator.explain import Explainer
 from sj_operator.faults import CONDITION, Fault
 from sj_operator.gauges import Gauges
 from sj_operator.kube import Kube, in_background
 from sj_operator.memo import PassMemo, forget_uids
 from sj_operator.metrics import Metrics
-from sj_operator.observed import SJObject
+from sj_operator.observed import NodeInfo, SJObject
 from sj_operator.pacing import HOLD_BUDGET, Pacer, Timer, in_slices
 from sj_operator.policy.admission import AdmissionPass, PolicyConfig
 from sj_operator.policy.lifecycle import Event, LifecycleConfig
@@ -44,7 +44,7 @@ from sj_operator.write.events import Recorder
 from sj_operator.write.gate import Gate, Hold
 from sj_operator.write.launcher import Candidate, Launcher
 from sj_operator.write.ledger import Launching, Ledger
-from sj_operator.write.plan import Launches, WritePlan, joined, plan_writes
+from sj_operator.write.plan import Launches, WritePlan, joined, plan_writes, writes
 from sj_operator.write.pool import Pool, concurrently, idle
 from sj_operator.write.steering import SteeringLane
 from sj_operator.write.writer import Writer
@@ -69,6 +69,33 @@ class _FaultReport:
 
 
 @dataclass
+class _Kept:
+    """What a pass keeps for the next one, so that it looks only at the SJs that changed (`Controller._pass`)."""
+
+    complete: bool = False
+    """The last pass ended: what it kept holds (else the next pass looks at every SJ)."""
+    decided: dict[str, Decided] = field(default_factory=dict)
+    """Each SJ's decision as the last pass that looked at it held it (steering's kept), by uid."""
+    writing: set[str] = field(default_factory=set)
+    """The SJs whose last decision had something to write (written or not: looked at again)."""
+    faulted: set[str] = field(default_factory=set)
+    """The SJs a step of the last pass could not handle (tried again)."""
+    busy: set[str] = field(default_factory=set)
+    """The SJs being steered or launched when the last pass ended."""
+    exempt: frozenset[str] = frozenset()
+    """Steering's exemptions at the last pass (by key)."""
+    nodes: tuple[NodeInfo, ...] = ()
+    draining: frozenset[str] = frozenset()
+    """The nodes being drained among ``nodes``."""
+    drained: frozenset[str] = frozenset()
+    """The nodes being drained at the last pass."""
+    admission: AdmissionPass | None = None
+
+
+_NO_ADMISSION = AdmissionPass([], {})
+
+
+@dataclass
 class Controller:
     kube: Kube
     config: OperatorConfig
@@ -84,6 +111,9 @@ class Controller:
     resource_quotas: Callable[[str], Sequence[ResourceQuotaView]] = lambda namespace: ()
     """A namespace's ResourceQuotas, which a gang's launch is checked against: the operator's watch cache of
     them (`handlers.startup`); none anywhere unless told."""
+    incremental: bool = True
+    """A pass looks only at the SJs that changed, whose clock came or whose reason may have changed (`_pass`);
+    False: every pass looks at every SJ (what the tests compare the incremental passes with)."""
 
     memo: PassMemo = field(init=False)
     adopter: Adopter = field(init=False)
@@ -98,6 +128,7 @@ class Controller:
     explainer: Explainer = field(init=False)
     gauges: Gauges = field(init=False)
     _faults: Pool[_FaultReport] = field(init=False)
+    _kept: _Kept = field(init=False, default_factory=_Kept)
     _wake_timer: tuple[float, Timer] | None = None
     """The pass asked for when the records of new runs held back for launches are due: when (monotonic) and
     its timer."""
@@ -158,35 +189,59 @@ class Controller:
     # --- one pass --------------------------------------------------------------------
     async def reconcile(self, view: ClusterView) -> None:
         started = time.perf_counter()
-        decided, launching = await self._pass(view)
+        decided, gone, launching = await self._pass(view)
         await self.adopter.reconcile(view)
         self.metrics.reconcile.observe(time.perf_counter() - started)
-        await self.gauges.report(view, decided, launching)
+        await self.gauges.report(view, decided, launching, gone=gone)
 
-    async def _pass(self, view: ClusterView) -> tuple[list[Decided], set[str]]:
-        """One pass; the decisions, and the keys of the SJs being launched (for the gauges). Thousands of SJs
-        that changed at once are seconds of work: done in slices, giving the loop's other tasks (watches,
-        probes, the webhook, the background lane) a turn between them."""
-        now, pacer = self.clock(), Pacer(self.hold_budget)
+    async def _pass(self, view: ClusterView) -> tuple[list[Decided], set[str] | None, set[str]]:
+        """One pass; the decisions it made or looked at again, the SJs no longer decided (None: the decisions
+        are every SJ's), and the keys of the SJs being launched (for the gauges). Only the SJs that changed, whose
+        clock came or whose reason may have changed are looked at (`_decide`, `_admission_changes`): every other
+        SJ's decision is the one the last pass made, and it has nothing to write. Thousands of SJs that changed at
+        once are seconds of work: done in slices, giving the loop's other tasks (watches, probes, the webhook,
+        the background lane) a turn between them."""
+        now, pacer, kept, work = self.clock(), Pacer(self.hold_budget), self._kept, self.memo.work
         # 1. The view with the runs this process made that the watch does not show yet.
         view = self.ledger.with_launched(view)
         self._forget_gone(view)
-        # 2. Every SJ observed and decided; those whose steering writes are under way keep that decision.
-        observation, decided = await self._decide(view, now, pacer)
+        # 2. The SJs that changed or whose clock came observed and decided; those whose steering writes are under
+        #    way keep that decision. A pass after a drain began or ended looks at every SJ.
+        if kept.nodes is not view.nodes and kept.nodes != view.nodes:
+            kept.nodes, kept.draining = view.nodes, nodes_being_drained(view)
+        full = not self.incremental or not kept.complete or kept.draining != kept.drained
+        kept.complete, kept.drained = False, kept.draining  # a pass that does not end leaves the next one full
+        decided, gone = await self._decide(view, now, pacer, full=full)
+        full = full or gone is None
+        gone = gone or set()
         decided = self.steering_lane.holding(decided)
+        if full:
+            kept.decided = {}
+        for uid in gone:
+            kept.decided.pop(uid, None)
+        kept.decided.update((d.observed.sj.uid, d) for d in decided)
         # 3. The runs in flight, whose room is spoken for.
-        runs = self.ledger.in_flight(decided, lambda sj, exc: self.quarantine.fault(sj, "admission", exc))
+        runs = self.ledger.in_flight(decided, lambda sj, exc: self.quarantine.fault(sj, "admission", exc),
+                                     gone=None if full else gone, position=None if full else work.position)
         self.ledger.add_launched(view, runs)
         # 4. Admission, on the statuses about to be written: a waiting SJ's reason (Admitted=False) goes out
         #    in the same write as its transition, and only the admitted ones are written twice.
-        admission = self._admission(view, decided, tuple(runs.values()), now)
+        admission = self._admission(view, decided, gone, tuple(runs.values()), now, full=full)
         await pacer.breathe()
-        # 5. Why the others wait; the SJs handled again lose their fault condition.
+        # 5. Why the others wait (looked at for the SJs decided and those whose reason may have changed); the SJs
+        #    handled again lose their fault condition.
+        more = [] if full else self._admission_changes(decided, admission)
+        kept.admission = admission
         if waiting := admission.waiting:
             decided = await in_slices(decided, lambda part: self.explainer.explain(part, waiting, now), pacer)
+        if more:
+            decided = await self._explained_again(decided, more, admission, now, pacer)
         decided = [self._recovered(d) for d in decided]
-        # 6. The plan: which writes go first, which wait, which take the steering lane.
-        plan = await self._plan(decided, admission, now, pacer)
+        writing = await in_slices(decided, lambda part: [d for d in part if writes(d)], pacer)
+        kept.writing = {d.observed.sj.uid for d in writing}
+        # 6. The plan: which writes go first, which wait, which take the steering lane (the plan leaves out
+        #    the decisions with nothing to write).
+        plan = await self._plan(writing, admission, now, pacer)
         # 7. Steering's bookkeeping goes out in the background; a pass is asked for when held records are due.
         if plan.steering:
             self.steering_lane.steer(plan.steering)
@@ -194,12 +249,15 @@ class Controller:
             self._wake_in(plan.due_in)
         # 8. The admitted SJs' own writes (a launch writes over them), then the strays removed.
         applied = await self._write(plan.first)
-        await self.writer.delete_strays(view, observation.known_runs)
+        await self.writer.delete_strays(view, work.known())
         # 9. Their launches queued for the launcher; the pass writes the rest meanwhile: in a burst a launch
         #    does not wait behind hundreds of other SJs' transitions and reasons, nor the next pass behind it.
         self._queue_launches(decided, admission, applied, now)
         await self._write(plan.rest)
-        return decided, {entry.key for entry in self.ledger.launching.values()}
+        kept.faulted = set(self.quarantine.faults)
+        kept.busy = {*self.steering_lane.under_way, *self.ledger.launching}
+        kept.complete = True
+        return decided, None if full else gone, {entry.key for entry in self.ledger.launching.values()}
 
     def _forget_gone(self, view: ClusterView) -> None:
         """Forgets what the tables hold of SJs gone, once they hold many more than there are SJs."""
@@ -211,28 +269,65 @@ class Controller:
             forget_uids(tables, view.sjs)
             self.quarantine.forget({sj.uid for sj in view.sjs})
 
-    async def _decide(self, view: ClusterView, now: datetime, pacer: Pacer) -> tuple[Observation, list[Decided]]:
-        """``memo.PassMemo.observe`` and ``memo.PassMemo.decide`` over every SJ, an SJ that breaks a step
-        quarantined."""
-        quarantine = self.quarantine
+    def _looked_at(self, now: datetime) -> set[str]:
+        """The SJs a pass looks at whether or not they changed: those whose decision cannot be reused or whose
+        clock came, those the last pass wrote or found a fault in, those being steered or launched (and those
+        that were), those held out of the queue by a fault, and those this process wrote (read through
+        `Ledger.fresh`)."""
+        kept, work = self._kept, self.memo.work
+        return work.due(now).union(work.every, kept.writing, kept.faulted, kept.busy, self.steering_lane.under_way,
+                                   self.ledger.launching, self.quarantine.held, self.ledger.written)
+
+    async def _decide(self, view: ClusterView, now: datetime, pacer: Pacer, *,
+                      full: bool) -> tuple[list[Decided], set[str] | None]:
+        """``memo.PassMemo.observe`` and ``memo.PassMemo.decide`` over the SJs that changed or whose clock came
+        (``full``: every SJ), an SJ that breaks a step quarantined. The decisions in the view's order, and the
+        SJs no longer decided (None: the pass looked at every SJ)."""
+        quarantine, memo, work, kept = self.quarantine, self.memo, self.memo.work, self._kept
         handles = self.handles if self.config.namespaces else None
-        parts = await in_slices(view.sjs, lambda sjs: (self.memo.observe(
-            view, handles=handles, fresh=self.ledger.fresh, sjs=sjs, fresher=self.ledger.written,
-            on_fault=quarantine.fault),), pacer)
-        observation = Observation(tuple(o for part in parts for o in part.sjs),
-                                  frozenset().union(*(part.known_runs for part in parts)))
-        cfg, draining = self.lifecycle_config, nodes_being_drained(view)
-        observed_sjs: Sequence[Observed] = observation.sjs
+        if full:
+            work.reset()
+        changed, vanished = work.changes(view)
+        sjs = view.sjs if full else work.in_order(changed | self._looked_at(now))
+
+        async def observe(sjs: Sequence[SJObject]) -> list[Observed]:
+            parts = await in_slices(sjs, lambda part: (memo.observe(
+                view, handles=handles, fresh=self.ledger.fresh, sjs=part, fresher=self.ledger.written,
+                on_fault=quarantine.fault),), pacer)
+            return [o for part in parts for o in part.sjs]
+
+        observed_sjs = await observe(sjs)
+        cfg, draining = self.lifecycle_config, kept.draining
         try:
-            exempt = exemptions(observed_sjs, now, cfg)
+            exempt = (exemptions(observed_sjs, now, cfg) if full else
+                      running_exemptions(work.running.values(), now, cfg))
         except Exception:
+            if not full:
+                return await self._decide(view, now, pacer, full=True)
             observed_sjs = quarantine.isolated("decide", observed_sjs, lambda part: exemptions(part, now, cfg),
                                                lambda o: o.sj)
             exempt = exemptions(observed_sjs, now, cfg)
-        decided = await in_slices(observed_sjs, lambda observed: self.memo.decide(
+        if not full and exempt != kept.exempt:  # the SJs steering exempts, or no longer does, are decided again
+            looked = {sj.uid for sj in sjs}
+            observed_sjs += await observe(work.in_order(uid for key in exempt ^ kept.exempt
+                                                        if (uid := work.uids.get(key)) is not None
+                                                        and uid not in looked))
+            observed_sjs.sort(key=lambda o: work.position(o.sj.uid))
+            sjs = [*sjs, *(o.sj for o in observed_sjs if o.sj.uid not in looked)]
+        kept.exempt = exempt
+        decided = await in_slices(observed_sjs, lambda observed: memo.decide(
             observed, now, cfg, draining=draining, exempt=exempt,
             on_error=lambda o, exc: quarantine.fault(o.sj, "decide", exc)), pacer)
-        return observation, decided
+        for o in observed_sjs:
+            work.wake(o.sj.uid, memo.reusable_until(o.sj.uid))
+        seen = {o.sj.uid for o in observed_sjs}
+        for sj in sjs:
+            if sj.uid not in seen:
+                work.forget(sj.uid)  # not observed (deleting, not handled, or it raised): looked at when it changes
+        if full:
+            return decided, None
+        looked = {d.observed.sj.uid for d in decided}
+        return decided, {sj.uid for sj in sjs if sj.uid not in looked} | vanished
 
     async def _plan(self, decided: list[Decided], admission: AdmissionPass, now: datetime,
                     pacer: Pacer) -> WritePlan:
@@ -291,35 +386,78 @@ class Controller:
         call_later = self.call_later or asyncio.get_running_loop().call_later
         self._wake_timer = (at, call_later(seconds, self.wake))
 
-    def _admission(self, view: ClusterView, decided: list[Decided], runs: tuple[InFlightRun, ...],
-                   now: datetime) -> AdmissionPass:
-        """Which waiting SJs start now, and why the others wait. SJs backing off after a wasted run are in the
-        queue, which holds their room; SJs their namespace refused wait out their retry delay without holding
-        room for the others (their reason is already written), as do SJs after a start timeout."""
+    def _admission(self, view: ClusterView, decided: list[Decided], gone: Iterable[str],
+                   runs: tuple[InFlightRun, ...], now: datetime, *, full: bool) -> AdmissionPass:
+        """Which waiting SJs start now, and why the others wait. The queue is kept from pass to pass
+        (`memo.PassMemo.queue`): ``decided``, the SJs decided in this pass (``full``: every SJ), and ``gone``,
+        those no longer decided, change it. SJs backing off after a wasted run are in the queue, which holds
+        their room; SJs their namespace refused wait out their retry delay without holding room for the others
+        (their reason is already written), as do SJs after a start timeout."""
         clock = self.monotonic()
         gate = self.gate
         steering = self.steering_lane.under_way
         quarantine = self.quarantine
-        faulted = quarantine.held
-        queue = self.memo.queue(((o.sj, o.spec, d.step.status) for d in decided
-                                 if d.step.in_queue and not isinstance((o := d.observed).spec, InvalidSpec)
-                                 and (not gate.held or not gate.holds(o.sj.uid, clock))
-                                 and (not steering or o.sj.uid not in steering)
-                                 and (not faulted or not quarantine.holds(o.sj))), now, on_fault=quarantine.fault)
+        waiting = self.memo.candidates(decided, gone, every=full)
+        held_out = {uid for uid in gate.held if uid in waiting and gate.holds(uid, clock)} if gate.held else set()
+        held_out.update(uid for uid in steering if uid in waiting)
+        for uid in list(quarantine.held):
+            if uid in waiting and uid not in held_out and quarantine.holds(waiting[uid].observed.sj):
+                held_out.add(uid)
+        queue = self.memo.queue(frozenset(held_out), now, on_fault=quarantine.fault)
         if not queue:
-            return AdmissionPass([], {})
+            return _NO_ADMISSION
         started = time.perf_counter()
         config = self.policy_config
         try:
             admission = self.memo.admission(view, queue, runs, now, config)
         except Exception:
-            sjs = {d.observed.sj.key: d.observed.sj for d in decided}
+            sjs = {d.observed.sj.key: d.observed.sj for d in waiting.values()}
             queue = tuple(quarantine.isolated("admission", queue, lambda part: self.memo.admission(
                 view, tuple(part), runs, now, config), lambda entry: sjs[entry.key]))
             admission = self.memo.admission(view, queue, runs, now, config)
         log.debug("admission over %d waiting SJ(s), %d node(s): %d admitted in %.1f ms", len(queue),
                   len(view.nodes), len(admission.admitted), (time.perf_counter() - started) * 1000)
         return admission
+
+    def _admission_changes(self, decided: list[Decided], admission: AdmissionPass) -> list[Decided]:
+        """The SJs not among ``decided`` that the admission now admits or did, those whose reason to wait went
+        since the last pass, those whose reason came or changed unless the explainer would pass over them as
+        they are (`Explainer.moved`), and those whose reason's numbers may be written again (`Explainer.due`),
+        each with the decision the last pass made for it (in no order). The other SJs' reasons are as they
+        were: the explainer would leave them so."""
+        kept, work = self._kept, self.memo.work
+        keys: set[str] = set()
+        last = kept.admission
+        if admission is not last:
+            before = {} if last is None else last.waiting
+            keys.update(a.key for a in admission.admitted)
+            if last is not None:
+                keys.update(a.key for a in last.admitted)
+            keys.update(before.keys() - admission.waiting.keys())
+        more = {uid for key in keys if (uid := work.uids.get(key)) is not None}
+        if admission is not last:
+            more.update(self.explainer.moved(admission.waiting, {} if last is None else last.waiting, work.uids,
+                                             kept.decided))
+        more.update(self.explainer.due(self.monotonic()))
+        if more:
+            more.difference_update(d.observed.sj.uid for d in decided)
+        return [kept.decided[uid] for uid in more if uid in kept.decided]
+
+    async def _explained_again(self, decided: list[Decided], more: list[Decided], admission: AdmissionPass,
+                               now: datetime, pacer: Pacer) -> list[Decided]:
+        """``decided`` with those of ``more`` (`_admission_changes`) that the explainer gives something to write
+        and those admitted, in the view's order. The others have nothing to write, as at the last pass (else
+        they would be among ``decided``): the rest of the pass has nothing to do for them."""
+        admitted = {a.key for a in admission.admitted}
+        if waiting := admission.waiting:
+            explained = await in_slices(more, lambda part: self.explainer.explain(part, waiting, now), pacer)
+            more = [e for e, d in zip(explained, more, strict=True) if e is not d or d.observed.sj.key in admitted]
+        else:
+            more = [d for d in more if d.observed.sj.key in admitted]
+        if not more:
+            return decided
+        position = self.memo.work.position
+        return sorted([*decided, *more], key=lambda d: position(d.observed.sj.uid))
 
     # --- faults ----------------------------------------------------------------------
     def _recovered(self, d: Decided) -> Decided:

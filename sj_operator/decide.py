@@ -158,7 +158,13 @@ def exemptions(observed: Iterable[Observed], now: datetime, cfg: LifecycleConfig
     Steering exempts nothing while any run is below the protecting level, which is nearly always so with
     many runs; that is seen from the first such run's level, before any run's nodes and work are gathered
     (at 2,000 running SJs this was half of a quiet pass)."""
-    running = [o for o in observed if o.status.phase is Phase.RUNNING and not isinstance(o.spec, InvalidSpec)]
+    return running_exemptions([o for o in observed
+                               if o.status.phase is Phase.RUNNING and not isinstance(o.spec, InvalidSpec)], now, cfg)
+
+
+def running_exemptions(running: Iterable[Observed], now: datetime, cfg: LifecycleConfig) -> frozenset[str]:
+    """`exemptions` when ``running`` are the running SJs with a valid spec already (`memo.Worklist.running`)."""
+    running = list(running)
     if any(not _clock(o, now, cfg.protect_level).protected for o in running):
         return frozenset()
     return steering_exemptions(progress(o, now, cfg.protect_level) for o in running)

@@ -18,18 +18,38 @@ object as last pass" means "unchanged". On that:
   (``admission.settled_until``); when it is not, which nodes each selector and set of tolerations may use
   is kept while no node's labels, taints or schedulability changed (``admission.Eligibility``);
 * each namespace's effective quota (``tenancy.effective_quotas``) is kept while no quota, namespace label
-  or default changed.
+  or default changed;
+* which SJs a pass looks at at all (``Worklist``): those whose object is new or was replaced, whose current
+  run's Job or pods changed, whose decision's clock came (a heap of the moments the quiet decisions above
+  hold until), and those the controller names (written, faulted, steered, launched: `controller.Controller`);
+  every other SJ keeps what the last pass made of it, at no cost. The view is compared with the last one at
+  C speed (a tuple of the same objects compares without calling their ``__eq__``), and the pass keeps
+  what whole-cluster steps read of every SJ up to date by the SJs it looks at: the admission queue
+  (``candidates``, ``queue``: in a stable order, an entry made again only for an SJ that changed), the runs
+  the SJs point at (strays), the running SJs (steering's exemptions);
+* while the nodes are the same objects, only the nodes whose pods' sums moved have their views rebuilt.
 
 Entries of SJs that no longer exist are dropped once the caches have grown past the cluster's SJs.
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import compress
+from operator import is_not
 from typing import Any, cast
 
-from sj_operator.api import InvalidSpec, ScavengerJobSpec, ScavengerJobStatus, SpecLimits, parse_spec, parse_status
+from sj_operator.api import (
+    InvalidSpec,
+    Phase,
+    ScavengerJobSpec,
+    ScavengerJobStatus,
+    SpecLimits,
+    parse_spec,
+    parse_status,
+)
 from sj_operator.decide import (
     ClusterView,
     Decided,
@@ -48,7 +68,7 @@ from sj_operator.decide import (
 from sj_operator.faults import Stage
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject
 from sj_operator.policy.admission import AdmissionPass, Eligibility, PolicyConfig, decide_pass, settled_until
-from sj_operator.policy.lifecycle import LifecycleConfig, quiet_until, recorded_until
+from sj_operator.policy.lifecycle import FOREVER, LifecycleConfig, quiet_until, recorded_until
 from sj_operator.policy.queue import queue_order
 from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, QueuedSJ, Resources, Taint
 from sj_operator.policy.tenancy import EffectiveQuotas
@@ -90,11 +110,15 @@ class PodSums:
     node_versions: dict[str, int] = field(default_factory=dict)
     version: int = 0
     """Moves whenever any sum does."""
+    moved: set[str] = field(default_factory=set)
+    """The nodes whose sums moved since `PassMemo.node_views` last looked."""
     _pods: dict[str, PodView] = field(default_factory=dict)
     _last: tuple[PodView, ...] | None = None
 
     def update(self, pods: tuple[PodView, ...]) -> None:
-        if pods is self._last:
+        # The same pods in a new tuple (a view made anew from the same cache) are found at C speed.
+        if pods is self._last or (self._last is not None and len(pods) == len(self._last) and pods == self._last):
+            self._last = pods
             return
         self._last = pods
         changed = False
@@ -120,6 +144,7 @@ class PodSums:
         if pod.node:
             _add(self.nodes.setdefault(pod.node, {}), pod.requests, sign)
             self.node_versions[pod.node] = self.node_versions.get(pod.node, 0) + 1
+            self.moved.add(pod.node)
         if pod.sj is not None:
             _add(self.namespaces.setdefault(pod.namespace, {}), pod.requests, sign)
 
@@ -132,6 +157,181 @@ def _add(into: dict[str, int], amounts: Mapping[str, int], sign: int) -> None:
             into[resource] = value
         else:
             into.pop(resource, None)
+
+
+@dataclass
+class Worklist:
+    """Which SJs a pass must look at; every other SJ keeps what the last pass made of it.
+
+    `changes` compares the view with the last pass's: the SJs whose object is new or was replaced, those whose
+    current run's Job or pods changed (by the index `PassMemo.observe` keeps of each SJ's current run), and
+    those gone. ``due`` pops the SJs whose decision's clock came, from a heap of the moments their quiet
+    decisions hold until (``quiet_until``, ``recorded_until``); an SJ whose decision cannot be reused at all is
+    in ``every`` (looked at in every pass). Comparing the view's tuples and mappings with the last pass's runs at
+    C speed when nothing changed: a tuple compares the same objects without calling their ``__eq__``.
+
+    Beside these it keeps what whole-cluster steps read of every observed SJ: the runs the SJs point at
+    (``known``, for the strays) and the running SJs (victim steering's exemptions)."""
+
+    _sjs: tuple[SJObject, ...] = ()
+    _position: dict[int, int] = field(default_factory=dict)
+    """By the ``id`` of each SJ object of ``_sjs`` (which keeps them alive): its index in the view."""
+    objects: dict[str, SJObject] = field(default_factory=dict)
+    """The view's SJs by uid."""
+    uids: dict[str, str] = field(default_factory=dict)
+    """The view's SJs' uids by key."""
+    _jobs: Mapping[RunKey, JobView] = field(default_factory=dict)
+    _run_pods: Mapping[RunKey, tuple[PodView, ...]] = field(default_factory=dict)
+    _on_run: dict[RunKey, tuple[str, ...]] = field(default_factory=dict)
+    """The SJs (uids) whose current run (the first of their ``run_keys``) is the key (nearly always one)."""
+    _owned: dict[str, tuple[OwnedRun, ...]] = field(default_factory=dict)
+    _known: set[OwnedRun] = field(default_factory=set)
+    _frozen: frozenset[OwnedRun] | None = None
+    running: dict[str, Observed] = field(default_factory=dict)
+    """The observed SJs that are Running with a valid spec, by uid."""
+    every: set[str] = field(default_factory=set)
+    """The SJs whose decision is made afresh at every pass."""
+    _deadlines: list[tuple[datetime, str]] = field(default_factory=list)
+    _until: dict[str, datetime] = field(default_factory=dict)
+    """Each SJ's deadline; an entry of the heap that is not its SJ's is stale."""
+
+    def reset(self) -> None:
+        """Forgets every SJ: the next `changes` finds them all new (a pass that looks at every SJ)."""
+        self._sjs, self._position, self.objects, self.uids = (), {}, {}, {}
+        self._jobs, self._run_pods, self._on_run = {}, {}, {}
+        self._owned, self._known, self._frozen, self.running = {}, set(), None, {}
+        self.every, self._deadlines, self._until = set(), [], {}
+
+    def changes(self, view: ClusterView) -> tuple[set[str], set[str]]:
+        """The uids of the SJs that are new, were replaced or whose current run changed since the last call;
+        and those no longer in the view."""
+        changed: set[str] = set()
+        gone: set[str] = set()
+        sjs, last = view.sjs, self._sjs
+        if sjs is not last and not (len(sjs) == len(last) and sjs == last) and not self._replaced(sjs, changed):
+            position = dict(zip(map(id, sjs), range(len(sjs)), strict=True))
+            before = self._position
+            for i in before.keys() - position.keys():
+                old = last[before[i]]
+                if self.objects.get(old.uid) is old:
+                    del self.objects[old.uid]
+                    if self.uids.get(old.key) == old.uid:
+                        del self.uids[old.key]
+                    gone.add(old.uid)
+            for i in position.keys() - before.keys():
+                sj = sjs[position[i]]
+                self.objects[sj.uid] = sj
+                self.uids[sj.key] = sj.uid
+                changed.add(sj.uid)
+            gone -= changed
+            self._sjs, self._position = sjs, position
+        # Copies: a mapping the view was given may be changed in place afterwards.
+        if view.jobs != self._jobs:
+            changed.update(self._moved(view.jobs, self._jobs))
+            self._jobs = dict(view.jobs)
+        if view.run_pods != self._run_pods:
+            changed.update(self._moved(view.run_pods, self._run_pods))
+            self._run_pods = dict(view.run_pods)
+        for uid in gone:
+            self.forget(uid)
+        return changed, gone
+
+    def _replaced(self, sjs: tuple[SJObject, ...], changed: set[str]) -> bool:
+        """When ``sjs`` are the last view's SJs with some of them replaced in place (a watch event each: the
+        same uid at the same index), takes them (their uids added to ``changed``) without indexing every SJ
+        again; False otherwise."""
+        last = self._sjs
+        if len(sjs) != len(last):
+            return False
+        moved = list(compress(range(len(sjs)), map(is_not, sjs, last)))
+        if len(moved) > 64 or any(sjs[i].uid != last[i].uid or sjs[i].key != last[i].key for i in moved):
+            return False
+        position, objects = self._position, self.objects
+        for i in moved:
+            del position[id(last[i])]
+            position[id(sj := sjs[i])] = i
+            objects[sj.uid] = sj
+            changed.add(sj.uid)
+        self._sjs = sjs
+        return True
+
+    def _moved(self, mapping: Mapping[RunKey, Any], last: Mapping[RunKey, Any]) -> set[str]:
+        """The SJs whose current run's entry differs between the two mappings."""
+        moved = {key for key, value in mapping.items() if (before := last.get(key)) is not value and before != value}
+        moved.update(last.keys() - mapping.keys())
+        return {uid for key in moved for uid in self._on_run.get(key, ())}
+
+    def in_order(self, uids: Iterable[str]) -> list[SJObject]:
+        """The SJs of ``uids`` that are in the view, in its order."""
+        objects, position = self.objects, self._position
+        return sorted((sj for uid in uids if (sj := objects.get(uid)) is not None),
+                      key=lambda sj: position[id(sj)])
+
+    def position(self, uid: str) -> int:
+        """Where the SJ is in the view (-1: not in it)."""
+        sj = self.objects.get(uid)
+        return -1 if sj is None else self._position[id(sj)]
+
+    def index(self, uid: str, run: RunKey | None, owned: tuple[OwnedRun, ...], observed: Observed | None) -> None:
+        """What the SJ was observed as (``observed`` None: it was not: deleting, not handled, or it raised)."""
+        owned_before = self._owned.get(uid, ())
+        if (before := owned_before[0][1] if owned_before else None) != run:  # its current run is the first owned
+            if before is not None:
+                if on := tuple(other for other in self._on_run[before] if other != uid):
+                    self._on_run[before] = on
+                else:
+                    del self._on_run[before]
+            if run is not None:
+                self._on_run[run] = (*self._on_run.get(run, ()), uid)
+        if owned_before != owned:
+            self._known.difference_update(self._owned.pop(uid, ()))
+            if owned:
+                self._owned[uid] = owned
+                self._known.update(owned)
+            self._frozen = None
+        if observed is not None and observed.status.phase is Phase.RUNNING and not isinstance(observed.spec,
+                                                                                             InvalidSpec):
+            self.running[uid] = observed
+        else:
+            self.running.pop(uid, None)
+
+    def forget(self, uid: str) -> None:
+        """An SJ gone, or not observed: nothing of it is kept."""
+        self.index(uid, None, (), None)
+        self.every.discard(uid)
+        self._until.pop(uid, None)
+
+    def known(self) -> frozenset[OwnedRun]:
+        """Every run an observed SJ points at, with that SJ's uid (`decide.Observation.known_runs`)."""
+        if self._frozen is None:
+            self._frozen = frozenset(self._known)
+        return self._frozen
+
+    def wake(self, uid: str, until: datetime | None) -> None:
+        """The SJ's decision holds until ``until`` (exclusive; None: it is made afresh at every pass)."""
+        if until is None:
+            self.every.add(uid)
+            self._until.pop(uid, None)
+            return
+        self.every.discard(uid)
+        if self._until.get(uid) != until:
+            self._until[uid] = until
+            if until < FOREVER:
+                heapq.heappush(self._deadlines, (until, uid))
+
+    def due(self, now: datetime) -> set[str]:
+        """The SJs whose decision's clock came (``now`` at or past its deadline)."""
+        due: set[str] = set()
+        heap, until = self._deadlines, self._until
+        while heap and heap[0][0] <= now:
+            moment, uid = heapq.heappop(heap)
+            if until.get(uid) == moment:
+                del until[uid]
+                due.add(uid)
+        if len(heap) > 2 * len(until) + 1000:  # mostly stale entries: made anew from the deadlines
+            self._deadlines = [(moment, uid) for uid, moment in until.items() if moment < FOREVER]
+            heapq.heapify(self._deadlines)
+        return due
 
 
 @dataclass
@@ -160,10 +360,26 @@ class PassMemo:
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _node_views: dict[str, tuple[NodeInfo, int, NodeView]] = field(default_factory=dict)
     _last_nodes: tuple[NodeView, ...] = ()
+    _node_infos: tuple[NodeInfo, ...] = ()
+    """The nodes ``_last_nodes`` was made from, and the index of each by name."""
+    _node_index: dict[str, int] = field(default_factory=dict)
     _admitted: _Admitted | None = None
     _order: _Order | None = None
     _eligibility: Eligibility = field(default_factory=Eligibility)
     _quotas: tuple[tuple[Any, ...], EffectiveQuotas] | None = None
+    work: Worklist = field(default_factory=Worklist)
+    """Which SJs a pass looks at (`controller.Controller._pass`); `observe` keeps its index of runs."""
+    _waiting: dict[str, Decided] = field(default_factory=dict)
+    """The admission queue's candidates (`requeue`), by uid: SJs in the queue (`Step.in_queue`: waiting, or
+    backing off after a wasted run) with a valid spec."""
+    _entries: dict[str, QueuedSJ] = field(default_factory=dict)
+    """The queue entries of the candidates that are not held out of it, by uid, in a stable order."""
+    _held_out: frozenset[str] = frozenset()
+    _queue_kept: tuple[QueuedSJ, ...] | None = None
+    _stale: dict[str, None] = field(default_factory=dict)
+    """The candidates whose entry is to be made again, in the order they were decided."""
+    _undated: set[str] = field(default_factory=set)
+    _failed: set[str] = field(default_factory=set)
 
     # --- parsing -------------------------------------------------------------------------
     def spec_of(self, sj: SJObject) -> ScavengerJobSpec | InvalidSpec:
@@ -197,25 +413,79 @@ class PassMemo:
         self._queue[sj.uid] = (status, sj, entry)
         return entry
 
-    def queue(self, waiting: Iterable[tuple[SJObject, ScavengerJobSpec, ScavengerJobStatus]],
-              now: datetime, *, on_fault: OnFault | None = None) -> tuple[QueuedSJ, ...]:
-        """The admission queue (``queued`` for each waiting SJ). Entries of SJs no longer in it (launched,
-        finished, held back) are dropped: a running SJ must not keep alive the version it last waited in.
-        An SJ whose entry cannot be made is told to ``on_fault`` and left out (raised without one)."""
-        uids: set[str] = set()
-        entries = []
-        for sj, spec, status in waiting:
-            uids.add(sj.uid)
+    def candidates(self, decided: Iterable[Decided], gone: Iterable[str] = (), *,
+                   every: bool = False) -> Mapping[str, Decided]:
+        """The admission queue's candidates, kept from pass to pass: the decisions in the queue (`Step.in_queue`:
+        waiting, or backing off after a wasted run, whose room the queue holds) with a valid spec, by uid.
+        ``decided``: the SJs decided in this pass (each one a candidate or not any more); ``gone``: SJs no longer
+        decided; ``every``: ``decided`` is every SJ there is (the others are dropped)."""
+        waiting, stale = self._waiting, self._stale
+        if every:
+            for uid in waiting.keys() - {d.observed.sj.uid for d in decided}:
+                self._drop_candidate(uid)
+        for uid in gone:
+            self._drop_candidate(uid)
+        for d in decided:
+            uid = d.observed.sj.uid
+            if not d.step.in_queue or isinstance(d.observed.spec, InvalidSpec):
+                self._drop_candidate(uid)
+                continue
+            before = waiting.get(uid)
+            waiting[uid] = d
+            if (before is None or before.observed.sj is not d.observed.sj or before.step.status is not d.step.status
+                    or before.observed.spec is not d.observed.spec):
+                stale[uid] = None
+        return waiting
+
+    def _drop_candidate(self, uid: str) -> None:
+        """A running SJ must not keep alive the version it last waited in."""
+        if self._waiting.pop(uid, None) is not None:
+            self._stale.pop(uid, None)
+            self._undated.discard(uid)
+            self._failed.discard(uid)
+            self._queue.pop(uid, None)
+            if self._entries.pop(uid, None) is not None:
+                self._queue_kept = None
+
+    def queue(self, held_out: frozenset[str], now: datetime, *,
+              on_fault: OnFault | None = None) -> tuple[QueuedSJ, ...]:
+        """The admission queue: ``queued`` for each candidate (`candidates`) but those ``held_out``, made
+        again only for the candidates that changed, came back or have no creation time (their entry moves
+        with ``now``), in a stable order (the same tuple while none did). A candidate whose entry cannot be
+        made is told to ``on_fault`` and left out (raised without one); it is tried again at the next call."""
+        waiting, entries = self._waiting, self._entries
+        redo = dict.fromkeys([*self._stale, *sorted((self._held_out - held_out) | self._undated | self._failed)])
+        self._stale.clear()
+        for uid in redo:
+            d = waiting.get(uid)
+            if d is None or uid in held_out:
+                if entries.pop(uid, None) is not None:
+                    self._queue_kept = None
+                continue
+            o = d.observed
             try:
-                entries.append(self.queued(sj, spec, status, now))
+                entry = self.queued(o.sj, cast(ScavengerJobSpec, o.spec), d.step.status, now)
             except Exception as exc:
+                if entries.pop(uid, None) is not None:
+                    self._queue_kept = None
+                self._failed.add(uid)
                 if on_fault is None:
                     raise
-                on_fault(sj, "admission", exc)
-        if len(self._queue) > len(uids):
-            for uid in self._queue.keys() - uids:
-                del self._queue[uid]
-        return tuple(entries)
+                on_fault(o.sj, "admission", exc)
+                continue
+            self._failed.discard(uid)
+            if o.sj.created is None:
+                self._undated.add(uid)
+            else:
+                self._undated.discard(uid)
+            if entries.get(uid) is not entry:
+                entries[uid] = entry
+                self._queue_kept = None
+        if self._queue_kept is None or held_out != self._held_out:
+            self._queue_kept = (tuple(entries.values()) if not held_out else
+                                tuple(entry for uid, entry in entries.items() if uid not in held_out))
+        self._held_out = held_out
+        return self._queue_kept
 
     # --- one pass ------------------------------------------------------------------------
     def observe(self, view: ClusterView, *, handles: Callable[[str], bool] | None,
@@ -230,9 +500,10 @@ class PassMemo:
         without one)."""
         observed: list[Observed] = []
         known: set[OwnedRun] = set()
-        jobs, run_pods, seen_of = view.jobs, view.run_pods, self._seen.get
+        jobs, run_pods, seen_of, index = view.jobs, view.run_pods, self._seen.get, self.work.index
         for sj in view.sjs if sjs is None else sjs:
             if sj.deleting or (handles is not None and not handles(sj.namespace)):
+                index(sj.uid, None, (), None)
                 continue
             rv, raw = fresh(sj) if fresher is None or sj.uid in fresher else (sj.resource_version, sj.status)
             seen = seen_of(sj.uid)
@@ -243,12 +514,14 @@ class PassMemo:
                 if job is seen.job and (pods is seen.pods or pods == seen.pods):
                     observed.append(seen.observed)
                     known.update(seen.owned)
+                    index(sj.uid, run, seen.owned, seen.observed)
                     continue
             try:
                 status = self.status_of(sj, rv, raw)
                 keys = run_keys(sj, status)
                 one = observe_one(sj, rv, raw, status, self.spec_of(sj), view, keys[0] if keys else None)
             except Exception as exc:
+                index(sj.uid, None, (), None)
                 if on_fault is None:
                     raise
                 on_fault(sj, "observe", exc)
@@ -260,7 +533,14 @@ class PassMemo:
                                        run_pods.get(keys[0], ()) if keys else (), one, keys, owned)
             observed.append(one)
             known.update(owned)
+            index(sj.uid, keys[0] if keys else None, owned, one)
         return Observation(tuple(observed), frozenset(known))
+
+    def reusable_until(self, uid: str) -> datetime | None:
+        """Until when (exclusive) the SJ's last decision is reused while it is observed as it was and steering
+        and drains treat it as they did (`decide`); None when it is made afresh at every pass."""
+        seen = self._seen.get(uid)
+        return seen.until if seen is not None and seen.decided is not None else None
 
     def decide(self, observed: Sequence[Observed], now: datetime, cfg: LifecycleConfig, *,
                on_error: Callable[[Observed, Exception], None], draining: frozenset[str],
@@ -340,29 +620,45 @@ class PassMemo:
 
     def node_views(self, view: ClusterView) -> tuple[NodeView, ...]:
         """The nodes with what their pods request (a NotReady node takes nothing new), from the running
-        sums: a node's view is rebuilt only when its object or
-        its pods changed (the same tuple is returned while none did)."""
+        sums: a node's view is rebuilt only when its object or its pods changed, and while the nodes are the
+        same objects only the nodes whose sums moved are looked at (the same tuple is returned while none
+        did)."""
         self.sums.update(view.active_pods)
-        built: list[NodeView] = []
-        versions, cache = self.sums.node_versions, self._node_views
-        for n in view.nodes:
-            version = versions.get(n.name, 0)
-            cached = cache.get(n.name)
-            if cached is not None and cached[0] is n and cached[1] == version:
-                built.append(cached[2])
-                continue
-            node = NodeView(name=n.name, allocatable=n.allocatable, requested=self.sums.nodes.get(n.name, {}),
-                            labels=n.labels, taints=tuple(Taint(k, v, e) for k, v, e in n.taints),
-                            unschedulable=n.unschedulable or not n.ready)
-            cache[n.name] = (n, version, node)
-            built.append(node)
-        nodes = tuple(built)
-        if nodes != self._last_nodes:
-            self._last_nodes = nodes
-        if len(cache) > 2 * len(nodes) + 100:
-            present = {n.name for n in view.nodes}
-            self._node_views = {name: entry for name, entry in cache.items() if name in present}
+        moved, nodes = self.sums.moved, view.nodes
+        if nodes is self._node_infos or (len(nodes) == len(self._node_infos) == len(self._node_index)
+                                          and nodes == self._node_infos):
+            if moved:
+                built = list(self._last_nodes)
+                for name in moved:
+                    if (index := self._node_index.get(name)) is not None:
+                        built[index] = self._node_view(nodes[index])
+                moved.clear()
+                if (fresh := tuple(built)) != self._last_nodes:
+                    self._last_nodes = fresh
+            self._node_infos = nodes
+            return self._last_nodes
+        moved.clear()
+        built = [self._node_view(n) for n in nodes]
+        self._node_infos, self._node_index = nodes, {n.name: index for index, n in enumerate(nodes)}
+        fresh = tuple(built)
+        if fresh != self._last_nodes:
+            self._last_nodes = fresh
+        cache = self._node_views
+        if len(cache) > 2 * len(fresh) + 100:
+            self._node_views = {name: entry for name, entry in cache.items() if name in self._node_index}
         return self._last_nodes
+
+    def _node_view(self, n: NodeInfo) -> NodeView:
+        """One node's view, rebuilt only when its object or its pods changed."""
+        version = self.sums.node_versions.get(n.name, 0)
+        cached = self._node_views.get(n.name)
+        if cached is not None and cached[0] is n and cached[1] == version:
+            return cached[2]
+        node = NodeView(name=n.name, allocatable=n.allocatable, requested=self.sums.nodes.get(n.name, {}),
+                        labels=n.labels, taints=tuple(Taint(k, v, e) for k, v, e in n.taints),
+                        unschedulable=n.unschedulable or not n.ready)
+        self._node_views[n.name] = (n, version, node)
+        return node
 
     def _namespace_used(self, runs: tuple[InFlightRun, ...]) -> dict[str, Resources]:
         """What each namespace's SJ pods request, scheduled or not, and the unscheduled pods of launched runs

@@ -160,6 +160,7 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
     waiting: dict[str, Waiting] = {}
     holds = _Holds(lambda: _ledger(snapshot, config, masks) if explain else None)
     head_found = False
+    refused: _Refused | None = None
     fair = _FairShare(snapshot, state.totals()) if snapshot.quotas or snapshot.default_quota else None
     ordered = queue_order(snapshot.queue, now, config) if ordered is None else ordered
     walk = iter(ordered if fair is None else fair.order(ordered))
@@ -167,23 +168,27 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
         if sj.key in taken:
             continue
         backing_off = _backing_off(sj, now)
+        # A backing-off SJ is never refused: it is placed, as a hold, where it stands (first).
+        if not backing_off and refused is not None and refused.again(sj, state, waiting):
+            continue
         need = need_of(sj.request)
         over_quota = fair.over_quota(sj.key, sj.pods, need) if fair is not None else None
         chosen = _place(state, sj, need, now, fair, preferred=over_quota is None, held=backing_off)
         if backing_off:
             holds.hold(sj, chosen)
+            # Room held is taken as by an admission: the last refusal says nothing any more.
+            refused = refused if chosen is None else None
             continue
         if chosen is not None:
             taken.add(sj.key)
             admissions.append(holds.admitted(*chosen))
             continue
-        if explain:
-            waiting[sj.key] = (Waiting(sj.key, "QuotaExceeded", f"{needs_text(sj)}; {over_quota}")
-                               if over_quota is not None else holds.why_not(state, sj, need, now, fair))
+        refused = _refuse(sj, state, need, over_quota, holds, now, fair, waiting if explain else None, refused)
         if over_quota is None and not head_found and state.could_ever_fit(sj.pods, need, sj.node_selector,
                                                                          sj.tolerations):
             head_found = True
             if is_starving(sj, now, config):  # nothing behind it is admitted or held
+                refused = None  # the SJs behind a starving head wait for it (`_kept_behind`), never a refusal
                 if explain:
                     _kept_behind(sj, walk, taken, now, waiting)
                 break
@@ -211,6 +216,58 @@ def _ledger(snapshot: ClusterSnapshot, config: PolicyConfig,
     for run in snapshot.in_flight:
         ledger.reserve_in_flight(run.unscheduled_pods, need_of(run.request), run.node_selector, run.tolerations)
     return ledger
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """The last SJ refused in a pass, as what refused it depends on (its gang, request, selector and
+    tolerations) and the ledger's reservations then (`CapacityLedger.reservations`). Behind a full threshold
+    thousands of SJs of a few shapes are refused one after the other: an SJ of the same shape without
+    fallbacks, while the ledger has taken no room since, is refused for the same reason (the ledger answers as
+    it did, its room only ever shrinks), and the walk needs nothing more of it."""
+
+    pods: int
+    request: tuple[tuple[str, int], ...]
+    """Its request's items, in their order (the same request in another order is only not known as alike)."""
+    node_selector: Mapping[str, str]
+    tolerations: tuple[object, ...]
+    reservations: int
+    why: tuple[RoomReason, str]
+
+    def again(self, sj: QueuedSJ, state: CapacityLedger, waiting: dict[str, Waiting]) -> bool:
+        """Whether ``sj`` is refused for this very reason (then it waits with it)."""
+        if (sj.fallbacks or sj.pods != self.pods or state.reservations != self.reservations
+                or tuple(sj.request.items()) != self.request
+                or ((sj.node_selector or self.node_selector) and sj.node_selector != self.node_selector)
+                or ((sj.tolerations or self.tolerations) and sj.tolerations != self.tolerations)):
+            return False
+        waiting[sj.key] = Waiting(sj.key, *self.why)
+        return True
+
+
+def _refuse(sj: QueuedSJ, state: CapacityLedger, need: Need, over_quota: str | None, holds: _Holds,
+            now: datetime, fair: _FairShare | None, waiting: dict[str, Waiting] | None,
+            refused: _Refused | None) -> _Refused | None:
+    """``sj`` waits, and why (``waiting`` None: why is not asked; the holds' words, `_Holds.why_not`, when the
+    room is held); the refusal the walk may give the SJs of its shape behind it (`_Refused`: the walk does not
+    deal by fair share, and it has no fallbacks), else ``refused``.
+
+    The words copied are those ``holds.why_not`` would write for the next SJ of the shape: they depend only on
+    the shape, the pass's ledger, the room but for the holds and the holds themselves. The refusal lasts only
+    while the ledger's reservations are the same, so while nothing was admitted (which takes room in both
+    ledgers) nor held (a hold takes room too, and the walk drops the refusal at each hold besides): then none
+    of those changed, and the words are the same."""
+    if waiting is None:
+        return refused
+    if over_quota is not None:
+        waiting[sj.key] = Waiting(sj.key, "QuotaExceeded", f"{needs_text(sj)}; {over_quota}")
+        return refused
+    why = holds.why_not(state, sj, need, now, fair)
+    waiting[sj.key] = why
+    if sj.fallbacks or fair is not None:
+        return refused
+    return _Refused(sj.pods, tuple(sj.request.items()), sj.node_selector, sj.tolerations, state.reservations,
+                    (why.reason, why.message))
 
 
 _TICK = timedelta(microseconds=1)

@@ -62,7 +62,13 @@ def _needs_text(pods: int, request: tuple[tuple[str, int], ...]) -> str:
 
 def need_of(request: Resources) -> Need:
     """``request``'s positive amounts: what the ledger counts for each pod."""
-    return tuple((name, amount) for name, amount in request.items() if amount > 0)
+    return _need(tuple(request.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _need(items: tuple[tuple[str, int], ...]) -> Need:
+    """``need_of`` by value: a queue of thousands has a few shapes, and an admission pass asks for each SJ's."""
+    return tuple((name, amount) for name, amount in items if amount > 0)
 
 
 @dataclass
@@ -249,6 +255,11 @@ class CapacityLedger:
             if self._empty_capacity[shape] >= pods:
                 return True
         return False
+
+    @property
+    def reservations(self) -> int:
+        """How many times the pass took room so far: while it is the same, the ledger answers as it did."""
+        return self._reserved
 
     def totals(self) -> dict[str, int]:
         """The allocatable of the schedulable nodes, per resource."""

@@ -8,13 +8,14 @@ recorder and the record hold-back read (in a burst the API server serves the lau
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import heapq
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec
 from sj_operator.decide import ClusterView, Decided, in_flight
-from sj_operator.observed import JobView, SJObject
+from sj_operator.observed import JobView, PodView, SJObject
 from sj_operator.policy.snapshot import InFlightRun
 
 __all__ = ["LAUNCHED_TTL", "WRITTEN_TTL", "Launched", "Launching", "Ledger", "Written"]
@@ -63,6 +64,7 @@ class _Starting:
     spec: ScavengerJobSpec
     scheduled: int
     run: InFlightRun
+    key: RunKey
 
 
 @dataclass
@@ -77,6 +79,18 @@ class Ledger:
     """When (monotonic) this process last made a run: Events and new runs' records wait while runs are being
     launched."""
     _starting: dict[str, _Starting] = field(default_factory=dict)
+    """By SJ uid."""
+    _scheduled: dict[RunKey, tuple[tuple[PodView, ...], int]] = field(default_factory=dict)
+    """The pods of each launched run as last seen, and how many of them are scheduled."""
+    _version: int = 0
+    """Moves whenever ``launched`` does (through `made`, `deleted` and the launches past their time)."""
+    _expiries: list[tuple[float, RunKey]] = field(default_factory=list)
+    """A heap of when each launch was made (an entry whose launch was made again since is stale)."""
+    _unseen: tuple[int, dict[RunKey, JobView], dict[RunKey, JobView]] | None = None
+    """What `with_launched` last found: for ``_version``, the view's Jobs and the launched Jobs unseen."""
+    _added: tuple[int, frozenset[RunKey], dict[RunKey, tuple[PodView, ...]], dict[RunKey, InFlightRun]] | None = None
+    """What `add_launched` last found: for ``_version``, the runs it was given, the runs' pods, and the runs it
+    added."""
 
     # --- statuses ---------------------------------------------------------------------
     def fresh(self, sj: SJObject) -> tuple[str, Mapping[str, Any]]:
@@ -109,9 +123,13 @@ class Ledger:
         """This process made a run: it stands in the view, its room spoken for, until the watch shows it."""
         self.last_launch = now = self.monotonic()
         self.launched[key] = Launched(run, now, job)
+        heapq.heappush(self._expiries, (now, key))
+        self._version += 1
 
     def deleted(self, key: RunKey) -> None:
-        self.launched.pop(key, None)
+        if self.launched.pop(key, None) is not None:
+            self._version += 1
+        self._scheduled.pop(key, None)
 
     def launches_busy_since(self) -> float | None:
         """Now while a launch is under way, else when the last run was made (None: never)."""
@@ -121,48 +139,87 @@ class Ledger:
     def with_launched(self, view: ClusterView) -> ClusterView:
         """The view with the Jobs this process made that the watch does not show yet (a launch writes no
         status, so its Job is what says the SJ has a run)."""
-        now = self.monotonic()
-        unseen = {key: entry.job for key, entry in self.launched.items()
-                  if key not in view.jobs and now - entry.at <= LAUNCHED_TTL}
+        self._expire(self.monotonic())
+        kept = self._unseen
+        if kept is None or not (kept[0] == self._version and view.jobs == kept[1]):
+            # The same launches and Jobs: the same Jobs unseen (no walk over every launch).
+            unseen = {key: entry.job for key, entry in self.launched.items() if key not in view.jobs}
+            kept = self._unseen = (self._version, dict(view.jobs), unseen)
+        unseen = kept[2]
         return replace(view, jobs={**view.jobs, **unseen}) if unseen else view
 
-    def in_flight(self, decided: list[Decided],
-                  on_fault: Callable[[SJObject, Exception], None]) -> dict[RunKey, InFlightRun]:
+    def _expire(self, now: float) -> None:
+        """Forgets the launches counted longer than `LAUNCHED_TTL` at ``now`` (a heap of when each was made),
+        and takes them out of what `with_launched` and `add_launched` last found."""
+        heap = self._expiries
+        while heap and now - heap[0][0] > LAUNCHED_TTL:
+            at, key = heapq.heappop(heap)
+            entry = self.launched.get(key)
+            if entry is not None and entry.at == at:
+                del self.launched[key]
+                self._scheduled.pop(key, None)
+                if self._unseen is not None:
+                    self._unseen[2].pop(key, None)
+                if self._added is not None:
+                    self._added[3].pop(key, None)
+
+    def in_flight(self, decided: list[Decided], on_fault: Callable[[SJObject, Exception], None], *,
+                  gone: Iterable[str] | None = None,
+                  position: Callable[[str], int] | None = None) -> dict[RunKey, InFlightRun]:
         """Runs that are Starting and not fully scheduled: their pods' room is spoken for. A run's entry is
-        the last pass's while its spec and scheduled pods are."""
-        runs: dict[RunKey, InFlightRun] = {}
-        made, kept = self._starting, {}
+        the last pass's while its spec and scheduled pods are. ``gone``: the SJs no longer decided, when
+        ``decided`` are only the SJs decided in this pass (the others keep their runs), then in the order of
+        ``position`` (of an SJ uid); None: ``decided`` is every SJ, in its order."""
+        made = before = self._starting
+        if gone is None:
+            made = self._starting = {}
+        else:
+            for uid in gone:
+                made.pop(uid, None)
+        last_of = before.get
         starting = Phase.STARTING
         for d in decided:
-            st = d.step.status
+            st, uid = d.step.status, d.observed.sj.uid
             if st.phase is not starting or not st.job_name or isinstance((o := d.observed).spec, InvalidSpec):
+                made.pop(uid, None)
                 continue
             scheduled = sum(1 for p in o.run.pods if p.node)
-            if scheduled < o.spec.parallelism:
-                last = made.get(o.sj.uid)
-                try:
-                    run = (last.run if last is not None and last.spec is o.spec and last.scheduled == scheduled
-                           else in_flight(o.sj, o.spec, scheduled))
-                except Exception as exc:
-                    on_fault(o.sj, exc)
-                    continue
-                kept[o.sj.uid] = _Starting(o.spec, scheduled, run)
-                runs[(o.sj.namespace, st.job_name)] = run
-        self._starting = kept
-        return runs
+            if scheduled >= o.spec.parallelism:
+                made.pop(uid, None)
+                continue
+            last = last_of(uid)
+            try:
+                run = (last.run if last is not None and last.spec is o.spec and last.scheduled == scheduled
+                       else in_flight(o.sj, o.spec, scheduled))
+            except Exception as exc:
+                made.pop(uid, None)
+                on_fault(o.sj, exc)
+                continue
+            made[uid] = _Starting(o.spec, scheduled, run, (o.sj.namespace, st.job_name))
+        entries = made.values() if position is None else (made[uid] for uid in sorted(made, key=position))
+        return {entry.key: entry.run for entry in entries}
 
     def add_launched(self, view: ClusterView, runs: dict[RunKey, InFlightRun]) -> None:
         """Adds to ``runs`` those this process launched that the cache does not show as Starting yet, and those
         being launched; forgets the launches past `LAUNCHED_TTL`."""
         for launching in self.launching.values():
             runs.setdefault(launching.run_key, launching.run)
-        now = self.monotonic()
-        for key, entry in list(self.launched.items()):
-            if now - entry.at > LAUNCHED_TTL:
-                del self.launched[key]
-                continue
+        self._expire(self.monotonic())
+        kept = self._added
+        if kept is not None and kept[0] == self._version and runs.keys() == kept[1] and view.run_pods == kept[2]:
+            # The same launches, runs and pods: the same runs added (no walk over every launch).
+            runs.update(kept[3])
+            return
+        before = set(runs)
+        for key, entry in self.launched.items():
             if key not in runs:
-                scheduled = sum(1 for p in view.run_pods.get(key, ()) if p.node)
+                pods = view.run_pods.get(key, ())
+                counted = self._scheduled.get(key)
+                if counted is None or counted[0] is not pods:  # the same pods: the same count, not walked again
+                    counted = self._scheduled[key] = (pods, sum(1 for p in pods if p.node))
+                scheduled = counted[1]
                 if scheduled < entry.run.pods:
                     runs[key] = (entry.run if scheduled == entry.run.scheduled_pods
                                  else replace(entry.run, scheduled_pods=scheduled))
+        self._added = (self._version, frozenset(before), dict(view.run_pods),
+                       {key: run for key, run in runs.items() if key not in before})

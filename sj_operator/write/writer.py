@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus
 from sj_operator.builders.budget import protection_budget
-from sj_operator.decide import ClusterView, Observed, OwnedRun, stray_runs
+from sj_operator.decide import ClusterView, Observed, OwnedRun, RunKey, stray_runs
 from sj_operator.faults import CONDITION, Fault
 from sj_operator.kube import Conflict, Kube, KubeError, NameTaken, NotFound
 from sj_operator.metrics import Metrics
@@ -33,6 +33,9 @@ BUDGET_REFRESH = 600.0
 """Seconds after this process applied an SJ's PodDisruptionBudget in which protecting a run again does not apply
 it again (only the pods' label is toggled): the budget's content is fixed per SJ, and an apply costs two
 calls once it exists (create, then patch). Past it, the budget is applied again, in case it was deleted."""
+
+
+_Strays = tuple[Mapping[RunKey, JobView], frozenset[OwnedRun], tuple[RunKey, ...], list[JobView]]
 
 
 class Budget(NamedTuple):
@@ -54,6 +57,8 @@ class Writer:
         self.clock, self.handles = clock, handles
         self.budgets: dict[str, Budget] = {}
         """By SJ uid."""
+        self._strays: _Strays | None = None
+        """The Jobs, runs pointed at and launches the strays were last found in, and those strays."""
 
     async def apply(self, o: Observed, result: Step) -> bool:
         """Writes the new status (if any), then records Events and runs actions. False on conflict."""
@@ -137,7 +142,13 @@ class Writer:
     async def delete_strays(self, view: ClusterView, known: frozenset[OwnedRun]) -> None:
         """Runs an SJ controls that it no longer points at, or whose SJ is gone (e.g. left by a launch whose SJ
         then changed), are removed (`decide.stray_runs`); a Job no SJ controls is never touched."""
-        for job in stray_runs(view.jobs, known, keep=self.ledger.launched):
+        launched = tuple(self.ledger.launched)
+        last = self._strays
+        if last is None or not (last[1] is known and last[2] == launched and last[0] == view.jobs):
+            # The same Jobs, runs pointed at and launches find the same strays: no walk over every Job.
+            last = self._strays = (dict(view.jobs), known, launched,
+                                   stray_runs(view.jobs, known, keep=self.ledger.launched))
+        for job in last[3]:
             if job.owner is not None and self.handles(job.namespace):
                 await self.delete_run(job.namespace, job.name, "its ScavengerJob no longer refers to this run",
                                       sj_uid=job.owner, job=job)
