@@ -58,3 +58,22 @@ def test_alike_sjs_behind_a_full_threshold_are_refused_without_asking_the_ledger
     assert not result.admitted and len(result.waiting) == 50
     assert len({(w.reason, w.message) for w in result.waiting.values()}) == 1
     assert place.call_count == 1, "the first one asked, the 49 alike behind it not"
+
+
+def test_a_hold_after_a_refusal_has_the_sj_alike_behind_it_asked_again_and_a_backing_off_sj_is_never_refused() -> None:
+    """The backoff hold takes room as an admission does: the SJ alike the one refused before the hold is asked
+    again, and waits with the words the walk writes asking for every SJ; a backing-off SJ alike the one just
+    refused is placed (as a hold, here of nothing), never refused, and keeps its own reason."""
+    nodes = [adm.node("n1", cpu=4000, used={"cpu": 1000})]
+    until = NOW + timedelta(minutes=2)
+    queue = [adm.sj("ns/a", cpu=3000, age_min=40), adm.sj("ns/b", cpu=500, age_min=30, not_before=until),
+             adm.sj("ns/c", cpu=3000, age_min=20), adm.sj("ns/d", cpu=3000, age_min=10, not_before=until)]
+    snap = adm.snapshot(nodes, queue)
+    with mock.patch("sj_operator.policy.admission._place", wraps=__import__(
+            "sj_operator.policy.admission", fromlist=["_place"])._place) as place:
+        result = decide_pass(snap, NOW)
+    assert [a.key for a in result.held] == ["ns/b"] and not result.admitted
+    assert set(result.waiting) == {"ns/a", "ns/c"}, "the backing-off SJs keep their own reason"
+    assert place.call_count == 4, "the SJ alike behind the hold is asked again, the backing-off one placed"
+    with mock.patch.object(_Refused, "again", lambda self, sj, state, waiting: False):
+        assert result == decide_pass(snap, NOW)

@@ -188,6 +188,12 @@ def gauges(controller: Controller) -> dict[tuple[str, tuple[str, ...]], float]:
 @example(sjs=[1, 0, 2, 0], nodes=2, threshold=0.7, events=[
     ("busy", 25, 5), ("finish", 46, 0), ("finish", 2, 4), ("evict", 41, 2), ("time", 32, 3), ("new", 49, 3),
     ("busy", 35, 3), ("evict", 32, 5), ("nothing", 29, 4), ("busy", 38, 0)])
+# A run evicted within its first checkpoint period: its SJ backs off in the kept queue, holding the room the SJs
+# behind it wait for ("held for ..."), until its backoff ends and it starts again (issue 43.6).
+@example(sjs=[0, 0, 0, 0, 1], nodes=1, threshold=1.0, events=[
+    ("busy", 0, 0), ("nothing", 0, 0), ("evict", 0, 0), ("nothing", 0, 0), ("new", 0, 0), ("nothing", 0, 0),
+    ("time", 0, 0), ("touch", 1, 0), ("time", 0, 1), ("nothing", 0, 0), ("time", 0, 2), ("busy", 0, 0),
+    ("nothing", 0, 0)])
 @given(sjs=st.lists(st.integers(0, len(SPECS) - 1), min_size=1, max_size=9), nodes=st.integers(1, 3),
        threshold=st.sampled_from([0.5, 0.7, 1.0]), events=EVENTS)
 def test_the_incremental_pass_writes_exactly_what_a_pass_over_every_sj_writes(
