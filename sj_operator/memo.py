@@ -511,7 +511,7 @@ class PassMemo:
                 run = seen.known[0] if seen.known else None
                 job = jobs.get(run) if run is not None else None
                 pods = run_pods.get(run, ()) if run is not None else ()
-                if job is seen.job and (pods is seen.pods or pods == seen.pods):
+                if (job is seen.job or job == seen.job) and (pods is seen.pods or pods == seen.pods):
                     observed.append(seen.observed)
                     known.update(seen.owned)
                     index(sj.uid, run, seen.owned, seen.observed)

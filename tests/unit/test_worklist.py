@@ -194,6 +194,10 @@ def gauges(controller: Controller) -> dict[tuple[str, tuple[str, ...]], float]:
     ("busy", 0, 0), ("nothing", 0, 0), ("evict", 0, 0), ("nothing", 0, 0), ("new", 0, 0), ("nothing", 0, 0),
     ("time", 0, 0), ("touch", 1, 0), ("time", 0, 1), ("nothing", 0, 0), ("time", 0, 2), ("busy", 0, 0),
     ("nothing", 0, 0)])
+# A run's Job replaced by an equal one while its SJ's decide step breaks: both passes reuse the decision (the
+# worklist and the memo both compare the Job by value).
+@example(sjs=[0], nodes=1, threshold=0.5, events=[
+    ("new", 0, 0), ("job-deleting", 0, 0), ("break", 0, 0), ("job-deleting", 0, 0)])
 @given(sjs=st.lists(st.integers(0, len(SPECS) - 1), min_size=1, max_size=9), nodes=st.integers(1, 3),
        threshold=st.sampled_from([0.5, 0.7, 1.0]), events=EVENTS)
 def test_the_incremental_pass_writes_exactly_what_a_pass_over_every_sj_writes(
