@@ -340,8 +340,8 @@ def _final_thermo(log: str) -> dict[str, float]:
     return {key: float(value) for key, value in zip(words[::2], words[1::2], strict=True)}
 
 
-# The deck runs twice at once (the gang and the reference) on the node's share of two cores: 4–5 minutes in CI,
-# where the kind stage runs beside it, past the suite's 300 s.
+# Its own waits (a restart written, then the resumed run to its end) may take longer than the suite's 300 s on
+# a CI machine that runs the kind stage beside it.
 @pytest.mark.timeout(900)
 def test_lammps_gang_preempted_mid_run_resumes_from_its_restart_file_to_an_uninterrupted_runs_result(
         api: client.ApiClient, namespace: str, cluster_operator: None, lammps_image: str) -> None:
