@@ -27,11 +27,14 @@ from sj_operator.observed import (
     SJObject,
 )
 from sj_operator.policy.lifecycle import WAITING, LifecycleConfig, Run, Step, step
+from sj_operator.policy.outcomes import NO_RUN
 from sj_operator.policy.priority import RunClock, RunProgress, draining_nodes, run_clock, steering_exemptions
 from sj_operator.policy.snapshot import (
     InFlightRun,
     QueuedSJ,
+    Resources,
     Shape,
+    frozen_labels,
 )
 from sj_operator.policy.tenancy import NO_DEFAULTS, EffectiveQuotas, QuotaDefaults, effective_quotas
 from sj_operator.resources import freeze, resources_milli
@@ -62,7 +65,7 @@ class ClusterView:
     no cluster quotas)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Observed:
     """One SJ as this pass sees it."""
 
@@ -76,7 +79,7 @@ class Observed:
     """Its current run: the one its status names, or the next one while it waits (to adopt it)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decided:
     """What the state machine decided for one observed SJ."""
 
@@ -100,10 +103,10 @@ def run_keys(sj: SJObject, status: ScavengerJobStatus) -> tuple[RunKey, ...]:
     current = status.job_name
     if status.phase is None or status.phase in WAITING:
         current = run_job_name(sj.name, status.attempt + 1)
-    keys = [(sj.namespace, current)] if current else []
     if status.job_name and status.job_name != current:
-        keys.append((sj.namespace, status.job_name))
-    return tuple(keys)
+        return ((sj.namespace, current), (sj.namespace, status.job_name)) if current else (
+            (sj.namespace, status.job_name),)
+    return ((sj.namespace, current),) if current else ()
 
 
 def observe_one(sj: SJObject, rv: str, raw_status: Mapping[str, Any], status: ScavengerJobStatus,
@@ -113,8 +116,8 @@ def observe_one(sj: SJObject, rv: str, raw_status: Mapping[str, Any], status: Sc
     never takes it up, and its launch finds the name taken."""
     key = run_key or (sj.namespace, "")
     job = view.jobs.get(key)
-    run = (Run(job=job, pods=view.run_pods.get(key, ())) if job is None or job.owner == sj.uid
-           else Run(job=None))
+    pods = view.run_pods.get(key, ()) if job is None or job.owner == sj.uid else ()
+    run = NO_RUN if not pods and (job is None or job.owner != sj.uid) else Run(job=job, pods=pods)
     if status.config_index and not isinstance(spec, InvalidSpec) and status.phase not in (None, *WAITING):
         spec = spec.launched_config(status.config_index)
     return Observed(sj, rv, raw_status, status, spec, run)
@@ -201,12 +204,27 @@ def pod_request(spec: ScavengerJobSpec) -> dict[str, int]:
     return req
 
 
-def queued(sj: SJObject, spec: ScavengerJobSpec, status: ScavengerJobStatus, now: datetime) -> QueuedSJ:
+@dataclass(frozen=True, slots=True)
+class QueueShape:
+    """What a queue entry takes from the spec alone: SJs that share a parsed spec share one."""
+    request: Resources
+    node_selector: Mapping[str, str]
+    fallbacks: tuple[Shape, ...]
+
+
+def queue_shape(spec: ScavengerJobSpec) -> QueueShape:
     fallbacks = tuple(Shape(c.parallelism, freeze(pod_request(c)), dict(c.node_selector), c.tolerations)
                       for c in (spec.config(i) for i in range(1, len(spec.fallbacks) + 1)))
+    return QueueShape(freeze(pod_request(spec)), frozen_labels(spec.node_selector), fallbacks)
+
+
+def queued(sj: SJObject, spec: ScavengerJobSpec, status: ScavengerJobStatus, now: datetime,
+           shape: QueueShape | None = None) -> QueuedSJ:
+    """``shape``: ``queue_shape(spec)``, when the caller keeps it."""
+    shape = shape or queue_shape(spec)
     return QueuedSJ(key=sj.key, created=sj.created or now, interrupted_count=status.interrupted_count,
-                    pods=spec.parallelism, request=pod_request(spec), node_selector=dict(spec.node_selector),
-                    tolerations=spec.tolerations, not_before=status.not_before, fallbacks=fallbacks,
+                    pods=spec.parallelism, request=shape.request, node_selector=shape.node_selector,
+                    tolerations=spec.tolerations, not_before=status.not_before, fallbacks=shape.fallbacks,
                     fallback_after=spec.fallback_after,
                     waiting_from=status.interrupted_timestamps[-1] if status.interrupted_timestamps else None)
 

@@ -27,7 +27,7 @@ WHY_REFRESH = 120.0
 """Seconds between writes of a waiting SJ's Admitted message when only its numbers moved."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Settled:
     """A waiting SJ with nothing to write about why it waits: the decision and the admission's reason it was
     last found with, and what its condition says."""

@@ -16,7 +16,7 @@ from sj_operator.resources import EMPTY, Resources, total
 __all__ = ["Gauges"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reported:
     """An SJ's status as last reported, with its phase and why it waits."""
     status: ScavengerJobStatus

@@ -34,12 +34,13 @@ Entries of SJs that no longer exist are dropped once the caches have grown past 
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress
 from operator import is_not
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 from sj_operator.api import (
     InvalidSpec,
@@ -56,11 +57,13 @@ from sj_operator.decide import (
     Observation,
     Observed,
     OwnedRun,
+    QueueShape,
     RunKey,
     decide,
     exemptions,
     observe_one,
     on_draining,
+    queue_shape,
     queued,
     quota_table,
     run_keys,
@@ -74,11 +77,12 @@ from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView, 
 from sj_operator.policy.tenancy import EffectiveQuotas
 from sj_operator.resources import freeze
 
+T = TypeVar("T")
 OnFault = Callable[[SJObject, Stage, Exception], None]
 """Told of an SJ a step of the pass could not handle: the SJ, the step, what it raised."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Seen:
     """One SJ as the last pass observed it, and its quiet decision while that holds."""
 
@@ -355,7 +359,14 @@ class PassMemo:
     limits: SpecLimits
     sums: PodSums = field(default_factory=PodSums)
     _specs: dict[str, tuple[int, ScavengerJobSpec | InvalidSpec]] = field(default_factory=dict)
+    _spec_contents: Recent[ScavengerJobSpec | InvalidSpec] = field(default_factory=lambda: Recent(ALIKE_KEPT))
+    """The specs parsed last, by their content (`as_content`): SJs of one template share one."""
+    _shapes: dict[int, tuple[ScavengerJobSpec, QueueShape]] = field(default_factory=dict)
+    """What a queue entry takes from a parsed spec, by the spec's id (the spec kept beside it, so the id stays
+    its own): SJs that share a spec share it."""
     _statuses: dict[str, tuple[str, ScavengerJobStatus]] = field(default_factory=dict)
+    _status_contents: Recent[ScavengerJobStatus] = field(default_factory=lambda: Recent(ALIKE_KEPT))
+    """The statuses parsed last, by their content (`as_content`)."""
     _queue: dict[str, tuple[ScavengerJobStatus, SJObject, QueuedSJ]] = field(default_factory=dict)
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _node_views: dict[str, tuple[NodeInfo, int, NodeView]] = field(default_factory=dict)
@@ -383,23 +394,35 @@ class PassMemo:
 
     # --- parsing -------------------------------------------------------------------------
     def spec_of(self, sj: SJObject) -> ScavengerJobSpec | InvalidSpec:
-        """The parsed spec (or why it is invalid), once per generation."""
+        """The parsed spec (or why it is invalid), once per generation; SJs whose specs are alike (as SJs made
+        from one template are) share one parsed spec, which is immutable."""
         cached = self._specs.get(sj.uid)
         if cached is not None and cached[0] == sj.generation:
             return cached[1]
-        try:
-            parsed: ScavengerJobSpec | InvalidSpec = parse_spec(sj.spec, self.limits)
-        except InvalidSpec as exc:
-            parsed = exc
+        content = as_content(sj.spec)
+        parsed = self._spec_contents.get(content) if content is not None else None
+        if parsed is None:
+            try:
+                parsed = parse_spec(sj.spec, self.limits)
+            except InvalidSpec as exc:
+                parsed = exc
+            if content is not None:
+                self._spec_contents.put(content, parsed)
         self._specs[sj.uid] = (sj.generation, parsed)
         return parsed
 
     def status_of(self, sj: SJObject, resource_version: str, raw: Mapping[str, Any]) -> ScavengerJobStatus:
-        """The parsed status, once per version of the SJ."""
+        """The parsed status, once per version of the SJ; SJs whose statuses are alike (SJs waiting for the same
+        reason since the same second) share one, which is immutable."""
         cached = self._statuses.get(sj.uid)
         if cached is not None and cached[0] == resource_version:
             return cached[1]
-        status = parse_status(raw)
+        content = as_content(raw)
+        status = self._status_contents.get(content) if content is not None else None
+        if status is None:
+            status = parse_status(raw)
+            if content is not None:
+                self._status_contents.put(content, status)
         self._statuses[sj.uid] = (resource_version, status)
         return status
 
@@ -409,7 +432,10 @@ class PassMemo:
         cached = self._queue.get(sj.uid)
         if cached is not None and cached[0] is status and cached[1] is sj and sj.created is not None:
             return cached[2]
-        entry = queued(sj, spec, status, now)
+        shape = self._shapes.get(id(spec))
+        if shape is None or shape[0] is not spec:
+            shape = self._shapes[id(spec)] = (spec, queue_shape(spec))
+        entry = queued(sj, spec, status, now, shape[1])
         self._queue[sj.uid] = (status, sj, entry)
         return entry
 
@@ -673,6 +699,49 @@ class PassMemo:
         tables: tuple[dict[str, Any], ...] = (self._specs, self._statuses, self._queue, self._seen)
         if sum(map(len, tables)) > 8 * len(sjs) + 1000:
             forget_uids(tables, sjs)
+        if len(self._shapes) > len(self._specs) + 1000:  # the queue shapes of specs no SJ has any more
+            alive = {id(parsed) for _, parsed in self._specs.values()}
+            self._shapes = {i: shape for i, shape in self._shapes.items() if i in alive}
+
+
+ALIKE_KEPT = 1024
+"""Specs, and statuses, parsed last that an SJ alike may share: SJs alike (made from one template, queued
+together) come together, and SJs that are all different cost no more than this many entries."""
+
+
+class Recent(Generic[T]):
+    """The ``size`` values put or found last, by key (the one left longest is dropped first)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._values: dict[str, T] = {}
+
+    def get(self, key: str) -> T | None:
+        """The value put for ``key``, which moves to the end (the last one dropped)."""
+        values = self._values
+        value = values.pop(key, None)
+        if value is not None:
+            values[key] = value
+        return value
+
+    def put(self, key: str, value: T) -> None:
+        values = self._values
+        values.pop(key, None)
+        values[key] = value
+        if len(values) > self.size:
+            del values[next(iter(values))]
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+def as_content(raw: object) -> str | None:
+    """A raw spec or status as canonical JSON (keys sorted), to find one alike already parsed; None when it has
+    no such form (a key that is not a string, a value that is not JSON's): then it is parsed on its own."""
+    try:
+        return json.dumps(raw, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def forget_uids(tables: tuple[dict[str, Any], ...], sjs: tuple[SJObject, ...]) -> None:

@@ -97,7 +97,7 @@ class Admission:
 RoomReason = Literal[NoRoom, "QuotaExceeded"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Waiting:
     """Why the SJ ``key`` was not admitted in this pass, with the numbers."""
 

@@ -9,7 +9,7 @@ from sj_operator.api import ScavengerJobStatus
 from sj_operator.observed import JobView, PodView
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Run:
     """What the cluster shows of one run: its Job (None if not seen) and its pods."""
     job: JobView | None
@@ -20,7 +20,11 @@ class Run:
         return any(p.holds_resources for p in self.pods)
 
 
-@dataclass(frozen=True)
+NO_RUN = Run(job=None)
+"""A run of which nothing is seen (a waiting SJ's next run, most often): one, shared."""
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     type: Literal["Normal", "Warning"]
     reason: str
@@ -93,7 +97,7 @@ StepKind = Literal["queues", "records-run", "steers"]
   steering's bookkeeping: the label toggle, its Event)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     status: ScavengerJobStatus
     actions: tuple[Action, ...] = ()

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import MappingProxyType
+from typing import TypeGuard
 
 from gang.placement import Resources, Taint
 from sj_operator.api.spec import Toleration
@@ -18,7 +19,7 @@ from sj_operator.resources import EMPTY, freeze, sub
 NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 __all__ = ["ClusterSnapshot", "InFlightRun", "NamespaceQuota", "NodeView", "QueuedSJ", "Resources", "Shape", "Taint",
-           "Toleration"]
+           "Toleration", "frozen_labels"]
 
 
 def _no_resources() -> Resources:
@@ -30,14 +31,23 @@ def _no_labels() -> Mapping[str, str]:
 
 
 def _nonnegative(res: Mapping[str, int] | None, what: str) -> Resources:
-    frozen = freeze(res)
+    frozen = res if _frozen(res) else freeze(res)
     negative = sorted(name for name, amount in frozen.items() if amount < 0)
     if negative:
         raise ValueError(f"{what}: negative amounts for {', '.join(negative)}")
     return frozen
 
 
-def _labels(labels: Mapping[str, str] | None) -> Mapping[str, str]:
+def _frozen(res: Mapping[str, int] | None) -> TypeGuard[Resources]:
+    """Whether ``res`` is read-only and as `freeze` makes it (int amounts, none zero): then it is not copied again."""
+    return isinstance(res, MappingProxyType) and all(
+        isinstance(a, int) and not isinstance(a, bool) and a for a in res.values())
+
+
+def frozen_labels(labels: Mapping[str, str] | None) -> Mapping[str, str]:
+    """A read-only copy of ``labels`` (a read-only one, as this makes, is taken as it is)."""
+    if isinstance(labels, MappingProxyType):
+        return labels
     return MappingProxyType(dict(labels)) if labels else NO_LABELS
 
 
@@ -62,7 +72,7 @@ class NodeView:
     def __post_init__(self) -> None:
         object.__setattr__(self, "allocatable", _nonnegative(self.allocatable, f"node {self.name} allocatable"))
         object.__setattr__(self, "requested", _nonnegative(self.requested, f"node {self.name} requested"))
-        object.__setattr__(self, "labels", _labels(self.labels))
+        object.__setattr__(self, "labels", frozen_labels(self.labels))
         object.__setattr__(self, "taints", tuple(self.taints))
 
     @property
@@ -81,7 +91,7 @@ class Shape:
     tolerations: tuple[Toleration, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QueuedSJ:
     """A ScavengerJob waiting for a run."""
 
@@ -111,11 +121,11 @@ class QueuedSJ:
         _aware(self.created, f"{self.key}: created")
         _aware(self.not_before, f"{self.key}: not_before")
         object.__setattr__(self, "request", _nonnegative(self.request, f"{self.key} request"))
-        object.__setattr__(self, "node_selector", _labels(self.node_selector))
+        object.__setattr__(self, "node_selector", frozen_labels(self.node_selector))
         object.__setattr__(self, "tolerations", tuple(self.tolerations))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class InFlightRun:
     """A run already launched whose pods are not all visible as scheduled pods yet."""
 
@@ -131,7 +141,7 @@ class InFlightRun:
         if self.pods < 1 or self.scheduled_pods < 0:
             raise ValueError(f"{self.key}: pods must be >= 1 and scheduled_pods >= 0")
         object.__setattr__(self, "request", _nonnegative(self.request, f"{self.key} request"))
-        object.__setattr__(self, "node_selector", _labels(self.node_selector))
+        object.__setattr__(self, "node_selector", frozen_labels(self.node_selector))
         object.__setattr__(self, "tolerations", tuple(self.tolerations))
 
     @property

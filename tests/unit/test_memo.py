@@ -9,7 +9,7 @@ from unittest import mock
 from sj_operator.api import DEFAULT_LIMITS, InvalidSpec, parse_spec
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
-from sj_operator.memo import PassMemo
+from sj_operator.memo import ALIKE_KEPT, PassMemo, Recent, as_content
 from sj_operator.observed import SJObject
 from tests.unit.helpers import settled_pass
 from tests.unit.test_controller import FakeKube, stored_status, view
@@ -44,6 +44,48 @@ def test_a_status_is_parsed_once_per_version() -> None:
     one = memo.status_of(sj(), "5", {"phase": "Pending"})
     assert memo.status_of(sj(), "5", {"phase": "Pending"}) is one
     assert memo.status_of(sj(), "6", {"phase": "Running"}).phase == "Running"
+
+
+def test_sjs_alike_share_one_parsed_spec_status_and_queue_shape_and_others_get_their_own() -> None:
+    memo = PassMemo(DEFAULT_LIMITS)
+    template = {"image": "busybox", "resources": {"requests": {"cpu": "1"}}, "nodeSelector": {"a": "b"}}
+    reordered = {"nodeSelector": {"a": "b"}, "resources": {"requests": {"cpu": "1"}}, "image": "busybox"}
+    with mock.patch("sj_operator.memo.parse_spec", wraps=parse_spec) as parse:
+        one, two = memo.spec_of(sj(uid="a", spec=template)), memo.spec_of(sj(uid="b", spec=reordered))
+        other = memo.spec_of(sj(uid="c", spec={**template, "image": "other"}))
+    assert one is two and other is not one and parse.call_count == 2
+    assert not isinstance(one, InvalidSpec) and not isinstance(other, InvalidSpec) and other.image == "other"
+    waiting = {"phase": "Pending", "conditions": [{"type": "Queued", "status": "True", "reason": "Queued",
+                                                    "lastTransitionTime": "2026-11-22T12:00:00Z"}]}
+    status = memo.status_of(sj(uid="a"), "1", waiting)
+    assert memo.status_of(sj(uid="b"), "7", dict(waiting)) is status
+    later = {**waiting, "conditions": [{**waiting["conditions"][0], "lastTransitionTime": "2026-11-22T12:00:01Z"}]}
+    assert memo.status_of(sj(uid="c"), "1", later) is not status
+    entries = [memo.queued(sj(uid=u), one, status, NOW) for u in ("a", "b")]
+    assert entries[0].request is entries[1].request and entries[0].node_selector is entries[1].node_selector
+    assert dict(entries[0].request) == {"cpu": 1000, "pods": 1000} and dict(entries[0].node_selector) == {"a": "b"}
+
+
+def test_a_spec_or_status_without_a_json_form_is_parsed_on_its_own() -> None:
+    """Whatever the watch holds: a key that is not a string, a value JSON has no form for, a NaN."""
+    for raw in ({1: "x", "image": "busybox"}, {"image": object()}, {"image": "busybox", "x": float("nan")}):
+        assert as_content(raw) is None
+        memo = PassMemo(DEFAULT_LIMITS)
+        assert isinstance(memo.spec_of(sj(spec=raw)), InvalidSpec)  # type: ignore[arg-type]
+        assert memo.spec_of(sj(uid="v", spec=raw)) is not memo.spec_of(sj(spec=raw))  # type: ignore[arg-type]
+
+
+def test_the_specs_kept_for_sjs_alike_are_the_last_ones_used() -> None:
+    recent: Recent[int] = Recent(3)
+    for i in range(3):
+        recent.put(str(i), i)
+    assert recent.get("0") == 0  # used: now the last one dropped
+    recent.put("3", 3)
+    assert [recent.get(k) for k in "0123"] == [0, None, 2, 3] and len(recent) == 3
+    memo = PassMemo(DEFAULT_LIMITS)
+    for i in range(ALIKE_KEPT + 10):
+        memo.spec_of(sj(uid=f"u{i}", spec={"image": f"i{i}"}))
+    assert len(memo._spec_contents) == ALIKE_KEPT
 
 
 def test_entries_of_sjs_that_are_gone_are_forgotten() -> None:
