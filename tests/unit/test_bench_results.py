@@ -150,8 +150,8 @@ def test_every_benchmark_writes_its_result() -> None:
 def test_the_loop_benchmark_states_its_goals_beside_its_figures() -> None:
     thresholds = gc.get_threshold()
     try:  # the benchmark sets the collector as the operator does; the tests keep theirs
-        figures = asyncio.run(bench_loop.main(argparse.Namespace(waiting=60, running=20, nodes=4, passes=2, distinct=False,
-                                                                 collect_during_passes=False)))
+        figures = asyncio.run(bench_loop.main(argparse.Namespace(
+            waiting=60, running=20, nodes=4, passes=2, distinct=False, collect_during_passes=False)))
     finally:
         gc.set_threshold(*thresholds)
     by_metric = {f["metric"]: f for f in figures}
