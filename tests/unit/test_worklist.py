@@ -74,9 +74,13 @@ class World(SimulatedAPI):
         self.log.append(("create", body["kind"], body["metadata"]["name"]))
         return await super().create_child(body, owner_uid)
 
-    async def event(self, **kw: Any) -> None:
-        self.log.append(("event", kw.get("name"), kw.get("reason"), kw.get("message")))
-        await super().event(**kw)
+    async def event(self, **kw: Any) -> str:
+        self.log.append(("event", kw.get("name"), kw.get("reason"), kw.get("message"), kw.get("count")))
+        return await super().event(**kw)
+
+    async def update_event(self, *args: Any, **kw: Any) -> bool:
+        self.log.append(("update-event", *args, sorted(kw.items(), key=str)))
+        return await super().update_event(*args, **kw)
 
     async def label_pod(self, *args: Any) -> None:
         self.log.append(("label", *args))
