@@ -43,10 +43,12 @@ EVENT_REASONS: dict[str, tuple[Literal["Normal", "Warning"], str, str]] = {
     "Launched": ("Normal", "ScavengerJob", "a run's Job was made: the run, its pod count and priority class"),
     "Starting": ("Normal", "ScavengerJob", "a run is recorded whose pods are not all running yet (phase Starting)"),
     "Running": ("Normal", "ScavengerJob", "all of a run's pods run (phase Running)"),
-    "Protected": ("Normal", "ScavengerJob", "a run reached the protecting level: a PodDisruptionBudget covers it"),
-    "Unprotected": ("Normal", "ScavengerJob", "a run lost its protection: a new checkpoint period, its node is "
-                    "drained, it held protection for --max-protection, or it has the least unsaved work on its "
-                    "node(s) when every run there is protected"),
+    "Protected": ("Normal", "ScavengerJob", "a run reached the protecting level: a PodDisruptionBudget covers it "
+                  "(one Event per SJ, its count updated at most once a minute)"),
+    "Unprotected": ("Normal", "ScavengerJob", "a run lost its protection: a new checkpoint period (one Event per SJ, "
+                    "its count updated at most once a minute), its node is drained, it held protection for "
+                    "--max-protection, or it has the least unsaved work on its node(s) when every run there is "
+                    "protected"),
     "Interrupting": ("Warning", "ScavengerJob", "a run member was disrupted or deleted: the whole run is "
                      "cancelled"),
     "Interrupted": ("Warning", "ScavengerJob", "the interrupted run's pods have stopped: the interruption is "
