@@ -681,9 +681,11 @@ class Kube:
     @needs(Access("", "events", "create"))
     async def event(self, *, namespace: str, name: str, uid: str, kind: str, api_version: str,
                     type_: str, reason: str, message: str, component: str = "scavenger",
-                    at: datetime | None = None, first: datetime | None = None, count: int = 1) -> str | None:
+                    at: datetime | None = None, first: datetime | None = None, count: int = 1,
+                    named: bool = False) -> str | None:
         """Records an Event that happened ``at`` (default: now), ``count`` times since ``first`` (default: once,
-        then); its name, or None when it could not be recorded (logged: an Event is best effort)."""
+        then). With ``named``, its name (the answer is read for it), None when it could not be recorded (logged:
+        an Event is best effort); else None (the answer is not decoded)."""
         now = at or datetime.now(UTC)
         body = {
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
@@ -701,7 +703,7 @@ class Kube:
         }
         try:
             made = await self._send("POST", f"/api/v1/namespaces/{namespace}/events", "create_namespaced_event", body,
-                                    read=True)
+                                    read=named)
         except KubeError as exc:  # an event is best effort: never block a transition on it
             log.warning("could not record event %s on %s/%s: %s", reason, namespace, name, exc)
             return None

@@ -12,7 +12,8 @@ recorder's correlator counts an Event seen again into the one it made, and the e
 repeated ones and write the count at most every so often): each SJ has one Event per such reason (a `Series`),
 made at its first occurrence; later ones are counted into it, and its ``count``, ``lastTimestamp`` and message
 (the latest one's) are written no more often than every `EVENT_SERIES_INTERVAL` seconds. The other Events
-(a drain's, the protection's bound, steering's exemption, a budget's name taken) are recorded each time.
+(a drain's, the protection's bound, steering's exemption, a budget's name taken) are recorded each time. Counts
+not written yet when the process stops are lost, as client-go's are; a new leader begins its own series.
 """
 from __future__ import annotations
 
@@ -216,7 +217,7 @@ class Recorder:
                 series.name = await self.kube.event(
                     namespace=sj.namespace, name=sj.name, uid=sj.uid, kind=KIND, api_version=API_VERSION,
                     type_=series.type, reason=series.reason, message=message, at=last, first=series.first,
-                    count=count)
+                    count=count, named=True)
                 if series.name is None:  # not recorded (logged): the next occurrence begins a new series
                     self._forget(series)
                     return

@@ -355,16 +355,18 @@ def test_an_aggregated_event_is_made_with_its_count_and_updated_by_name() -> Non
     async def use(kube: Kube) -> list[Any]:
         made = await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
                                 type_="Normal", reason="Protected", message="level 1", at=last, first=first,
-                                count=3)
+                                count=3, named=True)
         return [made, await kube.update_event("ns", "sj.1a2b", count=5, last=last, message="level 2"),
                 await kube.update_event("ns", "sj.gone", count=6, last=last, message="level 1"),
                 await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
-                                 type_="Normal", reason="Protected", message="refused")]
+                                 type_="Normal", reason="Protected", message="refused", named=True),
+                await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
+                                 type_="Normal", reason="Launched", message="not read")]
 
     with ApiServer((201, {"metadata": {"name": "sj.1a2b"}}), (200, {}), _status(404, "gone"),
-                   _status(403, "forbidden")) as server:
+                   _status(403, "forbidden"), (201, {"metadata": {"name": "sj.3c4d"}})) as server:
         answers = asyncio.run(server.run(use))
-    assert answers == ["sj.1a2b", True, False, None]
+    assert answers == ["sj.1a2b", True, False, None, None]
     made = server.requests[0].body
     assert (made["count"], made["firstTimestamp"], made["lastTimestamp"]) == (3, "2026-11-25T12:00:01Z",
                                                                               "2026-11-25T12:05:00Z")
