@@ -202,6 +202,9 @@ def gauges(controller: Controller) -> dict[tuple[str, tuple[str, ...]], float]:
 # worklist and the memo both compare the Job by value).
 @example(sjs=[0], nodes=1, threshold=0.5, events=[
     ("new", 0, 0), ("job-deleting", 0, 0), ("break", 0, 0), ("job-deleting", 0, 0)])
+# Runs through their periods three minutes a pass: protection toggled on their pods, the levels written after, the
+# routine Protected/Unprotected Events counted into one per SJ and reason and their counts written.
+@example(sjs=[0, 1, 2], nodes=2, threshold=1.0, events=[("time", 0, 2)] * 12 + [("time", 0, 1)] * 4)
 @given(sjs=st.lists(st.integers(0, len(SPECS) - 1), min_size=1, max_size=9), nodes=st.integers(1, 3),
        threshold=st.sampled_from([0.5, 0.7, 1.0]), events=EVENTS)
 def test_the_incremental_pass_writes_exactly_what_a_pass_over_every_sj_writes(
