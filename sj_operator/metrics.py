@@ -21,7 +21,9 @@ METRICS_PATH = "/metrics"
 _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 _PASS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-_TOGGLE_BUCKETS = (0.5, 1, 2.5, 5, 10, 15, 30, 45, 60, 120, 300, 600, 1800)
+_TOGGLE_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 40, 60, 120, 300, 600, 1800)
+"""Seconds; 20 and 40 are the time a 60 s period of 3 levels protected from level 1 leaves an unprotect and a
+protect toggle before the next one is due."""
 
 
 class Metrics:
