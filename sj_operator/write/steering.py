@@ -68,9 +68,11 @@ class SteeringLane:
         return (*self.pool.tasks, *self.levels.tasks)
 
     def steer(self, due: Iterable[Decided]) -> None:
-        """Carries out as many of ``due`` as there is room for, toggles first (`steering_order`)."""
-        toggling = len(self.under_way) - self._leveling
-        taken = steering_order(due, toggles_room=STEERING_IN_FLIGHT - toggling,
+        """Carries out as many of ``due`` as there is room for, toggles first (`steering_order`); an SJ under way
+        already is left as it is (the plan leaves them out)."""
+        under_way, toggling = self.under_way, len(self.under_way) - self._leveling
+        taken = steering_order((d for d in due if d.observed.sj.uid not in under_way),
+                               toggles_room=STEERING_IN_FLIGHT - toggling,
                                levels_room=LEVEL_WRITES_IN_FLIGHT - self._leveling)
         for d in taken:
             self.under_way[d.observed.sj.uid] = d
