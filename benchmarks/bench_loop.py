@@ -57,6 +57,7 @@ from sj_operator.api import format_duration  # noqa: E402
 from sj_operator.config import OperatorConfig  # noqa: E402
 from sj_operator.controller import Controller  # noqa: E402
 from sj_operator.decide import ClusterView  # noqa: E402
+from sj_operator.names import LABEL_PROTECTED  # noqa: E402
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view, pod_view  # noqa: E402
 from sj_operator.pacing import collector_paused, tune_gc, watch_gc, watch_lag  # noqa: E402
 
@@ -144,11 +145,21 @@ class SimulatedAPI:
         await self._call()
         return []
 
-    async def event(self, **_: Any) -> None:
+    async def event(self, **kw: Any) -> str:
         await self._call()
+        return f"{kw.get('name')}.{self.calls:x}"
 
-    async def label_pod(self, *_: Any) -> None:
+    async def update_event(self, *_: Any, **__: Any) -> bool:
         await self._call()
+        return True
+
+    async def label_pod(self, namespace: str, name: str, labels: dict[str, str]) -> None:
+        """The protection label on a run's pod (named ``<run>-<index>``), as the pod watch then shows it."""
+        await self._call()
+        key = (namespace, name.rsplit("-", 1)[0])
+        if (protected := labels.get(LABEL_PROTECTED)) is not None and key in self.pods:
+            self.pods[key] = tuple(replace(p, protected=protected == "true") if p.name == name else p
+                                   for p in self.pods[key])
 
     async def delete_child(self, *_: Any) -> bool:
         await self._call()

@@ -22,7 +22,9 @@ else lands there). It goes through the same cluster in turn:
    first create to the last Job; each SJ's time from its create call to a watch seeing its Job (p50,
    p99); the operator's API calls per SJ by operation; its CPU until every Job exists (and the wall time
    its garbage collector took meanwhile); its peak RSS; its collections over the run by generation (seconds,
-   how many, objects freed); the API server's CPU. Then the
+   how many, objects freed); the API server's CPU. While every SJ runs (``--settle``), victim steering: the
+   routine protection toggles written and the share written before their run's next toggle was due
+   (``scavenger_protection_toggle_lateness_seconds``). Then the
    same stream of high-priority pods; an interrupted SJ lost the time since its checkpoint period
    began, for every pod of its gang (``policy.lifecycle.lost_work``, the operator's own estimate).
 3. **The ceiling** (``--ceiling``, before the operator's run): the SJs created as for the operator, and
@@ -86,7 +88,7 @@ from benchmarks.harness.kube import (  # noqa: E402
     retrying,
     run_namespace,
 )
-from benchmarks.harness.metrics import calls_by_operation, loop_lag, scrape, writes  # noqa: E402
+from benchmarks.harness.metrics import calls_by_operation, loop_lag, scrape, toggle_lateness, writes  # noqa: E402
 from benchmarks.harness.preemption import Stream, lost_by_sjs, preempted  # noqa: E402
 from benchmarks.harness.processes import CpuSince, apiserver_cpu, free_port, peak_rss_mib, scratch  # noqa: E402
 from benchmarks.harness.profiling import profiled  # noqa: E402
@@ -94,6 +96,7 @@ from benchmarks.harness.progress import in_parallel_then, log, timed_creates, wa
 from benchmarks.harness.recorder import RecorderProcess  # noqa: E402
 from benchmarks.harness.scale_report import Result, conclude, creation_figures  # noqa: E402
 from benchmarks.harness.stats import percentile  # noqa: E402
+from sj_operator.api.fields import parse_duration  # noqa: E402
 from sj_operator.names import GROUP, PLURAL, VERSION  # noqa: E402
 from tests.e2e.kube import unique  # noqa: E402
 
@@ -275,8 +278,10 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                 start = sj_burst(api, namespace, work, threads, period, result, port, rec, CpuSince.of_pid(proc.pid),
                                  stop_profile if profile_burst else lambda: None)
                 sjs_running(api, namespace, len(work.gangs), port, start, result)
+                steady = scrape(port)
                 time.sleep(settle)
                 before = scrape(port)
+                steering(steady, before, period, result)
                 log(f"  the stream: {len(work.arrivals)} high-priority pods")
                 Stream(client.CoreV1Api(api), namespace, work.arrivals, high_pod).run()
                 time.sleep(60)  # the last victims stop (grace period 1 s) and their interruptions are recorded
@@ -291,6 +296,21 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                     f"lost; operator peak RSS {result.figures['operator_peak_rss_mib']:.0f} MiB")
         finally:
             rec.stop()
+
+
+def steering(before: dict[str, float], after: dict[str, float], period: str, result: Result) -> None:
+    """Victim steering while every SJ runs (between two scrapes): the routine toggles written and the share of
+    each kind written before the next toggle of its run was due, which with the operator's defaults (3 levels,
+    protected from level 1) is two thirds of a period after a run is to be protected, one third after a period
+    began (`benchmarks.harness.metrics.toggle_lateness`)."""
+    seconds = parse_duration(period).total_seconds()
+    figures = toggle_lateness(before, after, {"protect": seconds * 2 / 3, "unprotect": seconds / 3})
+    result.figures.update(figures)
+    for toggle in ("protect", "unprotect"):
+        if f"toggles_{toggle}" in figures:
+            log(f"  {figures[f'toggles_{toggle}']:.0f} {toggle} toggles while all ran, "
+                f"{figures[f'toggles_{toggle}_in_time_share']:.1%} in time, the slowest under "
+                f"{figures[f'toggles_{toggle}_worst_le']:g}s")
 
 
 def sj_burst(api: client.ApiClient, namespace: str, work: Workload, threads: int, period: str, result: Result,

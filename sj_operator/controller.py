@@ -202,8 +202,9 @@ class Controller:
         once are seconds of work: done in slices, giving the loop's other tasks (watches, probes, the webhook,
         the background lane) a turn between them."""
         now, pacer, kept, work = self.clock(), Pacer(self.hold_budget), self._kept, self.memo.work
-        # 1. The view with the runs this process made that the watch does not show yet.
-        view = self.ledger.with_launched(view)
+        # 1. The view with the runs this process made and the protection labels it wrote that the watch does not
+        #    show yet.
+        view = self.ledger.with_labels(self.ledger.with_launched(view))
         self._forget_gone(view)
         # 2. The SJs that changed or whose clock came observed and decided; those whose steering writes are under
         #    way keep that decision. A pass after a drain began or ended looks at every SJ.
@@ -254,6 +255,11 @@ class Controller:
         #    does not wait behind hundreds of other SJs' transitions and reasons, nor the next pass behind it.
         self._queue_launches(decided, admission, applied, now)
         await self._write(plan.rest)
+        # 10. The aggregated Events' counts that are due go out; a pass is asked for when the next ones are (the
+        #     steering lane's toggles, counted after this, wake the loop when they are done).
+        self.recorder.flush_due()
+        if (due := self.recorder.due_in()) is not None:
+            self._wake_in(due)
         kept.faulted = set(self.quarantine.faults)
         kept.busy = {*self.steering_lane.under_way, *self.ledger.launching}
         kept.complete = True
@@ -264,7 +270,8 @@ class Controller:
         self.quarantine.begin_pass()
         self.memo.forget_gone(view.sjs)
         tables: tuple[dict[str, Any], ...] = (self.gate.held, self.explainer.written, self.explainer.settled,
-                                              self.gauges.reported, self.writer.budgets)
+                                              self.gauges.reported, self.writer.budgets, self.writer.refused,
+                                              self.recorder.series)
         if sum(map(len, tables)) > 4 * len(view.sjs) + 1000 or (self.gate.held and len(self.gate.held) > len(view.sjs)):
             forget_uids(tables, view.sjs)
             self.quarantine.forget({sj.uid for sj in view.sjs})
@@ -307,6 +314,7 @@ class Controller:
             observed_sjs = quarantine.isolated("decide", observed_sjs, lambda part: exemptions(part, now, cfg),
                                                lambda o: o.sj)
             exempt = exemptions(observed_sjs, now, cfg)
+        exempt |= self.writer.unprotectable()  # their budget's name is someone else's: left unprotected meanwhile
         if not full and exempt != kept.exempt:  # the SJs steering exempts, or no longer does, are decided again
             looked = {sj.uid for sj in sjs}
             observed_sjs += await observe(work.in_order(uid for key in exempt ^ kept.exempt
@@ -505,5 +513,5 @@ class Controller:
         """Waits until no launch is queued or under way and the background lanes are idle: no steering write
         under way, no Event left to record (the Events waiting for launches are recorded at once)."""
         async with self.recorder.flushing():
-            await idle(lambda: (*self.launcher.pool.tasks, *self.steering_lane.pool.tasks,
+            await idle(lambda: (*self.launcher.pool.tasks, *self.steering_lane.tasks,
                                 *self.recorder.pool.tasks, *self._faults.tasks))

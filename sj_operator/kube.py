@@ -681,8 +681,11 @@ class Kube:
     @needs(Access("", "events", "create"))
     async def event(self, *, namespace: str, name: str, uid: str, kind: str, api_version: str,
                     type_: str, reason: str, message: str, component: str = "scavenger",
-                    at: datetime | None = None) -> None:
-        """Records an Event that happened ``at`` (default: now)."""
+                    at: datetime | None = None, first: datetime | None = None, count: int = 1,
+                    named: bool = False) -> str | None:
+        """Records an Event that happened ``at`` (default: now), ``count`` times since ``first`` (default: once,
+        then). With ``named``, its name (the answer is read for it), None when it could not be recorded (logged:
+        an Event is best effort); else None (the answer is not decoded)."""
         now = at or datetime.now(UTC)
         body = {
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
@@ -694,11 +697,33 @@ class Kube:
             "source": {"component": component},
             "reportingComponent": component,
             "reportingInstance": component,
-            "firstTimestamp": now.isoformat().replace("+00:00", "Z"),
-            "lastTimestamp": now.isoformat().replace("+00:00", "Z"),
-            "count": 1,
+            "firstTimestamp": _timestamp(first or now),
+            "lastTimestamp": _timestamp(now),
+            "count": count,
         }
         try:
-            await self._send("POST", f"/api/v1/namespaces/{namespace}/events", "create_namespaced_event", body)
+            made = await self._send("POST", f"/api/v1/namespaces/{namespace}/events", "create_namespaced_event", body,
+                                    read=named)
         except KubeError as exc:  # an event is best effort: never block a transition on it
             log.warning("could not record event %s on %s/%s: %s", reason, namespace, name, exc)
+            return None
+        meta = made.get("metadata") if isinstance(made, dict) else None
+        made_name = meta.get("name") if isinstance(meta, dict) else None
+        return made_name if isinstance(made_name, str) else None
+
+    @needs(Access("", "events", "patch"))
+    async def update_event(self, namespace: str, name: str, *, count: int, last: datetime, message: str) -> bool:
+        """Writes how often an Event this process recorded has occurred, when it last did and its latest message
+        (a merge patch of its ``count``, ``lastTimestamp`` and ``message``, as client-go's recorder updates an Event
+        it sees again); False when the Event is gone. Raises `KubeError` when the API server refused."""
+        body = {"count": count, "lastTimestamp": _timestamp(last), "message": message[:1024]}
+        try:
+            await self._send("PATCH", f"/api/v1/namespaces/{namespace}/events/{name}", "patch_namespaced_event", body,
+                             content_type="application/merge-patch+json")
+        except NotFound:
+            return False
+        return True
+
+
+def _timestamp(at: datetime) -> str:
+    return at.isoformat().replace("+00:00", "Z")

@@ -21,6 +21,9 @@ METRICS_PATH = "/metrics"
 _WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 _PASS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_TOGGLE_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 40, 60, 120, 300, 600, 1800)
+"""Seconds; 20 and 40 are the time a 60 s period of 3 levels protected from level 1 leaves an unprotect and a
+protect toggle before the next one is due."""
 
 
 class Metrics:
@@ -79,6 +82,15 @@ class Metrics:
         self.events_replaced = Counter("scavenger_events_replaced_total",
                                        "Steering Events (Protected, Unprotected) replaced by the SJ's next toggle "
                                        "while waiting to be recorded", registry=r)
+        self.events_aggregated = Counter("scavenger_events_aggregated_total",
+                                         "Routine steering Events (a run's Protected, a period's Unprotected) counted "
+                                         "into their SJ's one Event of that reason instead of recorded anew",
+                                         registry=r)
+        self.toggle_lateness = Histogram("scavenger_protection_toggle_lateness_seconds",
+                                         "How long after the run's clock asked for a routine protection toggle (the "
+                                         "level crossed the protecting one, or a period began) its pods' label was "
+                                         "written, by toggle (protect, unprotect)", ["toggle"],
+                                         buckets=_TOGGLE_BUCKETS, registry=r)
         self.leader = Gauge("scavenger_leader", "1 while this replica is the one that decides", registry=r)
         self._leading: bool | None = None
         self.last_pass = Gauge("scavenger_last_pass_timestamp_seconds", "When the last decision pass ended",

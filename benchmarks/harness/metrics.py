@@ -72,3 +72,24 @@ def loop_lag(metrics: Mapping[str, float]) -> dict[str, float]:
         figures[f"gc_count_gen{generation}"] = metrics.get(f"scavenger_gc_pause_seconds_count{label}", 0.0)
         figures[f"gc_collected_gen{generation}"] = metrics.get(f"scavenger_gc_collected_objects_total{label}", 0.0)
     return figures
+
+
+def toggle_lateness(before: Mapping[str, float], after: Mapping[str, float],
+                    within: Mapping[str, float]) -> dict[str, float]:
+    """From ``scavenger_protection_toggle_lateness_seconds``, between two scrapes: for each toggle (``protect``,
+    ``unprotect``), how many routine toggles the operator wrote, the bucket bound the slowest fell under (inf past
+    the last), and the share written within ``within[toggle]`` seconds (counted at the largest bucket bound not
+    above it: a share that can only be lower than the truth)."""
+    figures: dict[str, float] = {}
+    for toggle, bound in within.items():
+        prefix = "scavenger_protection_toggle_lateness_seconds_bucket{le=\""
+        suffix = f'",toggle="{toggle}"}}'
+        buckets = sorted((float(key[len(prefix):-len(suffix)]), after[key] - before.get(key, 0.0))
+                         for key in after if key.startswith(prefix) and key.endswith(suffix))
+        if not buckets or not (total := buckets[-1][1]):
+            continue
+        figures[f"toggles_{toggle}"] = total
+        figures[f"toggles_{toggle}_worst_le"] = next(le for le, count in buckets if count >= total)
+        figures[f"toggles_{toggle}_in_time_share"] = max((count for le, count in buckets if le <= bound),
+                                                        default=0.0) / total
+    return figures

@@ -67,7 +67,8 @@ class ScavengerJobStatus(_StatusModel):
         default=None, description="Start of the current checkpoint period."
     )
     running_priority: int | None = Field(
-        default=None, ge=0, description="Progress inside the current checkpoint period, 0 .. priorityLevels-1."
+        default=None, ge=0, description="Progress inside the current checkpoint period, 0 .. priorityLevels-1 "
+        "(written as it moves, after the protection toggles: on a busy control plane it may lag the clock)."
     )
     job_name: str | None = Field(default=None, description="The current (or last) run's Job.")
     message: str | None = Field(default=None, description="Reason for the last transition.")
@@ -82,7 +83,9 @@ class ScavengerJobStatus(_StatusModel):
     )
     start_timeouts: int = Field(default=0, ge=0, description="Runs cancelled because they did not start in time.")
     not_before: Timestamp | None = Field(default=None, description="Earliest time of the next launch (backoff).")
-    protected: bool = Field(default=False, description="Whether the current run is protected from disruption.")
+    protected: bool = Field(default=False, description="Whether the current run was protected from disruption "
+                            "when the status was last written: set with the running level, not at each toggle (the "
+                            "protection is the scavenger.dev/protected label on the run's pods).")
     priority_class_name: str | None = Field(default=None, description="PriorityClass of the current run.")
     wasted_runs: int = Field(default=0, ge=0, description="Runs in a row interrupted before they completed a "
                              "checkpoint period (each makes the next launch back off longer).")

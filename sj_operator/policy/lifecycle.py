@@ -42,7 +42,14 @@ from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, PodView
 from sj_operator.policy.conditions import WaitReason, admitted_condition, set_admitted, set_conditions
 from sj_operator.policy.outcomes import Action, DeleteRun, Event, Run, SetProtection, Step, StepKind
-from sj_operator.policy.priority import launch_class, protection_expired, run_clock, steady_until
+from sj_operator.policy.priority import (
+    current_period_start,
+    launch_class,
+    protection_begins,
+    protection_expired,
+    run_clock,
+    steady_until,
+)
 from sj_operator.settings import (
     DEFAULT_MAX_PROTECTION,
     DEFAULT_MAX_RETRY_BACKOFF,
@@ -130,8 +137,8 @@ class _Builder:
     def update(self, **changes: object) -> None:
         self.status = self.status.model_copy(update=changes)
 
-    def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
-        self.events.append(Event(type_, reason, message))
+    def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str, *, routine: bool = False) -> None:
+        self.events.append(Event(type_, reason, message, routine))
 
     def transition(self, phase: Phase, reason: str, message: str, *, warning: bool = False, **changes: object) -> None:
         conditions = set_conditions(self.status.conditions, phase, reason, message, self.now)
@@ -416,7 +423,7 @@ def _active(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig,
     if b.status.phase == Phase.STARTING:
         return _starting(b, spec, run, run.job, cfg)
     # Running: progress inside the current checkpoint period.
-    return _running_priority(b, spec, cfg, exempt, draining)
+    return _running_priority(b, spec, run, cfg, exempt, draining)
 
 
 def _success(b: _Builder, run: Run) -> Step:
@@ -646,8 +653,14 @@ def _record_interruption(b: _Builder, spec: ScavengerJobSpec, cause: str, cfg: L
     return b.done(waiting=False, backing_off=True)
 
 
-def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig, exempt: bool,
+def _running_priority(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: LifecycleConfig, exempt: bool,
                       draining: bool) -> Step:
+    """Victim steering's bookkeeping of a running run. The protection it wants is compared with what its pods'
+    label carries (`Run.carries`: the label is the protection, the budget selects by it); when they differ, the
+    step is the toggle alone (`SetProtection` and its Event), the status left as it is. Once the pods carry it,
+    the level and the period start are written when they moved, with the protection: the status's
+    ``runningPriority`` and ``protected`` are a record, never read back as the run's state (the level comes from
+    the period start and the clock)."""
     st = b.status
     start = st.priority_start_over_timestamp or b.now
     clock = run_clock(b.now, start, spec.duration, spec.priority_levels, cfg.protect_level)
@@ -655,27 +668,44 @@ def _running_priority(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig,
     expired = by_level and protection_expired(b.now, start, spec.duration, spec.priority_levels, cfg.protect_level,
                                               cfg.max_protection)
     protect = by_level and not exempt and not draining and not expired
+    if not run.carries(protect):
+        _toggle(b, spec, cfg, protect, start, level, exempt=exempt and by_level, draining=draining and by_level,
+                expired=expired)
+        return b.done(kind="steers")
     if period_start != st.priority_start_over_timestamp or level != st.running_priority:
-        b.update(priority_start_over_timestamp=period_start, running_priority=level)
-    if protect != st.protected:
-        b.update(protected=protect)
-        b.actions.append(SetProtection(st.job_name or "", protect))
-        if protect:
-            b.event("Normal", "Protected", f"running priority {level} of {spec.priority_levels}: run "
-                    f"{st.job_name} is protected by a PodDisruptionBudget")
-        elif draining and by_level:
-            b.event("Normal", "Unprotected", f"run {st.job_name} runs on a node being drained or removed: no "
-                    f"protection, so the drain does not wait on it")
-        elif expired:
-            b.event("Normal", "Unprotected", f"run {st.job_name} was protected for "
-                    f"{format_duration(cfg.max_protection)}, the most a run may hold its budget in one period")
-        elif exempt and by_level:
-            b.event("Normal", "Unprotected", f"run {st.job_name} has the least unsaved work on its node(s): "
-                    f"left unprotected so that a preemption there loses the least")
-        else:
-            b.event("Normal", "Unprotected", f"checkpoint period of {format_duration(spec.duration)} "
-                    f"ended: run {st.job_name} is no longer protected")
+        b.update(priority_start_over_timestamp=period_start, running_priority=level, protected=protect)
     return b.done(kind="steers" if b.status is not st else None)
+
+
+def _toggle(b: _Builder, spec: ScavengerJobSpec, cfg: LifecycleConfig, protect: bool, start: datetime, level: int,
+            *, exempt: bool, draining: bool, expired: bool) -> None:
+    """The run's protection toggled, with the Event saying why. The routine ones (protected by its level, or no
+    longer at a new period) say when the run's clock asked for them, and their Events are counted into one per
+    SJ and reason (`Event.routine`)."""
+    st = b.status
+    if protect:
+        due = protection_begins(b.now, start, spec.duration, spec.priority_levels, cfg.protect_level)
+        b.actions.append(SetProtection(st.job_name or "", True, due=due))
+        b.event("Normal", "Protected", f"running priority {level} of {spec.priority_levels}: run "
+                f"{st.job_name} is protected by a PodDisruptionBudget", routine=True)
+        return
+    if draining:
+        message = (f"run {st.job_name} runs on a node being drained or removed: no protection, so the drain does "
+                   f"not wait on it")
+    elif expired:
+        message = (f"run {st.job_name} was protected for {format_duration(cfg.max_protection)}, the most a run may "
+                   f"hold its budget in one period")
+    elif exempt:
+        message = (f"run {st.job_name} has the least unsaved work on its node(s): left unprotected so that a "
+                   f"preemption there loses the least")
+    else:
+        due = current_period_start(b.now, start, spec.duration)
+        b.actions.append(SetProtection(st.job_name or "", False, due=due))
+        b.event("Normal", "Unprotected", f"checkpoint period of {format_duration(spec.duration)} ended: run "
+                f"{st.job_name} is no longer protected", routine=True)
+        return
+    b.actions.append(SetProtection(st.job_name or "", False))
+    b.event("Normal", "Unprotected", message)
 
 
 def _cancel(b: _Builder, run: Run, reason: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from sj_operator.api import ScavengerJobStatus
@@ -19,6 +20,12 @@ class Run:
     def holds_resources(self) -> bool:
         return any(p.holds_resources for p in self.pods)
 
+    def carries(self, protected: bool) -> bool:
+        """Whether the run's pods carry that protection: every pod not ended has the label saying so (pods that
+        disagree among themselves carry neither). The label is the protection (the budget selects by it), so it is
+        what victim steering compares with what it wants; a run with no pod left to label carries either."""
+        return all(p.protected == protected for p in self.pods if not p.terminal)
+
 
 NO_RUN = Run(job=None)
 """A run of which nothing is seen (a waiting SJ's next run, most often): one, shared."""
@@ -29,6 +36,9 @@ class Event:
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
+    routine: bool = False
+    """One of victim steering's routine toggles (a run's ``Protected``, a period's ``Unprotected``): the recorder
+    counts it into the SJ's one Event of that reason rather than recording it anew (`write.events`)."""
 
 
 EVENT_REASONS: dict[str, tuple[Literal["Normal", "Warning"], str, str]] = {
@@ -37,10 +47,12 @@ EVENT_REASONS: dict[str, tuple[Literal["Normal", "Warning"], str, str]] = {
     "Launched": ("Normal", "ScavengerJob", "a run's Job was made: the run, its pod count and priority class"),
     "Starting": ("Normal", "ScavengerJob", "a run is recorded whose pods are not all running yet (phase Starting)"),
     "Running": ("Normal", "ScavengerJob", "all of a run's pods run (phase Running)"),
-    "Protected": ("Normal", "ScavengerJob", "a run reached the protecting level: a PodDisruptionBudget covers it"),
-    "Unprotected": ("Normal", "ScavengerJob", "a run lost its protection: a new checkpoint period, its node is "
-                    "drained, it held protection for --max-protection, or it has the least unsaved work on its "
-                    "node(s) when every run there is protected"),
+    "Protected": ("Normal", "ScavengerJob", "a run reached the protecting level: a PodDisruptionBudget covers it "
+                  "(one Event per SJ, its count updated at most once a minute)"),
+    "Unprotected": ("Normal", "ScavengerJob", "a run lost its protection: a new checkpoint period (one Event per SJ, "
+                    "its count updated at most once a minute), its node is drained, it held protection for "
+                    "--max-protection, or it has the least unsaved work on its node(s) when every run there is "
+                    "protected"),
     "Interrupting": ("Warning", "ScavengerJob", "a run member was disrupted or deleted: the whole run is "
                      "cancelled"),
     "Interrupted": ("Warning", "ScavengerJob", "the interrupted run's pods have stopped: the interruption is "
@@ -80,8 +92,13 @@ class DeleteRun:
 
 @dataclass(frozen=True)
 class SetProtection:
+    """The run's protection toggled: the label its PodDisruptionBudget selects, on each of its pods."""
     job_name: str
     protected: bool
+    due: datetime | None = None
+    """When the run's clock asked for it (the level crossed the protecting one, or a period began), for a routine
+    toggle; None for the others (a drain, the protection's bound, steering's exemption). How late the label was
+    written after it is measured (``scavenger_protection_toggle_lateness_seconds``)."""
 
 
 Action = DeleteRun | SetProtection
@@ -94,7 +111,9 @@ StepKind = Literal["queues", "records-run", "steers"]
 - ``records-run``: a waiting SJ's new run is written into its status (Starting or Running, with its Event),
   and nothing else: no interruption, no end, no action;
 - ``steers``: a running SJ stays running and only its running level or its protection changes (victim
-  steering's bookkeeping: the label toggle, its Event)."""
+  steering's bookkeeping): either a protection toggle (`SetProtection`, the label on its pods, and its Event,
+  with no status write: the pods' label is the record), or the level and period written into the status
+  (no action, no Event: a write that may wait, `write.steering`)."""
 
 
 @dataclass(frozen=True, slots=True)

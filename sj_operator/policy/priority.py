@@ -109,12 +109,18 @@ def draining_nodes(nodes: Iterable[tuple[str, bool, Iterable[str]]]) -> frozense
                      if unschedulable or any(key in DRAIN_TAINTS for key in taints))
 
 
+def protection_begins(now: datetime, period_start: datetime, duration: timedelta, levels: int,
+                      protect_from_level: int) -> datetime:
+    """When protection begins in the period current at ``now``: when its level reaches ``protect_from_level`` of
+    ``levels`` (the period's start for level 0)."""
+    return current_period_start(now, period_start, duration) + duration * protect_from_level / levels
+
+
 def protection_expired(now: datetime, period_start: datetime, duration: timedelta, levels: int,
                        protect_from_level: int, max_protection: timedelta) -> bool:
     """True once a run has been protected for ``max_protection`` in its current period (protection
     begins at ``protect_from_level`` of ``levels``): no budget is held longer than that bound."""
-    begins = current_period_start(now, period_start, duration) + duration * protect_from_level / levels
-    return now - begins >= max_protection
+    return now - protection_begins(now, period_start, duration, levels, protect_from_level) >= max_protection
 
 
 def steady_until(now: datetime, period_start: datetime, duration: timedelta, levels: int, protect_from_level: int,

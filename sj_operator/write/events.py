@@ -5,17 +5,28 @@ keep their order whenever they are recorded. A few workers record them, one step
 each once no run has been launched for a moment (`pacing.event_wait`: in a burst the API server serves the
 launches first). Past `EVENT_BACKLOG` steps waiting, new ones are dropped and counted, as client-go's
 recorder drops on overflow; an SJ's waiting protection toggle is replaced by its next one.
+
+Victim steering's routine toggles (`Event.routine`: a run's ``Protected``, a period's ``Unprotected``) recur
+every checkpoint period of every running SJ. They are aggregated as client-go aggregates repeated Events (its
+recorder's correlator counts an Event seen again into the one it made, and the events library's series count
+repeated ones and write the count at most every so often): each SJ has one Event per such reason (a `Series`),
+made at its first occurrence; later ones are counted into it, and its ``count``, ``lastTimestamp`` and message
+(the latest one's) are written no more often than every `EVENT_SERIES_INTERVAL` seconds. The other Events
+(a drain's, the protection's bound, steering's exemption, a budget's name taken) are recorded each time. Counts
+not written yet when the process stops are lost, as client-go's are; a new leader begins its own series.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sj_operator.kube import Kube, in_background
+from sj_operator.kube import Kube, KubeError, in_background
 from sj_operator.metrics import Metrics
 from sj_operator.names import API_VERSION, KIND
 from sj_operator.observed import SJObject
@@ -23,7 +34,7 @@ from sj_operator.pacing import event_wait
 from sj_operator.policy.lifecycle import Event
 from sj_operator.write.pool import Pool
 
-__all__ = ["EVENT_BACKLOG", "EVENT_WORKERS", "STEERING_REASONS", "Recorder"]
+__all__ = ["EVENT_BACKLOG", "EVENT_SERIES_INTERVAL", "EVENT_WORKERS", "STEERING_REASONS", "Recorder", "Series"]
 
 log = logging.getLogger("sj_operator.controller")
 
@@ -38,6 +49,10 @@ EVENT_WORKERS = 4
 """Events recorded at once, each worker one step's Events after another."""
 DROP_WARNING_EVERY = 60.0
 """Seconds between two warnings that Events are dropped."""
+EVENT_SERIES_INTERVAL = 60.0
+"""Seconds between two writes of one SJ's aggregated routine steering Event (`Series`): its first occurrence is
+recorded at once, the later ones counted, and the count written at most this often (the last counts of a series
+are written this long after the previous write at the latest, by a pass the loop is asked for)."""
 
 
 @dataclass(frozen=True)
@@ -49,16 +64,42 @@ class Involved:
     uid: str
 
 
+@dataclass(slots=True, eq=False)
+class Series:
+    """One SJ's Event of a routine steering reason (`Event.routine`): how often it occurred, and what of that the
+    API server holds."""
+    sj: Involved
+    type: str
+    reason: str
+    message: str
+    """The latest occurrence's."""
+    first: datetime
+    last: datetime
+    """When it first and last occurred (the injected clock)."""
+    count: int = 1
+    written: int = 0
+    """The count the API server holds."""
+    name: str | None = None
+    """The Event's name, once made."""
+    written_at: float = 0.0
+    """When (monotonic) its count was last written."""
+    busy: bool = False
+    """A write of it is queued or under way (it writes the count it finds when it goes)."""
+    scheduled: bool = False
+    """It waits in the recorder's heap for its next write."""
+
+
 @dataclass(slots=True)
 class Unrecorded:
     """One step's Events waiting to be recorded, when they happened, and how many earlier steering steps of
-    the SJ they replaced while waiting."""
+    the SJ they replaced while waiting; or a write of a `Series`."""
     sj: Involved
     events: tuple[Event, ...]
     at: datetime
     queued: float
     """When it was queued (monotonic seconds): how long it has waited for launches (`pacing.event_wait`)."""
     replaced: int = 0
+    series: Series | None = None
 
 
 class Recorder:
@@ -71,18 +112,28 @@ class Recorder:
         self.steering_unrecorded: dict[str, Unrecorded] = {}
         """By SJ uid: its waiting step of steering Events only (`STEERING_REASONS`), which a newer one
         replaces."""
+        self.series: dict[str, dict[str, Series]] = {}
+        """By SJ uid, by reason: its aggregated routine steering Events."""
+        self._due: list[tuple[float, int, Series]] = []
+        """A heap of when each series with counts not written yet may be written next."""
+        self._tickets = itertools.count()
         self._flushing = False
         self._held: set[asyncio.Future[None]] = set()
         """Workers waiting for launches: `flushing` lets them go."""
         self._drop_warned = 0.0
 
     def record(self, sj: SJObject, events: Iterable[Event]) -> None:
-        """Logs the Events and queues them, stamped now."""
+        """Logs the Events and queues them, stamped now; routine steering Events are counted into their series."""
         events = tuple(events)
         if not events:
             return
         for ev in events:
             log.info("%s: %s: %s", sj.key, ev.reason, ev.message)
+        if all(ev.routine for ev in events):
+            self.steering_unrecorded.pop(sj.uid, None)  # a later toggle does not jump over it
+            for ev in events:
+                self._occurred(sj, ev)
+            return
         steering = all(ev.reason in STEERING_REASONS for ev in events)
         if not steering:
             # Another step's Events come after the waiting toggle: a later toggle does not jump over them.
@@ -92,18 +143,104 @@ class Recorder:
             waiting.events, waiting.at, waiting.queued = events, self.clock(), self.monotonic()
             self.metrics.events_replaced.inc()
             return
+        entry = Unrecorded(Involved(sj.namespace, sj.name, sj.uid), events, self.clock(), self.monotonic())
+        if self._queue(entry, dropped=len(events)) and steering:
+            self.steering_unrecorded[sj.uid] = entry
+
+    def _queue(self, entry: Unrecorded, *, dropped: int) -> bool:
+        """Queues ``entry`` unless `EVENT_BACKLOG` steps wait already (then ``dropped`` Events are counted)."""
         queue = self.pool.queue
         if len(queue) >= EVENT_BACKLOG:
-            self.metrics.events_dropped.inc(len(events))
-            if self.monotonic() >= self._drop_warned:
-                self._drop_warned = self.monotonic() + DROP_WARNING_EVERY
-                log.warning("Events are dropped: %d are waiting to be recorded (scavenger_events_dropped_total)",
-                            len(queue))
-            return
-        entry = Unrecorded(Involved(sj.namespace, sj.name, sj.uid), events, self.clock(), self.monotonic())
-        if steering:
-            self.steering_unrecorded[sj.uid] = entry
+            if dropped:
+                self.metrics.events_dropped.inc(dropped)
+                if self.monotonic() >= self._drop_warned:
+                    self._drop_warned = self.monotonic() + DROP_WARNING_EVERY
+                    log.warning("Events are dropped: %d are waiting to be recorded (scavenger_events_dropped_total)",
+                                len(queue))
+            return False
         self.pool.submit((entry,))
+        return True
+
+    # --- routine steering Events, aggregated ----------------------------------------------------------------
+    def _occurred(self, sj: SJObject, ev: Event) -> None:
+        """A routine steering Event: its SJ's series of that reason made (its Event queued), or counted."""
+        at = self.clock()
+        series = self.series.get(sj.uid, {}).get(ev.reason)
+        if series is None:
+            self._begin(Series(Involved(sj.namespace, sj.name, sj.uid), ev.type, ev.reason, ev.message, at, at))
+            return
+        series.count += 1
+        series.last, series.message = at, ev.message
+        self.metrics.events_aggregated.inc()
+        self._write_when_due(series)
+
+    def _begin(self, series: Series) -> None:
+        """A new series: its Event queued (dropped and counted past the backlog: the next occurrence begins it)."""
+        if self._queue(Unrecorded(series.sj, (), series.first, self.monotonic(), series=series), dropped=series.count):
+            series.busy = True
+            self.series.setdefault(series.sj.uid, {})[series.reason] = series
+
+    def _write_when_due(self, series: Series) -> None:
+        """Queues the write of the series' counts now if its last write was `EVENT_SERIES_INTERVAL` ago, else
+        schedules it then (`flush_due`); nothing while a write of it is queued or under way (it takes the count
+        it finds, and asks again after) or nothing is left to write."""
+        if series.busy or series.scheduled or series.name is None or series.count == series.written:
+            return
+        due = series.written_at + EVENT_SERIES_INTERVAL
+        if self.monotonic() < due:
+            series.scheduled = True
+            heapq.heappush(self._due, (due, next(self._tickets), series))
+        elif self._queue(Unrecorded(series.sj, (), series.last, self.monotonic(), series=series), dropped=0):
+            series.busy = True
+        else:  # the backlog is full: nothing is lost, the count is written later
+            series.written_at = self.monotonic()
+            self._write_when_due(series)
+
+    def flush_due(self) -> None:
+        """Queues the writes of the series whose next write is due."""
+        heap, now = self._due, self.monotonic()
+        while heap and heap[0][0] <= now:
+            _, _, series = heapq.heappop(heap)
+            series.scheduled = False
+            if self.series.get(series.sj.uid, {}).get(series.reason) is series:
+                self._write_when_due(series)
+
+    def due_in(self) -> float | None:
+        """Seconds until the next series write is due (None: none waits)."""
+        return max(0.0, self._due[0][0] - self.monotonic()) if self._due else None
+
+    async def _write_series(self, series: Series) -> None:
+        """Makes the series' Event with the count so far, or writes its count, last time and latest message."""
+        count, last, message, sj = series.count, series.last, series.message, series.sj
+        try:
+            if series.name is None:
+                series.name = await self.kube.event(
+                    namespace=sj.namespace, name=sj.name, uid=sj.uid, kind=KIND, api_version=API_VERSION,
+                    type_=series.type, reason=series.reason, message=message, at=last, first=series.first,
+                    count=count, named=True)
+                if series.name is None:  # not recorded (logged): the next occurrence begins a new series
+                    self._forget(series)
+                    return
+            elif not await self.kube.update_event(sj.namespace, series.name, count=count, last=last,
+                                                  message=message):
+                # Gone (the API server keeps Events about an hour): what was not written begins a new one.
+                self._forget(series)
+                self._begin(Series(sj, series.type, series.reason, message, last, last, count - series.written))
+                return
+        except KubeError as exc:
+            log.warning("could not update event %s of %s/%s: %s", series.reason, sj.namespace, sj.name, exc)
+            count = series.written  # written again after the interval
+        finally:
+            series.busy = False
+        series.written, series.written_at = count, self.monotonic()
+        self._write_when_due(series)
+
+    def _forget(self, series: Series) -> None:
+        mine = self.series.get(series.sj.uid)
+        if mine is not None and mine.get(series.reason) is series:
+            del mine[series.reason]
+            if not mine:
+                del self.series[series.sj.uid]
 
     @contextlib.asynccontextmanager
     async def flushing(self) -> AsyncIterator[None]:
@@ -136,6 +273,9 @@ class Recorder:
         return True
 
     async def _post(self, entry: Unrecorded) -> None:
+        if entry.series is not None:
+            await self._write_series(entry.series)
+            return
         sj = entry.sj
         if self.steering_unrecorded.get(sj.uid) is entry:
             del self.steering_unrecorded[sj.uid]

@@ -2,7 +2,8 @@
 
 A pass decides on the watch cache, which lags behind this process's own writes. The ledger holds them until
 the watch catches up (read-your-writes): the statuses written (a later pass builds on them, not on the
-stale copy), the runs launched (their Jobs stand in the view, their pods' room is spoken for) and the
+stale copy), the pods' protection labels written (the label is a run's protection: a later pass must not
+toggle it again), the runs launched (their Jobs stand in the view, their pods' room is spoken for) and the
 launches queued or under way. It is also where the launcher says when it last made a run, which the Event
 recorder and the record hold-back read (in a burst the API server serves the launches first).
 """
@@ -18,10 +19,11 @@ from sj_operator.decide import ClusterView, Decided, in_flight
 from sj_operator.observed import JobView, PodView, SJObject
 from sj_operator.policy.snapshot import InFlightRun
 
-__all__ = ["LAUNCHED_TTL", "WRITTEN_TTL", "Launched", "Launching", "Ledger", "Written"]
+__all__ = ["LAUNCHED_TTL", "WRITTEN_TTL", "Labelled", "Launched", "Launching", "Ledger", "Written"]
 
 WRITTEN_TTL = 30.0
-"""Seconds a status this process wrote is preferred over a watch that has not shown it yet."""
+"""Seconds a status (or a pod's protection label) this process wrote is preferred over a watch that has not shown
+it yet."""
 LAUNCHED_TTL = 60.0
 """Seconds a launch is counted as in flight (and its Job stands in the view) before the watch shows its run
 Starting."""
@@ -35,6 +37,13 @@ class Written:
     """A status this process wrote, used until the watch shows it (read-your-writes)."""
     resource_version: str
     status: Mapping[str, Any]
+    at: float
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """A pod's protection label this process wrote, used until the watch shows it."""
+    protected: bool
     at: float
 
 
@@ -72,6 +81,8 @@ class Ledger:
     monotonic: Callable[[], float]
     written: dict[str, Written] = field(default_factory=dict)
     """By SJ uid."""
+    labelled: dict[RunKey, dict[str, Labelled]] = field(default_factory=dict)
+    """By run, by pod uid: the protection labels written that the watch may not show yet."""
     launched: dict[RunKey, Launched] = field(default_factory=dict)
     launching: dict[str, Launching] = field(default_factory=dict)
     """By SJ uid: no pass decides them until their launch is done."""
@@ -111,6 +122,37 @@ class Ledger:
     def stale(self, uid: str) -> None:
         """A write of the SJ's status conflicted: what this process wrote last is not the SJ's any more."""
         self.written.pop(uid, None)
+
+    # --- pods' protection labels --------------------------------------------------------
+    def label(self, run: RunKey, pod_uid: str, protected: bool) -> None:
+        """The pod's protection label was written."""
+        self.labelled.setdefault(run, {})[pod_uid] = Labelled(protected, self.monotonic())
+
+    def with_labels(self, view: ClusterView) -> ClusterView:
+        """The view with the protection labels this process wrote that the watch does not show yet, each for
+        at most `WRITTEN_TTL` (a label someone else changed meanwhile shows after it). A label the watch shows, or
+        whose pod is gone, is forgotten; the view is the same object while no label waits."""
+        if not self.labelled:
+            return view
+        now, shown = self.monotonic(), {}
+        for key in list(self.labelled):
+            waiting = self.labelled[key]
+            pods = view.run_pods.get(key, ())
+            present = {pod.uid for pod in pods}
+            for uid in [uid for uid, entry in waiting.items() if uid not in present or now - entry.at > WRITTEN_TTL]:
+                del waiting[uid]
+            out = []
+            for pod in pods:
+                entry = waiting.get(pod.uid)
+                if entry is not None and pod.protected == entry.protected:
+                    del waiting[pod.uid]  # the watch shows it
+                    entry = None
+                out.append(pod if entry is None else replace(pod, protected=entry.protected))
+            if waiting:
+                shown[key] = tuple(out)
+            else:
+                del self.labelled[key]
+        return replace(view, run_pods={**view.run_pods, **shown}) if shown else view
 
     # --- launches ---------------------------------------------------------------------
     def begin_launch(self, uid: str, launching: Launching) -> None:

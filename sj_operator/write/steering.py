@@ -1,13 +1,21 @@
 """The steering lane: victim steering's bookkeeping, carried out in the background.
 
-A running SJ whose step only moves its running level or toggles its protection (`Step.kind` ``steers``) is
-written apart from the pass, so a pass goes on to launches and transitions at once. Up to
-`STEERING_IN_FLIGHT` SJs are carried out at a time, protection changes first; those left out are decided
-again by the next passes. While its writes are under way an SJ is held as decided: a pass neither decides
-it again nor writes it twice.
+A running SJ whose step only toggles its protection or moves its running level (`Step.kind` ``steers``) is
+written apart from the pass, so a pass goes on to launches and transitions at once. The two are served apart:
+
+- a **toggle** (`SetProtection`: the label on the run's pods, its Event; no status write) is what steering is
+  for: up to `STEERING_IN_FLIGHT` at a time, every pass topping them up;
+- a **level write** (the status's ``runningPriority`` and period start, with its protection) is a record that
+  may wait: it takes only the room the toggles leave over (none while a toggle due is left out), at most
+  `LEVEL_WRITES_IN_FLIGHT` at a time, in a pool of its own, so it never queues in front of a toggle. One left
+  out is decided again by a later pass (the level comes from the period start and the clock, never from the
+  level stored).
+
+While its writes are under way an SJ is held as decided: a pass neither decides it again nor writes it twice.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -15,19 +23,33 @@ from sj_operator.decide import Decided
 from sj_operator.kube import in_background
 from sj_operator.write.pool import Pool
 
-__all__ = ["STEERING_IN_FLIGHT", "SteeringLane"]
+__all__ = ["LEVEL_WRITES_IN_FLIGHT", "STEERING_IN_FLIGHT", "SteeringLane", "steering_order"]
 
 log = logging.getLogger(__name__)
 
 STEERING_IN_FLIGHT = 64
-"""Running SJs whose steering writes (running level, protection) may be under way in the background at once;
-each pass tops them up, and the loop is woken when half of them are done. The pass does not wait for them;
-the background lane's threads (`kube.BACKGROUND_THREADS`) bound how many calls are in flight."""
+"""Running SJs whose protection toggles may be under way in the background at once; each pass tops them up, and
+the loop is woken when half of them are done. The pass does not wait for them; the background lane's threads
+(`kube.BACKGROUND_THREADS`) bound how many calls are in flight."""
+LEVEL_WRITES_IN_FLIGHT = 4
+"""Level writes (a running SJ's level and period start in its status) under way at once, taken only when every
+toggle due is under way: a quarter of the background lane's connections (`kube.BACKGROUND_THREADS`), so the
+toggles and the Events always have the rest."""
 
 
-def _protection_first(d: Decided) -> bool:
-    """Protection changes first, then what only moves the running level."""
-    return not d.step.actions
+def _toggles(d: Decided) -> bool:
+    return bool(d.step.actions)
+
+
+def steering_order(due: Iterable[Decided], *, toggles_room: int, levels_room: int) -> list[Decided]:
+    """Which of ``due`` to carry out now: the toggles first, as many as ``toggles_room``; then, only when no
+    toggle was left out, the level writes, as many as ``levels_room``. Pure."""
+    due = list(due)
+    toggles = [d for d in due if _toggles(d)]
+    taken = toggles[:max(toggles_room, 0)]
+    if len(taken) == len(toggles):
+        taken += [d for d in due if not _toggles(d)][:max(levels_room, 0)]
+    return taken
 
 
 class SteeringLane:
@@ -35,15 +57,29 @@ class SteeringLane:
         self._apply, self._wake = apply, wake
         self.under_way: dict[str, Decided] = {}
         """By SJ uid: the decisions being carried out."""
+        self._leveling = 0
+        """How many of ``under_way`` are level writes."""
         self.pool: Pool[Decided] = Pool("steering", STEERING_IN_FLIGHT, self._steer_one)
+        self.levels: Pool[Decided] = Pool("steering-levels", LEVEL_WRITES_IN_FLIGHT, self._steer_one)
+
+    @property
+    def tasks(self) -> tuple[asyncio.Task[None], ...]:
+        """The workers of both pools."""
+        return (*self.pool.tasks, *self.levels.tasks)
 
     def steer(self, due: Iterable[Decided]) -> None:
-        """Carries out as many of ``due`` as there is room for, protection changes first."""
-        room = max(STEERING_IN_FLIGHT - len(self.under_way), 0)
-        taken = sorted(due, key=_protection_first)[:room]
+        """Carries out as many of ``due`` as there is room for, toggles first (`steering_order`); an SJ under way
+        already is left as it is (the plan leaves them out)."""
+        under_way, toggling = self.under_way, len(self.under_way) - self._leveling
+        taken = steering_order((d for d in due if d.observed.sj.uid not in under_way),
+                               toggles_room=STEERING_IN_FLIGHT - toggling,
+                               levels_room=LEVEL_WRITES_IN_FLIGHT - self._leveling)
         for d in taken:
             self.under_way[d.observed.sj.uid] = d
-        self.pool.submit(taken)
+        toggles = [d for d in taken if _toggles(d)]
+        self._leveling += len(taken) - len(toggles)
+        self.pool.submit(toggles)
+        self.levels.submit(d for d in taken if not _toggles(d))
 
     def holding(self, decided: list[Decided]) -> list[Decided]:
         """``decided`` with the SJs under way kept as they were decided when their writes began."""
@@ -57,6 +93,7 @@ class SteeringLane:
         except Exception:
             log.exception("steering writes of %s failed; deciding again", d.observed.sj.key)
         finally:
-            self.under_way.pop(d.observed.sj.uid, None)
+            if self.under_way.pop(d.observed.sj.uid, None) is not None and not _toggles(d):
+                self._leveling -= 1
             if len(self.under_way) <= STEERING_IN_FLIGHT // 2:
                 self._wake()

@@ -3,8 +3,9 @@
 A step's new status is merge-patched with the resourceVersion the decision was based on, so a decision made
 on a stale cache fails with Conflict instead of applying twice (the loop then decides again on fresher
 data); then its Events are queued for the recorder and its actions run: a run deleted, a run's protection
-toggled (its PodDisruptionBudget applied first when it may be missing). Children are only ever touched when
-the SJ controls them (its controller ownerReference), and deleted only as the very object found.
+toggled (its PodDisruptionBudget applied first when it may be missing; the label on each pod that does not carry
+it yet, kept by the ledger until the watch shows it). Children are only ever touched when the SJ controls them
+(its controller ownerReference), and deleted only as the very object found.
 """
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ log = logging.getLogger(__name__)
 BUDGET_REFRESH = 600.0
 """Seconds after this process applied an SJ's PodDisruptionBudget in which protecting a run again does not apply
 it again (only the pods' label is toggled): the budget's content is fixed per SJ, and an apply costs two
-calls once it exists (create, then patch). Past it, the budget is applied again, in case it was deleted."""
+calls once it exists (create, then patch). Past it, the budget is applied again, in case it was deleted. An SJ
+whose budget's name was someone else's is left unprotected for as long (`Writer.unprotectable`), then tried
+again."""
 
 
 _Strays = tuple[Mapping[RunKey, JobView], frozenset[OwnedRun], tuple[RunKey, ...], list[JobView]]
@@ -57,6 +60,9 @@ class Writer:
         self.clock, self.handles = clock, handles
         self.budgets: dict[str, Budget] = {}
         """By SJ uid."""
+        self.refused: dict[str, tuple[str, float]] = {}
+        """By SJ uid: the SJs whose budget's name is someone else's object, by key, and until when (monotonic) they
+        are left unprotected."""
         self._strays: _Strays | None = None
         """The Jobs, runs pointed at and launches the strays were last found in, and those strays."""
 
@@ -153,9 +159,22 @@ class Writer:
                 await self.delete_run(job.namespace, job.name, "its ScavengerJob no longer refers to this run",
                                       sj_uid=job.owner, job=job)
 
+    def unprotectable(self) -> frozenset[str]:
+        """The SJs (by key) whose budget could not be applied (its name is someone else's object) less than
+        `BUDGET_REFRESH` ago: victim steering leaves them unprotected meanwhile, as it does the runs it exempts,
+        rather than toggle their label over and over."""
+        if not self.refused:
+            return frozenset()
+        now = self.ledger.monotonic()
+        for uid in [uid for uid, (_, until) in self.refused.items() if until <= now]:
+            del self.refused[uid]
+        return frozenset(key for key, _ in self.refused.values())
+
     async def _set_protection(self, o: Observed, action: SetProtection) -> None:
-        """Toggles the label the SJ's PodDisruptionBudget selects on every pod of the run; the budget is applied
-        first when it may be missing or counts another number of pods (a fallback's run)."""
+        """Toggles the label the SJ's PodDisruptionBudget selects on every pod of the run that does not carry it
+        yet (each label written is kept by the ledger until the watch shows it: a pass in between does not toggle
+        it again); the budget is applied first when it may be missing or counts another number of pods (a
+        fallback's run). A routine toggle's lateness is measured once its pods are labelled."""
         now, pods, applied = self.ledger.monotonic(), _run_size(o), self.budgets.get(o.sj.uid)
         if action.protected and (applied is None or applied.pods != pods or now - applied.at > BUDGET_REFRESH):
             try:
@@ -163,13 +182,19 @@ class Writer:
             except NameTaken as exc:
                 # Someone else's budget of its name: neither patched nor taken, and the run is not protected.
                 log.warning("%s is not protected: %s", o.sj.key, exc.message)
+                self.refused[o.sj.uid] = (o.sj.key, now + BUDGET_REFRESH)
                 self.recorder.record(o.sj, (Event("Warning", "NameTaken", f"the run is not protected: {exc.message}"),))
                 return
             self.budgets[o.sj.uid] = Budget(now, pods)
-        value = "true" if action.protected else "false"
+        value, run, labelled = "true" if action.protected else "false", (o.sj.namespace, action.job_name), False
         for pod in o.run.pods:
             if not pod.terminal and pod.protected != action.protected:
                 await self.kube.label_pod(o.sj.namespace, pod.name, {LABEL_PROTECTED: value})
+                self.ledger.label(run, pod.uid, action.protected)
+                labelled = True
+        if labelled and action.due is not None:
+            late = (self.clock() - action.due).total_seconds()
+            self.metrics.toggle_lateness.labels("protect" if action.protected else "unprotect").observe(max(late, 0.0))
 
     async def _apply_budget(self, pdb: Mapping[str, Any], sj_uid: str) -> None:
         """Creates the SJ's budget, or patches the one it controls (as read: Conflict when it changed since)."""

@@ -179,5 +179,14 @@ def run_pods(api: client.ApiClient, namespace: str, run: str) -> list[Any]:
     return client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"scavenger.dev/run={run}").items
 
 
+def protected(api: client.ApiClient, namespace: str, name: str) -> bool | None:
+    """Whether the SJ's current run is protected: the label its budget selects, on every pod not being deleted
+    (None while they disagree). The status's ``protected`` is only written with the running level."""
+    st = status(api, namespace, name)
+    pods = run_pods(api, namespace, st.get("jobName", ""))
+    labels = {p.metadata.labels.get("scavenger.dev/protected") for p in pods if p.metadata.deletion_timestamp is None}
+    return {"true": True, "false": False}.get(labels.pop()) if len(labels) == 1 else None
+
+
 def jobs_of(api: client.ApiClient, namespace: str, sj: str) -> list[Any]:
     return client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=f"scavenger.dev/job-name={sj}").items

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from sj_operator.settings import Pool
 from tests.e2e.kube import TEST_TAINT_KEY, dedicated_node, sim_container, unique, wait_for
-from tests.e2e.sj import InProcessOperator, create_sj, run_pods, sj_spec, status, wait_phase
+from tests.e2e.sj import InProcessOperator, create_sj, protected, run_pods, sj_spec, status, wait_phase
 from tests.e2e.sj import test_config as operator_config
 
 pytestmark = pytest.mark.kwok_only  # every test here runs on dedicated simulated nodes
@@ -58,9 +58,8 @@ def test_a_drain_never_waits_on_a_protected_sj(api: client.ApiClient, namespace:
         for name in names:
             wait_phase(api, namespace, name, "Running", timeout=60)
         # Both ask for protection (level 0 of protect level 0); steering leaves one open: one stays protected.
-        protected = wait_for("a protected SJ", lambda: [n for n in names if status(api, namespace, n).get("protected")],
-                             timeout=30)
-        assert len(protected) == 1
+        held = wait_for("a protected SJ", lambda: [n for n in names if protected(api, namespace, n)], timeout=30)
+        assert len(held) == 1
         with dedicated_node(cpu="4", extra={"scavenger.dev/e2e-pool": pool}) as second:
             started = time.monotonic()
             drained = subprocess.run(

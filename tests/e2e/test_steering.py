@@ -9,18 +9,11 @@ import pytest
 from kubernetes import client
 
 from tests.e2e.kube import dedicated_node, wait_for, workload_pod
-from tests.e2e.sj import create_sj, event_messages, run_pods, sj_spec, status, wait_phase
+from tests.e2e.sj import create_sj, event_messages, protected, run_pods, sj_spec, status, wait_phase
 
 pytestmark = pytest.mark.kwok_only
 
 OPERATOR_CONFIG = {"protect_level": 1}
-
-
-def _protected(api, namespace: str, name: str) -> bool | None:
-    st = status(api, namespace, name)
-    pods = run_pods(api, namespace, st.get("jobName", ""))
-    labels = {p.metadata.labels.get("scavenger.dev/protected") for p in pods if p.metadata.deletion_timestamp is None}
-    return {"true": True, "false": False}.get(labels.pop()) if len(labels) == 1 else None
 
 
 def _budget_synced(api, namespace: str, name: str, pods: int) -> bool:
@@ -64,8 +57,8 @@ def test_protection_steers_the_preemption_away_from_the_youngest_pod(api, namesp
                                                     **pinned))
         _started(api, namespace, "urgent")
         # 20 s into its 40 s period "urgent" reaches level 1 and is protected; the others stay at level 0.
-        wait_for("urgent protected", lambda: _protected(api, namespace, "urgent") is True, timeout=30)
-        assert _protected(api, namespace, "steady-a") is False and _protected(api, namespace, "steady-b") is False
+        wait_for("urgent protected", lambda: protected(api, namespace, "urgent") is True, timeout=30)
+        assert protected(api, namespace, "steady-a") is False and protected(api, namespace, "steady-b") is False
         wait_for("urgent's budget worked out by the disruption controller",
                  lambda: _budget_synced(api, namespace, "urgent", pods=1), timeout=30)
 
@@ -90,14 +83,14 @@ def test_after_a_period_boundary_the_formerly_protected_sj_is_the_victim(api, na
             create_sj(api, namespace, name, sj_spec(**spec))
             _started(api, namespace, name)
             time.sleep(2)
-        wait_for("first protected beside level-0 runs", lambda: _protected(api, namespace, "first") is True,
+        wait_for("first protected beside level-0 runs", lambda: protected(api, namespace, "first") is True,
                  timeout=20)
         # 60 s after it started, "first" has checkpointed: level 0, unprotected; the others are at level 1
         # until 80 s, which leaves the preemption below a 20 s window even on a busy 2-core machine.
-        wait_for("first unprotected after its period", lambda: _protected(api, namespace, "first") is False,
+        wait_for("first unprotected after its period", lambda: protected(api, namespace, "first") is False,
                  timeout=60)
-        wait_for("second and third protected", lambda: _protected(api, namespace, "second") is True
-                 and _protected(api, namespace, "third") is True, timeout=20)
+        wait_for("second and third protected", lambda: protected(api, namespace, "second") is True
+                 and protected(api, namespace, "third") is True, timeout=20)
         st = status(api, namespace, "first")
         assert st["runningPriority"] == 0
         assert st["priorityStartOverTimestamp"] > st["runningTimestamps"][-1]
@@ -169,8 +162,8 @@ def test_when_every_run_would_be_protected_the_least_unsaved_one_is_left_unprote
         # past 8 s into theirs (level >= 1). Then p is the only unprotected run.
         first = _started(api, namespace, "p")
         time.sleep(max(0.0, (first + timedelta(seconds=25) - datetime.now(first.tzinfo)).total_seconds()))
-        wait_for("p unprotected, q and r protected", lambda: _protected(api, namespace, "p") is False
-                 and _protected(api, namespace, "q") is True and _protected(api, namespace, "r") is True, timeout=15)
+        wait_for("p unprotected, q and r protected", lambda: protected(api, namespace, "p") is False
+                 and protected(api, namespace, "q") is True and protected(api, namespace, "r") is True, timeout=15)
         # Now wait until p is itself past level 1 again: every run's level asks for protection.
         wait_for("all at level >= 1", lambda: all(status(api, namespace, n).get("runningPriority", 0) >= 1
                                                   for n in ("p", "q", "r")), timeout=30)
@@ -180,7 +173,7 @@ def test_when_every_run_would_be_protected_the_least_unsaved_one_is_left_unprote
             unsaved[name] = datetime.now(first.tzinfo) - datetime.fromisoformat(
                 st["priorityStartOverTimestamp"].replace("Z", "+00:00"))
         least = min(unsaved, key=unsaved.get)
-        wait_for(f"{least} exempted", lambda: [n for n in ("p", "q", "r") if _protected(api, namespace, n) is False]
+        wait_for(f"{least} exempted", lambda: [n for n in ("p", "q", "r") if protected(api, namespace, n) is False]
                  == [least], timeout=10)
         _owner(core, namespace, pinned)
         victims = wait_for("a victim", lambda: _interrupted(api, namespace, ["p", "q", "r"]), timeout=60)

@@ -66,6 +66,26 @@ def test_the_operators_metrics_are_scraped_and_read(served: int) -> None:
     assert metrics.http_get(served, "/readyz", timeout=5)[0] == 404
 
 
+def test_the_toggles_written_in_time_are_read_from_the_lateness_histogram_between_two_scrapes() -> None:
+    """The operator's own histogram: 4 protect toggles since the first scrape (one 50 s late, one 35 s), 1
+    unprotect 25 s late; in time means within 40 s and 20 s."""
+    from sj_operator.metrics import Metrics
+    operator = Metrics()
+
+    def scraped() -> dict[str, float]:
+        return {key: float(value) for line in operator.exposition().decode().splitlines()
+                if line and not line.startswith("#") for key, _, value in [line.rpartition(" ")]}
+
+    operator.toggle_lateness.labels("protect").observe(3)
+    before = scraped()
+    for late in (3, 12, 35, 50):
+        operator.toggle_lateness.labels("protect").observe(late)
+    operator.toggle_lateness.labels("unprotect").observe(25)
+    assert metrics.toggle_lateness(before, scraped(), {"protect": 40, "unprotect": 20}) == {
+        "toggles_protect": 4, "toggles_protect_worst_le": 60, "toggles_protect_in_time_share": 0.75,
+        "toggles_unprotect": 1, "toggles_unprotect_worst_le": 30, "toggles_unprotect_in_time_share": 0}
+
+
 def test_the_operators_running_sjs_are_waited_for_by_its_metrics(served: int) -> None:
     assert 0 <= scavenger.wait_running(served, 10, 0.9, timeout=5) < 5  # 9 of 10 run
     with pytest.raises(TimeoutError):

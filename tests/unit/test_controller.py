@@ -124,8 +124,14 @@ class FakeKube:
         self.events.append((kw["name"], kw["reason"]))
         self.stamped.append((kw["name"], kw["reason"], kw.get("at")))
         self.messages.append((kw["name"], kw["reason"], kw["message"]))
+        return f"{kw['name']}.{len(self.events)}"
+
+    async def update_event(self, namespace, name, *, count, last, message):
+        self.calls.append(("event-update", (name, count)))
+        return True
 
     async def label_pod(self, namespace, name, labels):
+        self._maybe_fail("label_pod")
         self.calls.append(("label", (name, dict(labels))))
 
     def kinds(self) -> list[str]:
@@ -926,55 +932,150 @@ def _steering_view(*ago_minutes: tuple[str, int]) -> ClusterView:
 
 
 def test_a_pass_does_not_wait_for_steerings_writes_and_leaves_the_sj_alone_until_they_are_done():
-    """"fresh" is at level 0 of its period but still protected: its status, Event and pod label go out in
-    the background. The pass returns while the label waits; the next pass writes nothing for it again."""
+    """"fresh" is at level 0 of its period but its pod still carries protection: its Event and pod label go out
+    in the background, with no status write. The pass returns while the label waits; the next pass writes nothing
+    for it again. Once the label is written, a pass that still sees the old label (the watch lags) takes it from
+    the ledger: it writes the level, not the label again."""
     kube, woken = Gated("label"), []
     controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, wake=lambda: woken.append(1))  # type: ignore[arg-type]
     v = _steering_view(("fresh", 1))
 
     async def passes() -> None:
         await controller.reconcile(v)
-        while "status" not in kube.kinds():  # the batch runs while the loop is free
+        while "event" not in kube.kinds():  # the batch runs while the loop is free; the label waits at the gate
             await asyncio.sleep(0)
         assert set(controller.steering) == {"u-fresh"} and not woken
         await controller.reconcile(v)
-        assert kube.kinds() == ["status"]
+        assert kube.kinds() == ["event"]
         kube.gate.set()
+        await controller.settle()
+        assert kube.kinds() == ["event", "label"]
+        assert not controller.steering and woken == [1]
+        await controller.reconcile(v)
         await controller.settle()
 
     asyncio.run(passes())
-    assert kube.kinds().count("status") == 1 and kube.kinds().count("label") == 1
-    assert ("fresh", "Unprotected") in kube.events
-    assert not controller.steering and woken == [1]
+    assert kube.kinds() == ["event", "label", "status"] and kube.events == [("fresh", "Unprotected")]
+    written = kube.calls[-1][1]
+    assert (written["runningPriority"], written["protected"]) == (0, False)
 
 
-def test_steering_takes_protection_changes_first_and_the_rest_on_later_passes(monkeypatch):
-    """With room for one SJ at a time: "fresh" (protection to drop) goes first; "young" (level 1 to 2, still
-    protected: the level alone) waits for the next pass."""
+class Stored(FakeKube):
+    """`FakeKube` that keeps each SJ's status as stored (the patches merged into ``stored``, which a test fills
+    first) and answers with it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stored: dict[str, dict[str, Any]] = {}
+
+    async def patch_sj_status(self, namespace, name, status, resource_version):
+        answer = await super().patch_sj_status(namespace, name, status, resource_version)
+        merged = {k: v for k, v in {**self.stored.get(name, {}), **status}.items() if v is not None}
+        self.stored[name] = merged
+        return {**answer, "status": merged}
+
+    def shown(self, v: ClusterView) -> ClusterView:
+        """``v`` with its SJs as stored."""
+        return replace(v, sjs=tuple(replace(one, status=self.stored[one.name], resource_version=str(self.rv))
+                                    for one in v.sjs))
+
+
+def test_steering_takes_protection_toggles_first_and_level_writes_with_the_room_left(monkeypatch):
+    """With room for one toggle at a time: "fresh" and "fresh2" (protection to drop) are toggled one per pass;
+    "young" (level 1 to 2, still protected: a level write, which may wait) goes only once no toggle is left out.
+    The watch never shows the labels here: the ledger does."""
     monkeypatch.setattr("sj_operator.write.steering.STEERING_IN_FLIGHT", 1)
-    kube = FakeKube()
+    kube = Stored()
     controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
-    v = _steering_view(("young", 7), ("fresh", 1))
-    fresh, fresh_pod = v.sjs[1], v.run_pods[("ns", "fresh-r1")][0]
-
-    def after() -> ClusterView:
-        """What the watch shows once it caught up with the first pass's writes for "fresh"."""
-        return replace(v, sjs=(v.sjs[0], replace(fresh, resource_version=str(kube.rv), status={
-            **fresh.status, "runningPriority": 0, "protected": False})),
-            run_pods={**v.run_pods, ("ns", "fresh-r1"): (replace(fresh_pod, protected=False),)})
+    v = _steering_view(("young", 7), ("fresh", 1), ("fresh2", 2))
+    kube.stored = {one.name: dict(one.status) for one in v.sjs}
 
     async def passes() -> list[list[tuple[str, Any]]]:
         batches = []
-        for seen in (lambda: v, after):
-            await controller.reconcile(seen())
+        for _ in range(4):
+            await controller.reconcile(kube.shown(v))
             await controller.settle()
-            batches.append([c for c in kube.calls if c[0] != "event"])
+            batches.append(sorted((kind, body["runningPriority"] if kind == "status" else body[0])
+                                  for kind, body in kube.calls if kind != "event"))
             kube.calls.clear()
         return batches
 
-    first, second = asyncio.run(passes())
-    assert [kind for kind, _ in first] == ["status", "label"] and first[0][1]["runningPriority"] == 0
-    assert [kind for kind, _ in second] == ["status"] and second[0][1]["runningPriority"] == 2
+    first, second, third, fourth = asyncio.run(passes())
+    assert first == [("label", "fresh-r1-0")]
+    assert second == [("label", "fresh2-r1-0"), ("status", 0), ("status", 2)]  # fresh's level, young's
+    assert third == [("status", 0)]  # fresh2's level
+    assert fourth == []
+    assert {name: (st["runningPriority"], st["protected"]) for name, st in kube.stored.items()} == {
+        "young": (2, True), "fresh": (0, False), "fresh2": (0, False)}
+
+
+def _lateness(controller: Controller, toggle: str) -> tuple[float | None, float | None]:
+    """The count and sum of ``scavenger_protection_toggle_lateness_seconds`` for ``toggle``."""
+    get = controller.metrics.registry.get_sample_value
+    return (get("scavenger_protection_toggle_lateness_seconds_count", {"toggle": toggle}),
+            get("scavenger_protection_toggle_lateness_seconds_sum", {"toggle": toggle}))
+
+
+def test_a_label_write_that_failed_is_tried_again_by_the_next_pass_and_one_written_is_not():
+    """"fresh" (1 minute into its period, its pod still labelled protected) is toggled; the label write fails, so
+    the next pass finds the pod still protected and toggles it again. Once written, a pass whose view still shows
+    the old label (the watch lags) writes the level instead. The toggle was due when the period began: it is
+    measured a minute late, once, when its label was written."""
+    kube = Stored()
+    kube.fail["label_pod"] = [KubeError(500, "InternalError", "etcd is slow")]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    v = _steering_view(("fresh", 1))
+    kube.stored = {one.name: dict(one.status) for one in v.sjs}
+    for _ in range(4):
+        run(controller, kube.shown(v))
+    assert [kind for kind, _ in kube.calls if not kind.startswith("event")] == ["label", "status"]
+    assert kube.stored["fresh"]["runningPriority"] == 0 and kube.stored["fresh"]["protected"] is False
+    assert kube.events == [("fresh", "Unprotected")]  # the toggle decided again is counted into its Event
+    assert _lateness(controller, "unprotect") == (1.0, 60.0) and _lateness(controller, "protect") == (None, None)
+
+
+def test_a_run_whose_budget_name_is_taken_is_left_unprotected_and_tried_again_after_the_budget_refresh(kube):
+    """"young" asks for protection, but a budget of its budget's name is someone else's: one Warning, and until
+    `BUDGET_REFRESH` has passed it is left unprotected (its level is written meanwhile) rather than toggled at
+    every pass; then it is tried again."""
+    clock = [0.0]
+    kube = Stored()
+    kube.objects[("PodDisruptionBudget", "young-protect")] = _foreign("PodDisruptionBudget", "young-protect")
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    v = _steering_view(("young", 7), ("fresh", 1))
+    v = replace(v, run_pods={key: tuple(replace(p, protected=False) for p in pods) for key, pods in v.run_pods.items()})
+    kube.stored = {one.name: dict(one.status) for one in v.sjs}
+    warned = []
+    for at in (0.0, 1.0, 2.0, BUDGET_REFRESH + 1):
+        clock[0] = at
+        run(controller, kube.shown(v))
+        warned.append(sum(1 for name, reason, _ in kube.messages if (name, reason) == ("young", "NameTaken")))
+    assert warned == [1, 1, 1, 2]
+    assert not [c for c in kube.calls if c[0] == "label"]
+    assert (kube.stored["young"]["runningPriority"], kube.stored["young"]["protected"]) == (2, False)
+
+
+def test_a_pass_writes_the_aggregated_events_counts_that_are_due_and_asks_for_a_pass_when_they_are():
+    """"fresh"'s pod is labelled protected again by someone (past the ledger's time for its own label): the toggle
+    is counted into its Event, whose count is written `EVENT_SERIES_INTERVAL` after it was made, by the pass
+    asked for then."""
+    from sj_operator.write.events import EVENT_SERIES_INTERVAL
+    from sj_operator.write.ledger import WRITTEN_TTL
+    kube, timers, t = Stored(), [], [100.0]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: t[0],  # type: ignore[arg-type]
+                            call_later=lambda delay, fn: timers.append(delay) or asyncio.get_running_loop()
+                            .call_later(3600, fn))
+    v = _steering_view(("fresh", 1))
+    kube.stored = {one.name: dict(one.status) for one in v.sjs}
+    run(controller, kube.shown(v))
+    t[0] += WRITTEN_TTL + 1
+    run(controller, kube.shown(v))
+    run(controller, kube.shown(v))  # the pass the steering lane wakes the loop for once its writes are done
+    assert kube.events == [("fresh", "Unprotected")] and timers[-1] == EVENT_SERIES_INTERVAL - WRITTEN_TTL - 1
+    t[0] = 100.0 + EVENT_SERIES_INTERVAL
+    run(controller, kube.shown(replace(v, run_pods={key: tuple(replace(p, protected=False) for p in pods)
+                                                    for key, pods in v.run_pods.items()})))
+    assert ("event-update", ("fresh.1", 2)) in kube.calls
 
 
 def test_events_past_the_backlog_are_dropped_and_counted(monkeypatch):

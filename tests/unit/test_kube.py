@@ -347,6 +347,33 @@ def test_an_event_is_stamped_with_when_it_happened() -> None:
     assert body["firstTimestamp"] == body["lastTimestamp"] == "2026-11-25T12:00:01Z"
 
 
+def test_an_aggregated_event_is_made_with_its_count_and_updated_by_name() -> None:
+    """An aggregated Event is made with the count and times so far (its name is what later writes name), then
+    its count, last time and latest message are merge-patched; an Event gone is no error, a refused one is None."""
+    first, last = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC), datetime(2026, 11, 25, 12, 5, tzinfo=UTC)
+
+    async def use(kube: Kube) -> list[Any]:
+        made = await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
+                                type_="Normal", reason="Protected", message="level 1", at=last, first=first,
+                                count=3, named=True)
+        return [made, await kube.update_event("ns", "sj.1a2b", count=5, last=last, message="level 2"),
+                await kube.update_event("ns", "sj.gone", count=6, last=last, message="level 1"),
+                await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
+                                 type_="Normal", reason="Protected", message="refused", named=True),
+                await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
+                                 type_="Normal", reason="Launched", message="not read")]
+
+    with ApiServer((201, {"metadata": {"name": "sj.1a2b"}}), (200, {}), _status(404, "gone"),
+                   _status(403, "forbidden"), (201, {"metadata": {"name": "sj.3c4d"}})) as server:
+        answers = asyncio.run(server.run(use))
+    assert answers == ["sj.1a2b", True, False, None, None]
+    made = server.requests[0].body
+    assert (made["count"], made["firstTimestamp"], made["lastTimestamp"]) == (3, "2026-11-25T12:00:01Z",
+                                                                              "2026-11-25T12:05:00Z")
+    assert server.requests[1] == Request("PATCH", "/api/v1/namespaces/ns/events/sj.1a2b", {}, MERGE, "Bearer t0ken",
+                                         {"count": 5, "lastTimestamp": "2026-11-25T12:05:00Z", "message": "level 2"})
+
+
 # --- _send: the writes made for every SJ, on the loop -------------------------------------------------
 
 @dataclass

@@ -1,19 +1,20 @@
 """The launches the ledger counts (`write.ledger.Ledger.with_launched`, `add_launched`): found again only when
 the launches, the Jobs or the runs' pods changed, and forgotten once past `LAUNCHED_TTL` (a heap of when each
 was made). Checked against the walk over every launch that they stand for, over random launches, deletions,
-Jobs, pods and clocks."""
+Jobs, pods and clocks. And the protection labels it shows until the watch does (`Ledger.with_labels`)."""
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sj_operator.decide import ClusterView
 from sj_operator.observed import JobView, PodView
 from sj_operator.policy.snapshot import InFlightRun
-from sj_operator.write.ledger import LAUNCHED_TTL, Launched, Ledger
+from sj_operator.write.ledger import LAUNCHED_TTL, WRITTEN_TTL, Launched, Ledger
 
 KEYS = [("ns", f"run-{i}") for i in range(5)]
 
@@ -87,3 +88,45 @@ def test_the_launches_counted_are_those_of_a_walk_over_every_launch(steps: list[
         ledger.add_launched(view, mine)
         assert list(mine.items()) == list(added(mirror, runs, run_pods, clock[0]).items())
         assert ledger.launched == mirror
+
+
+# --- the protection labels written, until the watch shows them ---------------------------------------------
+
+def labelled(key: tuple[str, str], i: int, protected: bool) -> PodView:
+    return replace(pod(key, i, "n1"), phase="Running", protected=protected)
+
+
+@pytest.mark.parametrize(("shown", "after", "expected", "kept"), [
+    # The watch does not show the label yet: the ledger does.
+    ((False, False), 1.0, (True, True), True),
+    # One pod shows it: that one is forgotten, the other still stands in.
+    ((True, False), 1.0, (True, True), True),
+    # Both show it: the view is the watch's, nothing kept.
+    ((True, True), 1.0, (True, True), False),
+    # Past WRITTEN_TTL the watch's view holds (someone else may have changed the label back).
+    ((False, False), WRITTEN_TTL + 1, (False, False), False),
+], ids=["not-shown-yet", "one-shown", "both-shown", "past-its-time"])
+def test_the_labels_written_stand_in_the_view_until_the_watch_shows_them(
+        shown: tuple[bool, bool], after: float, expected: tuple[bool, bool], kept: bool) -> None:
+    key, clock = KEYS[0], [0.0]
+    ledger = Ledger(lambda: clock[0])
+    for i in range(2):
+        ledger.label(key, f"{key[1]}-{i}", True)
+    other = (pod(KEYS[1], 0, "n1"),)
+    view = ClusterView(sjs=(), jobs={}, run_pods={key: tuple(labelled(key, i, on) for i, on in enumerate(shown)),
+                                                  KEYS[1]: other}, active_pods=(), nodes=())
+    clock[0] = after
+    seen = ledger.with_labels(view)
+    assert tuple(p.protected for p in seen.run_pods[key]) == expected
+    assert seen.run_pods[KEYS[1]] is other
+    assert (seen is not view) == kept and bool(ledger.labelled) == kept
+    if not kept:
+        assert ledger.with_labels(view) is view
+
+
+def test_a_label_whose_pod_is_gone_is_forgotten() -> None:
+    key = KEYS[0]
+    ledger = Ledger(lambda: 0.0)
+    ledger.label(key, f"{key[1]}-0", True)
+    view = ClusterView(sjs=(), jobs={}, run_pods={}, active_pods=(), nodes=())
+    assert ledger.with_labels(view) is view and ledger.labelled == {}

@@ -108,10 +108,12 @@ def pod(
     disrupted_at: datetime | None = None,
     finished: datetime | None = None,
     placed: datetime | None = NOW - timedelta(days=1),
+    protected: bool = False,
 ) -> PodView:
     """Member ``index`` of run ``run``. A Running pod has all containers running unless told otherwise;
     ``exit_code`` gives its one container a terminated state (that stopped at ``finished``). The scheduler
-    decided about it (``placed``) long ago unless told otherwise."""
+    decided about it (``placed``) long ago unless told otherwise; ``protected``: it carries the protection
+    label."""
     if terminations is None:
         if exit_code is None and phase == "Succeeded":
             exit_code, reason = 0, reason or "Completed"
@@ -122,6 +124,7 @@ def pod(
         requests={"cpu": 1000, "pods": 1000}, disruption=disruption, disrupted_at=disrupted_at,
         terminations=tuple(terminations),
         all_running=phase == "Running" if all_running is None else all_running, index=index, placed=placed,
+        protected=protected,
     )
 
 
@@ -952,11 +955,20 @@ def test_terminal_phases_are_sticky(
 
 def _protected_event(level: int) -> Event:
     return Event("Normal", "Protected",
-                 f"running priority {level} of 3: run {RUN1} is protected by a PodDisruptionBudget")
+                 f"running priority {level} of 3: run {RUN1} is protected by a PodDisruptionBudget", routine=True)
 
 
-UNPROTECTED = Event("Normal", "Unprotected", f"checkpoint period of 30m ended: run {RUN1} is no longer protected")
+UNPROTECTED = Event("Normal", "Unprotected", f"checkpoint period of 30m ended: run {RUN1} is no longer protected",
+                    routine=True)
 T0 = NOW - timedelta(hours=1)  # start of the period in the table below
+
+
+def _protect(due: datetime) -> SetProtection:
+    return SetProtection(RUN1, True, due=due)
+
+
+def _unprotect(due: datetime) -> SetProtection:
+    return SetProtection(RUN1, False, due=due)
 
 
 @pytest.mark.parametrize(
@@ -965,19 +977,19 @@ T0 = NOW - timedelta(hours=1)  # start of the period in the table below
         (timedelta(0), (0, False), 1, (T0, 0, False), (), ()),
         (5 * M, (0, False), 1, (T0, 0, False), (), ()),
         (10 * M - S, (0, False), 1, (T0, 0, False), (), ()),
-        (10 * M, (0, False), 1, (T0, 1, True), (SetProtection(RUN1, True),), (_protected_event(1),)),
+        (10 * M, (0, False), 1, (T0, 0, False), (_protect(T0 + 10 * M),), (_protected_event(1),)),
         (15 * M, (1, True), 1, (T0, 1, True), (), ()),
         (20 * M, (1, True), 1, (T0, 2, True), (), ()),
-        (25 * M, (0, False), 1, (T0, 2, True), (SetProtection(RUN1, True),), (_protected_event(2),)),
+        (25 * M, (0, False), 1, (T0, 0, False), (_protect(T0 + 10 * M),), (_protected_event(2),)),
         (30 * M - S, (2, True), 1, (T0, 2, True), (), ()),
-        (30 * M, (2, True), 1, (T0 + 30 * M, 0, False), (SetProtection(RUN1, False),), (UNPROTECTED,)),
+        (30 * M, (2, True), 1, (T0, 2, True), (_unprotect(T0 + 30 * M),), (UNPROTECTED,)),
         (40 * M, (2, True), 1, (T0 + 30 * M, 1, True), (), ()),
-        (95 * M, (2, True), 1, (T0 + 90 * M, 0, False), (SetProtection(RUN1, False),), (UNPROTECTED,)),
-        (130 * M, (0, False), 1, (T0 + 120 * M, 1, True), (SetProtection(RUN1, True),), (_protected_event(1),)),
-        (timedelta(0), (0, False), 0, (T0, 0, True), (SetProtection(RUN1, True),), (_protected_event(0),)),
+        (95 * M, (2, True), 1, (T0, 2, True), (_unprotect(T0 + 90 * M),), (UNPROTECTED,)),
+        (130 * M, (0, False), 1, (T0, 0, False), (_protect(T0 + 130 * M),), (_protected_event(1),)),
+        (timedelta(0), (0, False), 0, (T0, 0, False), (_protect(T0),), (_protected_event(0),)),
         (30 * M, (2, True), 0, (T0 + 30 * M, 0, True), (), ()),
         (15 * M, (0, False), 2, (T0, 1, False), (), ()),
-        (20 * M, (1, False), 2, (T0, 2, True), (SetProtection(RUN1, True),), (_protected_event(2),)),
+        (20 * M, (1, False), 2, (T0, 1, False), (_protect(T0 + 20 * M),), (_protected_event(2),)),
         (25 * M, (1, False), 3, (T0, 2, False), (), ()),
     ],
     ids=["period-start", "level-0", "just-before-level-1", "level-1-protects", "level-1-unchanged",
@@ -993,9 +1005,12 @@ def test_running_priority(
     actions: tuple[SetProtection, ...],
     events: tuple[Event, ...],
 ) -> None:
+    """``stored``: the level and protection the status records, and the protection the run's pod carries. A
+    toggle is the label and its Event alone (the status stays as it is); the level is written, with the
+    protection, once the pod carries it."""
     level, protected = stored
     before = running(T0, level=level, protected=protected)
-    result = decide(spec(), before, run_of(job(), pod(0)), now=T0 + offset,
+    result = decide(spec(), before, run_of(job(), pod(0, protected=protected)), now=T0 + offset,
                     cfg=LifecycleConfig(protect_level=protect_level))
 
     st = result.status
@@ -1005,8 +1020,52 @@ def test_running_priority(
     assert st.phase == Phase.RUNNING
     assert st.conditions == before.conditions
     assert st.running_timestamps == before.running_timestamps
+    if actions:
+        assert st == before and result.kind == "steers"  # a toggle writes no status
     if expected == (T0, level, protected):
-        assert result == Step(before)
+        assert result == Step(before, actions=actions, events=events, kind="steers" if actions else None)
+
+
+GANG = spec(parallelism=2)
+
+
+@pytest.mark.parametrize(
+    ("pods", "status_", "actions", "written"),
+    [
+        # 20 minutes into a 30-minute period of 3 levels, protected from level 1: protection asked for.
+        ((pod(0, protected=True), pod(1, protected=True)), running(T0, level=2, protected=True), (), None),
+        ((pod(0, protected=True), pod(1)), running(T0, level=2, protected=True), (_protect(T0 + 10 * M),), None),
+        ((pod(0), pod(1)), running(T0, level=2, protected=True), (_protect(T0 + 10 * M),), None),
+        ((pod(0, protected=True), pod(1, "Succeeded")), running(T0, level=2, protected=True), (), None),
+        ((pod(0, protected=True), pod(1, "Failed", exit_code=0)), running(T0, level=2, protected=True), (), None),
+        # The pods carry the protection the status does not record yet (their toggle went out alone): the level
+        # and the protection are written together.
+        ((pod(0, protected=True), pod(1, protected=True)), running(T0, level=0, protected=False), (), (T0, 2, True)),
+        ((pod(0, protected=True), pod(1, protected=True)), running(T0, level=2, protected=False), (), None),
+        # Unlabelled pods toggle even when the level moved: the toggle first, the status after.
+        ((pod(0), pod(1)), running(T0, level=0, protected=False), (_protect(T0 + 10 * M),), None),
+    ],
+    ids=["all-labelled", "one-pod-unlabelled", "none-labelled-status-says-protected", "ended-pod-ignored",
+         "failed-pod-ignored", "level-written-with-protection", "stale-protected-alone-is-not-written",
+         "toggle-before-level"],
+)
+def test_steering_compares_the_protection_with_the_pods_label(
+    pods: tuple[PodView, ...], status_: ScavengerJobStatus, actions: tuple[SetProtection, ...],
+    written: tuple[datetime, int, bool] | None,
+) -> None:
+    """What the run's pods carry is its protection, whatever the status records: pods that disagree carry
+    neither, pods that ended are not looked at. A toggle writes no status; a status written for the level
+    carries the level and the protection."""
+    result = decide(GANG, status_, run_of(job(), *pods), now=T0 + 20 * M)
+    assert result.actions == actions
+    assert result.events == ((_protected_event(2),) if actions else ())
+    if written is None:
+        assert result.status == status_
+    else:
+        st = result.status
+        assert (st.priority_start_over_timestamp, st.running_priority, st.protected) == written
+        assert st == status_.model_copy(update={"running_priority": written[1], "protected": written[2]})
+    assert result.kind == ("steers" if actions or written else None)
 
 
 def test_a_new_period_at_the_same_level_moves_the_period_start() -> None:
@@ -1019,10 +1078,12 @@ def test_a_new_period_at_the_same_level_moves_the_period_start() -> None:
 
 
 def test_an_exempted_run_is_left_unprotected_and_says_why() -> None:
-    """Level 2 of 3 asks for protection; steering exempts the run: no budget, and an Event saying so."""
+    """Level 2 of 3 asks for protection; steering exempts the run: no budget, and an Event saying so (posted
+    each time: not a routine toggle)."""
     before = running(NOW - 21 * M, level=2, protected=True)
-    result = step(spec(duration="30m"), before, run_of(job(), pod(0)), NOW, CFG, sj_name=SJ, exempt=True)
-    assert result.status.protected is False
+    result = step(spec(duration="30m"), before, run_of(job(), pod(0, protected=True)), NOW, CFG, sj_name=SJ,
+                  exempt=True)
+    assert result.status == before
     assert result.actions == (SetProtection(RUN1, False),)
     assert result.events == (Event("Normal", "Unprotected", f"run {RUN1} has the least unsaved work on its "
                                    "node(s): left unprotected so that a preemption there loses the least"),)
@@ -1030,11 +1091,13 @@ def test_an_exempted_run_is_left_unprotected_and_says_why() -> None:
 
 def test_a_run_past_its_period_loses_its_protection_with_a_reason() -> None:
     before = running(NOW - 30 * M - 10 * S, level=2, protected=True)
-    result = decide(spec(duration="30m"), before, run_of(job(), pod(0)))
-    assert result.status.protected is False and result.status.running_priority == 0
-    assert result.actions == (SetProtection(RUN1, False),)
+    result = decide(spec(duration="30m"), before, run_of(job(), pod(0, protected=True)))
+    assert result.status == before  # the label toggles first; the level is written once the pod carries it
+    assert result.actions == (SetProtection(RUN1, False, due=NOW - 10 * S),)
     assert result.events == (Event("Normal", "Unprotected", f"checkpoint period of 30m ended: run {RUN1} is no "
-                                   "longer protected"),)
+                                   "longer protected", routine=True),)
+    after = decide(spec(duration="30m"), before, run_of(job(), pod(0)))
+    assert after.status.protected is False and after.status.running_priority == 0 and after.actions == ()
 
 
 # ----------------------------------------------------------------------------- launch-time transitions
@@ -1252,9 +1315,9 @@ def test_conditions_follow_a_whole_lifecycle() -> None:
 @pytest.mark.parametrize(
     ("spec_", "before", "run", "now"),
     [
-        (spec(), running(T0, level=1, protected=True), run_of(job(), pod(0)), T0 + 15 * M),
+        (spec(), running(T0, level=1, protected=True), run_of(job(), pod(0, protected=True)), T0 + 15 * M),
         (spec(), running(T0, level=0, protected=False), run_of(job(), pod(0)), T0 + 10 * M),
-        (spec(), running(T0, level=2, protected=True), run_of(job(), pod(0)), T0 + 30 * M),
+        (spec(), running(T0, level=2, protected=True), run_of(job(), pod(0, protected=True)), T0 + 30 * M),
         (spec(), ScavengerJobStatus(), NO_RUN, NOW),
         (spec(), status(Phase.PENDING), NO_RUN, NOW),
         (spec(), status(Phase.INTERRUPTED, interrupted_count=2, not_before=NOW + M), NO_RUN, NOW),
@@ -1275,18 +1338,33 @@ def test_conditions_follow_a_whole_lifecycle() -> None:
 def test_step_is_idempotent(
     spec_: ScavengerJobSpec | InvalidSpec, before: ScavengerJobStatus, run: Run, now: datetime
 ) -> None:
+    """Once a step is carried out (its status written, its pods labelled), the next one does nothing again. A
+    protection toggle goes out alone: the level is written by the step after it, which is then the same."""
     first = decide(spec_, before, run, now=now)
+    run = carried_out(run, first.actions)
     again = decide(spec_, first.status, run, now=now)
-    assert again.status == first.status
     assert again.actions == ()
     assert again.events == ()
     assert again.waiting == first.waiting
+    if any(isinstance(a, SetProtection) for a in first.actions):
+        first, again = again, decide(spec_, again.status, run, now=now)
+        assert again.actions == () and again.events == ()
+    assert again.status == first.status
+
+
+def carried_out(run: Run, actions: Sequence[DeleteRun | SetProtection]) -> Run:
+    """The run as the cluster shows it once its protection toggles are carried out: its pods labelled."""
+    for action in actions:
+        if isinstance(action, SetProtection):
+            run = replace(run, pods=tuple(p if p.terminal else replace(p, protected=action.protected)
+                                          for p in run.pods))
+    return run
 
 
 @pytest.mark.parametrize(
     ("before", "run", "now", "waiting"),
     [
-        (running(T0, level=1, protected=True), run_of(job(), pod(0)), T0 + 15 * M, False),
+        (running(T0, level=1, protected=True), run_of(job(), pod(0, protected=True)), T0 + 15 * M, False),
         (status(Phase.PENDING), NO_RUN, NOW, True),
         (status(Phase.SUCCEEDED, job_name=RUN1, finished_timestamp=NOW - M), NO_RUN, NOW, False),
         (status(Phase.SUCCEEDED, job_name=RUN1, finished_timestamp=NOW - M), run_of(job(complete=True),

@@ -26,6 +26,7 @@ import inspect
 import json
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -73,6 +74,7 @@ SAMPLES: dict[str, Callable[[Kube], Awaitable[Any]]] = {
     "ensure_priority_class": lambda k: k.ensure_priority_class({"metadata": {"name": "x"}}),
     "event": lambda k: k.event(namespace="a", name="s", uid="u", kind="ScavengerJob", api_version="v",
                                type_="Normal", reason="R", message="m"),
+    "update_event": lambda k: k.update_event("a", "s.1", count=2, last=datetime(2026, 1, 1, tzinfo=UTC), message="m"),
 }
 """A call of each `Kube` method, with arguments enough for it to send its requests."""
 ANSWERS = {

@@ -40,8 +40,9 @@ def test_protection_is_bounded_within_a_period(since, duration, levels, level_fr
 
 def test_a_run_on_a_draining_node_drops_its_protection_and_says_why():
     before = running(NOW - 21 * M, level=2, protected=True)
-    result = step(spec(duration="30m"), before, run_of(job(), pod(0)), NOW, CFG, sj_name=SJ, draining=True)
-    assert result.status.protected is False
+    labelled = run_of(job(), pod(0, protected=True))
+    result = step(spec(duration="30m"), before, labelled, NOW, CFG, sj_name=SJ, draining=True)
+    assert result.status == before  # the toggle is the label alone: no status write
     assert result.actions == (SetProtection(RUN1, False),)
     assert result.events == (Event("Normal", "Unprotected", f"run {RUN1} runs on a node being drained or removed: "
                                    "no protection, so the drain does not wait on it"),)
@@ -54,11 +55,15 @@ def test_a_run_on_a_draining_node_drops_its_protection_and_says_why():
 def test_no_run_holds_its_budget_longer_than_the_bound():
     cfg = LifecycleConfig(max_protection=10 * M)
     before = running(NOW - 40 * M, level=1, protected=True)  # 1h period, 3 levels: protected from 20m
-    result = step(spec(duration="1h"), before, run_of(job(), pod(0)), NOW, cfg, sj_name=SJ)
-    assert result.status.protected is False
+    labelled = run_of(job(), pod(0, protected=True))
+    result = step(spec(duration="1h"), before, labelled, NOW, cfg, sj_name=SJ)
+    assert result.actions == (SetProtection(RUN1, False),)
     assert result.events == (Event("Normal", "Unprotected", f"run {RUN1} was protected for 10m, the most a run "
                                    "may hold its budget in one period"),)
-    assert step(spec(duration="1h"), before, run_of(job(), pod(0)), NOW, CFG, sj_name=SJ).status.protected
+    assert step(spec(duration="1h"), before, labelled, NOW, CFG, sj_name=SJ).status.protected
+    # Once the pod carries it, the level (2 of 3) is written with the protection dropped.
+    after = step(spec(duration="1h"), before, run_of(job(), pod(0)), NOW, cfg, sj_name=SJ)
+    assert after.actions == () and (after.status.running_priority, after.status.protected) == (2, False)
 
 
 def test_the_loop_tells_the_state_machine_which_runs_sit_on_a_draining_node():
@@ -79,9 +84,9 @@ def test_the_loop_tells_the_state_machine_which_runs_sit_on_a_draining_node():
                             ready=True)
     ctl.run(controller, ctl.view(sj, jobs={("ns", "work-r1"): job_view}, run_pods={("ns", "work-r1"): (member,)},
                                  active=(member,), nodes=(cordoned,)))
-    written = [c for kind, c in kube.calls if kind == "status"]
-    assert written and written[-1]["protected"] is False
+    assert [kind for kind, _ in kube.calls if kind != "event"] == ["label"]  # the label alone: no status write
     assert ("label", ("work-r1-0", {"scavenger.dev/protected": "false"})) in kube.calls
+    assert kube.events == [("work", "Unprotected")]
 
 
 # --- no thrashing -------------------------------------------------------------------------------------

@@ -74,9 +74,13 @@ class World(SimulatedAPI):
         self.log.append(("create", body["kind"], body["metadata"]["name"]))
         return await super().create_child(body, owner_uid)
 
-    async def event(self, **kw: Any) -> None:
-        self.log.append(("event", kw.get("name"), kw.get("reason"), kw.get("message")))
-        await super().event(**kw)
+    async def event(self, **kw: Any) -> str:
+        self.log.append(("event", kw.get("name"), kw.get("reason"), kw.get("message"), kw.get("count")))
+        return await super().event(**kw)
+
+    async def update_event(self, *args: Any, **kw: Any) -> bool:
+        self.log.append(("update-event", *args, sorted(kw.items(), key=str)))
+        return await super().update_event(*args, **kw)
 
     async def label_pod(self, *args: Any) -> None:
         self.log.append(("label", *args))
@@ -198,6 +202,9 @@ def gauges(controller: Controller) -> dict[tuple[str, tuple[str, ...]], float]:
 # worklist and the memo both compare the Job by value).
 @example(sjs=[0], nodes=1, threshold=0.5, events=[
     ("new", 0, 0), ("job-deleting", 0, 0), ("break", 0, 0), ("job-deleting", 0, 0)])
+# Runs through their periods three minutes a pass: protection toggled on their pods, the levels written after, the
+# routine Protected/Unprotected Events counted into one per SJ and reason and their counts written.
+@example(sjs=[0, 1, 2], nodes=2, threshold=1.0, events=[("time", 0, 2)] * 12 + [("time", 0, 1)] * 4)
 @given(sjs=st.lists(st.integers(0, len(SPECS) - 1), min_size=1, max_size=9), nodes=st.integers(1, 3),
        threshold=st.sampled_from([0.5, 0.7, 1.0]), events=EVENTS)
 def test_the_incremental_pass_writes_exactly_what_a_pass_over_every_sj_writes(

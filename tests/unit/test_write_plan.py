@@ -74,3 +74,69 @@ def test_the_plans_of_a_passs_slices_join_in_order() -> None:
     parts = [plan_writes([d], admitted=set(), busy=set(), launches=LAUNCHING, now=NOW) for d in (a, b, c)]
     whole = plan_writes([a, b, c], admitted=set(), busy=set(), launches=LAUNCHING, now=NOW)
     assert joined(parts) == whole
+
+
+# --- the steering lane: toggles first, level writes with the room left --------------------------------------
+
+def steered(name: str, toggle: bool) -> Decided:
+    """A running SJ's steering decision: a protection toggle (its label and Event, no status), or a level write."""
+    sj = SJObject(namespace="ns", name=name, uid=f"u-{name}", generation=1, resource_version="7", created=NOW,
+                  deleting=False, spec={"image": "busybox"}, status={})
+    running = ScavengerJobStatus(phase=Phase.RUNNING, job_name=f"{name}-r1", running_priority=0)
+    observed = Observed(sj, "7", {}, running, parse_spec({"image": "busybox"}), Run(job=None))
+    if toggle:
+        return Decided(observed, Step(running, (SetProtection(f"{name}-r1", True),),
+                                      (Event("Normal", "Protected", "protected", routine=True),), kind="steers"))
+    return Decided(observed, Step(running.model_copy(update={"running_priority": 1}), kind="steers"))
+
+
+@pytest.mark.parametrize(("due", "toggles_room", "levels_room", "taken"), [
+    ("TTLL", 4, 4, "TTLL"),  # room for all
+    ("LTLT", 4, 4, "TTLL"),  # toggles first, whatever the order they came in
+    ("LTLT", 1, 4, "T"),  # a toggle left out: no level write
+    ("LTTL", 2, 1, "TTL"),  # every toggle taken: the level writes take their own room
+    ("LLLL", 0, 2, "LL"),  # no toggle due: level writes up to their room
+    ("LLTT", 2, 0, "TT"),  # no room for level writes
+    ("TTTT", 0, 4, ""),  # no room for toggles: nothing, not even the level writes
+    ("", 3, 3, ""),
+], ids=["room-for-all", "toggles-first", "toggle-left-out", "levels-own-room", "levels-only", "no-level-room",
+        "no-toggle-room", "nothing-due"])
+def test_the_steering_lane_serves_every_toggle_before_any_level_write(due: str, toggles_room: int, levels_room: int,
+                                                                      taken: str) -> None:
+    from sj_operator.write.steering import steering_order
+    decisions = [steered(f"s{i}", kind == "T") for i, kind in enumerate(due)]
+    chosen = steering_order(decisions, toggles_room=toggles_room, levels_room=levels_room)
+    assert "".join("T" if d.step.actions else "L" for d in chosen) == taken
+    # In the order they came in, within each kind.
+    assert chosen == [d for d in decisions if d.step.actions and d in chosen] + [
+        d for d in decisions if not d.step.actions and d in chosen]
+
+
+def test_level_writes_under_way_never_take_a_toggles_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two toggles in flight at most, one level write: while a level write is under way the next pass's toggles
+    still have their whole room; the level writes left out are decided again (not queued)."""
+    import asyncio
+
+    from sj_operator.write import steering
+    monkeypatch.setattr(steering, "STEERING_IN_FLIGHT", 2)
+    monkeypatch.setattr(steering, "LEVEL_WRITES_IN_FLIGHT", 1)
+    gate, applied = asyncio.Event(), []
+
+    async def apply(d: Decided) -> None:
+        await gate.wait()
+        applied.append(d.observed.sj.name)
+
+    async def passes() -> tuple[list[str], list[str]]:
+        lane = steering.SteeringLane(apply, lambda: None)
+        lane.steer([steered("l1", False), steered("l2", False)])
+        first = sorted(lane.under_way)
+        lane.steer([steered("t1", True), steered("t2", True), steered("t3", True), steered("l2", False)])
+        second = sorted(lane.under_way)
+        gate.set()
+        await asyncio.gather(*lane.tasks)
+        return first, second
+
+    first, second = asyncio.run(passes())
+    assert first == ["u-l1"]
+    assert second == ["u-l1", "u-t1", "u-t2"]
+    assert sorted(applied) == ["l1", "t1", "t2"]
