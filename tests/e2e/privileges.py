@@ -23,7 +23,7 @@ MAY = [
     ("get", "configmaps", "team-a"), ("create", "configmaps", "team-a"), ("patch", "configmaps", "team-a"),
     ("get", "persistentvolumeclaims", "team-a"),
     ("create", "poddisruptionbudgets.policy", "team-a"), ("patch", "poddisruptionbudgets.policy", "team-a"),
-    ("create", "events", "team-a"), ("create", "priorityclasses.scheduling.k8s.io", ""),
+    ("create", "events", "team-a"), ("patch", "events", "team-a"), ("create", "priorityclasses.scheduling.k8s.io", ""),
     ("watch", "nodes", ""), ("watch", "namespaces", ""), ("watch", "resourcequotas", ""),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io", ""),
     # Its own namespace: its Lease and its webhook's Secret, by name.
