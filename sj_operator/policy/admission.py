@@ -80,7 +80,7 @@ from sj_operator.policy.queue import (
     waiting_again_since,
     waiting_since,
 )
-from sj_operator.policy.snapshot import ClusterSnapshot, NamespaceQuota, NodeView, QueuedSJ, Taint
+from sj_operator.policy.snapshot import ClusterSnapshot, NamespaceQuota, NodeView, QueuedSJ, Resources, Taint
 from sj_operator.settings import Pool
 
 
@@ -99,9 +99,9 @@ RoomReason = Literal[NoRoom, "QuotaExceeded"]
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """Why the SJ ``key`` was not admitted in this pass, with the numbers."""
+    """Why an SJ was not admitted in this pass, with the numbers (the SJs refused for one reason in a row share
+    one: `_Refused`)."""
 
-    key: str
     reason: RoomReason
     message: str
 
@@ -205,7 +205,7 @@ def _kept_behind(head: QueuedSJ, behind: Iterable[QueuedSJ], taken: set[str], no
     kept = _kept_for(head)
     for sj in behind:
         if sj.key not in taken and not _backing_off(sj, now):
-            waiting[sj.key] = Waiting(sj.key, "NoNodeFitsGang", f"{needs_text(sj)}; {kept}")
+            waiting[sj.key] = Waiting("NoNodeFitsGang", f"{needs_text(sj)}; {kept}")
 
 
 def _ledger(snapshot: ClusterSnapshot, config: PolicyConfig,
@@ -227,21 +227,24 @@ class _Refused:
     it did, its room only ever shrinks), and the walk needs nothing more of it."""
 
     pods: int
-    request: tuple[tuple[str, int], ...]
+    request: Resources
+    items: tuple[tuple[str, int], ...]
     """Its request's items, in their order (the same request in another order is only not known as alike)."""
     node_selector: Mapping[str, str]
     tolerations: tuple[object, ...]
     reservations: int
-    why: tuple[RoomReason, str]
+    why: Waiting
 
     def again(self, sj: QueuedSJ, state: CapacityLedger, waiting: dict[str, Waiting]) -> bool:
-        """Whether ``sj`` is refused for this very reason (then it waits with it)."""
+        """Whether ``sj`` is refused for this very reason (then it waits with it). SJs that share a spec share
+        its request and selector (`decide.queue_shape`): those are known alike at once."""
         if (sj.fallbacks or sj.pods != self.pods or state.reservations != self.reservations
-                or tuple(sj.request.items()) != self.request
-                or ((sj.node_selector or self.node_selector) and sj.node_selector != self.node_selector)
+                or (sj.request is not self.request and tuple(sj.request.items()) != self.items)
+                or (sj.node_selector is not self.node_selector and (sj.node_selector or self.node_selector)
+                    and sj.node_selector != self.node_selector)
                 or ((sj.tolerations or self.tolerations) and sj.tolerations != self.tolerations)):
             return False
-        waiting[sj.key] = Waiting(sj.key, *self.why)
+        waiting[sj.key] = self.why
         return True
 
 
@@ -260,14 +263,14 @@ def _refuse(sj: QueuedSJ, state: CapacityLedger, need: Need, over_quota: str | N
     if waiting is None:
         return refused
     if over_quota is not None:
-        waiting[sj.key] = Waiting(sj.key, "QuotaExceeded", f"{needs_text(sj)}; {over_quota}")
+        waiting[sj.key] = Waiting("QuotaExceeded", f"{needs_text(sj)}; {over_quota}")
         return refused
     why = holds.why_not(state, sj, need, now, fair)
     waiting[sj.key] = why
     if sj.fallbacks or fair is not None:
         return refused
-    return _Refused(sj.pods, tuple(sj.request.items()), sj.node_selector, sj.tolerations, state.reservations,
-                    (why.reason, why.message))
+    return _Refused(sj.pods, sj.request, tuple(sj.request.items()), sj.node_selector, sj.tolerations,
+                    state.reservations, why)
 
 
 _TICK = timedelta(microseconds=1)
@@ -332,10 +335,10 @@ class _Holds:
         """Why ``sj``, within its namespace's quota, was not admitted: the holds, when it would be without them;
         else what keeps it out even without them (with the numbers of the room but for the holds)."""
         if self._holder is None or self._unheld is None:
-            return Waiting(sj.key, *state.why_not(sj, need))
+            return Waiting(*state.why_not(sj, need))
         if _choose(self._unheld, sj, need, now, fair, preferred=True) is not None:
-            return Waiting(sj.key, "NoNodeFitsGang", f"{needs_text(sj)}; {_held_for(self._holder, len(self.held) - 1)}")
-        return Waiting(sj.key, *self._unheld.why_not(sj, need))
+            return Waiting("NoNodeFitsGang", f"{needs_text(sj)}; {_held_for(self._holder, len(self.held) - 1)}")
+        return Waiting(*self._unheld.why_not(sj, need))
 
 
 def _place(state: CapacityLedger, sj: QueuedSJ, need: Need, now: datetime, fair: _FairShare | None, *,

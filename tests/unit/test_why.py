@@ -49,7 +49,7 @@ def why(nodes, queue, config=PATIENT, **kw) -> dict[str, Waiting]:
      "NoNodeFitsGang", "needs 1 pod of 1 CPU; no schedulable node matches its nodeSelector and tolerations"),
 ], ids=["threshold", "resource-nowhere", "largest-free", "gang-room", "no-eligible-node"])
 def test_each_sj_that_is_not_admitted_says_why_with_the_numbers(nodes, queue, config, reason, message):
-    assert why(nodes, queue, config) == {"ns/x": Waiting("ns/x", reason, message)}
+    assert why(nodes, queue, config) == {"ns/x": Waiting(reason, message)}
 
 
 def test_a_starving_head_keeps_the_room_and_those_behind_it_say_so():
