@@ -66,6 +66,7 @@ from sj_operator.policy.capacity import (
     CapacityLedger,
     EligibilityKey,
     Need,
+    NodeColumns,
     NoRoom,
     amount_text,
     need_of,
@@ -135,6 +136,8 @@ class Eligibility:
     masks: dict[EligibilityKey, list[bool] | None] = field(default_factory=dict)
     """By selector, tolerations and pool (`CapacityLedger`), over the schedulable nodes by name."""
     most: int = 1024
+    columns: NodeColumns = field(default_factory=NodeColumns)
+    """The ledger's columns of the nodes, kept between passes too."""
 
     def for_pass(self, nodes: Sequence[NodeView], pools: Sequence[Pool]) -> dict[EligibilityKey, list[bool] | None]:
         """The masks that hold for ``nodes`` and ``pools`` (none yet when either changed)."""
@@ -153,12 +156,13 @@ def decide_pass(snapshot: ClusterSnapshot, now: datetime, config: PolicyConfig =
     if now.utcoffset() is None:
         raise ValueError(f"now must be timezone-aware, got {now!r}")
     masks = None if eligibility is None else eligibility.for_pass(snapshot.nodes, config.pools)
-    state = _ledger(snapshot, config, masks)
+    columns = None if eligibility is None else eligibility.columns
+    state = _ledger(snapshot, config, masks, columns)
     taken = {run.key for run in snapshot.in_flight}
 
     admissions: list[Admission] = []
     waiting: dict[str, Waiting] = {}
-    holds = _Holds(lambda: _ledger(snapshot, config, masks) if explain else None)
+    holds = _Holds(lambda: _ledger(snapshot, config, masks, columns) if explain else None)
     head_found = False
     refused: _Refused | None = None
     fair = _FairShare(snapshot, state.totals()) if snapshot.quotas or snapshot.default_quota else None
@@ -208,11 +212,11 @@ def _kept_behind(head: QueuedSJ, behind: Iterable[QueuedSJ], taken: set[str], no
             waiting[sj.key] = Waiting("NoNodeFitsGang", f"{needs_text(sj)}; {kept}")
 
 
-def _ledger(snapshot: ClusterSnapshot, config: PolicyConfig,
-            masks: dict[EligibilityKey, list[bool] | None] | None) -> CapacityLedger:
+def _ledger(snapshot: ClusterSnapshot, config: PolicyConfig, masks: dict[EligibilityKey, list[bool] | None] | None,
+            columns: NodeColumns | None = None) -> CapacityLedger:
     """The pass's ledger before anything is admitted: the nodes' free room less the runs in flight."""
     ledger = CapacityLedger(snapshot.nodes, snapshot.cluster_requested, Fraction(str(config.threshold)),
-                            config.pools, masks)
+                            config.pools, masks, columns)
     for run in snapshot.in_flight:
         ledger.reserve_in_flight(run.unscheduled_pods, need_of(run.request), run.node_selector, run.tolerations)
     return ledger

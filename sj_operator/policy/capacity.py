@@ -23,8 +23,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from itertools import repeat
-from operator import attrgetter, floordiv, mul
+from itertools import compress, repeat
+from operator import attrgetter, floordiv, is_not, mul
 from typing import Literal
 
 from gang.placement import UNBOUNDED, node_accepts, place_identical
@@ -131,6 +131,76 @@ def _limit(totals: Mapping[str, int], threshold: Fraction) -> dict[str, int]:
     return {r: amount * threshold.numerator // threshold.denominator for r, amount in totals.items()}
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """The schedulable nodes sorted by name, and per resource their allocatable and free room as columns."""
+
+    nodes: list[NodeView]
+    names: list[str]
+    position: dict[str, int]
+    allocatable: dict[str, list[int]]
+    free: dict[str, list[int]]
+    free_total: dict[str, int]
+    max_free: dict[str, int]
+
+    @staticmethod
+    def build(nodes: Sequence[NodeView]) -> _Columns:
+        schedulable = sorted((node for node in nodes if not node.unschedulable), key=attrgetter("name"))
+        names = [node.name for node in schedulable]
+        resources = sorted({name for node in schedulable for name in node.allocatable})
+        allocatable = {r: [node.allocatable.get(r, 0) for node in schedulable] for r in resources}
+        free = {r: [node.allocatable.get(r, 0) - node.requested.get(r, 0) for node in schedulable] for r in resources}
+        return _Columns(schedulable, names, {name: i for i, name in enumerate(names)}, allocatable, free,
+                        {r: sum(filter((0).__lt__, column)) for r, column in free.items()},
+                        {r: max(column) for r, column in free.items()})
+
+    def with_requested(self, changed: Sequence[NodeView]) -> _Columns:
+        """These columns after ``changed`` nodes' requests moved (and nothing else of them), copied: a ledger
+        made from the columns before may still be in use."""
+        nodes, free = list(self.nodes), {r: list(column) for r, column in self.free.items()}
+        for node in changed:
+            if node.unschedulable:
+                continue
+            i = self.position[node.name]
+            nodes[i] = node
+            for r, column in free.items():
+                column[i] = self.allocatable[r][i] - node.requested.get(r, 0)
+        return _Columns(nodes, self.names, self.position, self.allocatable, free,
+                        {r: sum(filter((0).__lt__, column)) for r, column in free.items()},
+                        {r: max(column) for r, column in free.items()})
+
+
+class NodeColumns:
+    """The ledger's columns of the nodes, kept between passes by a caller that runs many (`policy.admission`'s
+    `Eligibility`): when only a few nodes' requests moved since the last pass (another workload's pod
+    landed), theirs are worked out again and the rest copied; otherwise all are made anew. The ledger of a
+    pass is the same either way."""
+
+    MOST_MOVED = 64
+    """More nodes changed than this: the columns are made anew."""
+
+    def __init__(self) -> None:
+        self._given: tuple[NodeView, ...] = ()
+        self._columns: _Columns | None = None
+
+    def of(self, nodes: Sequence[NodeView]) -> _Columns:
+        given, last, columns = tuple(nodes), self._given, self._columns
+        if columns is not None and len(given) == len(last):
+            moved = list(compress(range(len(given)), map(is_not, given, last)))
+            if not moved:
+                return columns
+            if len(moved) <= self.MOST_MOVED and all(_only_requests_moved(given[i], last[i]) for i in moved):
+                self._given, self._columns = given, columns.with_requested([given[i] for i in moved])
+                return self._columns
+        self._given, self._columns = given, _Columns.build(given)
+        return self._columns
+
+
+def _only_requests_moved(now: NodeView, was: NodeView) -> bool:
+    """The node is the same but for what its pods request (its labels and taints are the masks' business)."""
+    return now.name == was.name and now.unschedulable == was.unschedulable and now.allocatable == was.allocatable
+
+
 class CapacityLedger:
     """The free room and threshold usage of one admission pass, private to it (`policy.admission.decide_pass`).
 
@@ -140,21 +210,18 @@ class CapacityLedger:
     """
 
     def __init__(self, nodes: Sequence[NodeView], cluster_requested: Resources, threshold: Fraction,
-                 pools: Sequence[Pool] = (), masks: dict[EligibilityKey, list[bool] | None] | None = None) -> None:
-        self._nodes = sorted((node for node in nodes if not node.unschedulable), key=attrgetter("name"))
-        self._names = [node.name for node in self._nodes]
-        self._position = {name: index for index, name in enumerate(self._names)}
-        resources = sorted({name for node in self._nodes for name in node.allocatable})
-        self._allocatable = {r: [node.allocatable.get(r, 0) for node in self._nodes] for r in resources}
-        self._free = {
-            r: [node.allocatable.get(r, 0) - node.requested.get(r, 0) for node in self._nodes] for r in resources
-        }
-        self._free_total = {r: sum(filter((0).__lt__, column)) for r, column in self._free.items()}
-        self._max_free = {r: max(column) for r, column in self._free.items()}
+                 pools: Sequence[Pool] = (), masks: dict[EligibilityKey, list[bool] | None] | None = None,
+                 columns: NodeColumns | None = None) -> None:
+        """``columns``: the caller's, kept between passes (made here from ``nodes`` without)."""
+        cols = _Columns.build(nodes) if columns is None else columns.of(nodes)
+        self._nodes, self._names, self._position = cols.nodes, cols.names, cols.position  # read only
+        self._allocatable = cols.allocatable  # read only
+        self._free = {r: list(column) for r, column in cols.free.items()}
+        self._free_total, self._max_free = dict(cols.free_total), dict(cols.max_free)
         self._stale_max: set[str] = set()
         pool_of = {node.name: _pool_index(node, pools) for node in nodes} if pools else {}
         self._pools = _pools(nodes, self._nodes, cluster_requested, threshold, pools, pool_of, self._allocatable)
-        self._pool_of = [pool_of.get(node.name, 0) for node in self._nodes]
+        self._pool_of = [pool_of.get(node.name, 0) for node in self._nodes] if pool_of else [0] * len(self._nodes)
         self._reserved = 0
         """Reservations made so far in the pass: a cached explanation of a shape is valid while it is equal."""
         self._why_cache: dict[tuple[Need, EligibilityKey, int], tuple[int, NoRoom, str]] = {}

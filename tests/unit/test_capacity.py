@@ -4,6 +4,7 @@ way of working the room out does."""
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 from unittest import mock
 
 from hypothesis import given, settings
@@ -11,8 +12,8 @@ from hypothesis import strategies as st
 
 from gang.placement import place_identical
 from sj_operator.policy.admission import decide_pass
-from sj_operator.policy.capacity import CapacityLedger
-from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun
+from sj_operator.policy.capacity import CapacityLedger, NodeColumns
+from sj_operator.policy.snapshot import ClusterSnapshot, InFlightRun, NodeView
 from tests.unit import test_admission as adm
 from tests.unit.helpers import tol
 
@@ -52,3 +53,44 @@ def test_runs_in_flight_reserve_the_same_room_as_placing_them_over_every_nodes_c
     with mock.patch.object(CapacityLedger, "reserve_in_flight", _every_capacity_reserve):
         full = decide_pass(snap, adm.NOW, config)
     assert fast.admitted == full.admitted and fast.waiting == full.waiting
+
+
+COLUMNS = ("_nodes", "_names", "_position", "_allocatable", "_free", "_free_total", "_max_free", "_pool_of")
+
+
+@settings(max_examples=150, deadline=None)
+@given(first=adm.nodes_strategy(), changes=st.lists(st.tuples(
+    st.sampled_from(["requested", "cordon", "allocatable", "gone", "same", "all-requested"]), st.integers(0, 7),
+    st.integers(0, 12)), max_size=8))
+def test_columns_kept_between_passes_make_the_ledger_made_anew(first, changes) -> None:  # type: ignore[no-untyped-def]
+    """Passes one after another, some nodes' requests (or more of them) changed in between: the ledger made from
+    the columns kept is the ledger made from the nodes alone, and admits the same."""
+    columns, nodes = NodeColumns(), list(first)
+    for what, which, amount in [("same", 0, 0), *changes]:
+        if nodes:
+            i = which % len(nodes)
+            if what == "requested":
+                nodes[i] = replace(nodes[i], requested={"cpu": amount * adm.UNIT["cpu"]})
+            elif what == "all-requested":
+                nodes = [replace(n, requested={**n.requested, "memory": amount * adm.UNIT["memory"]}) for n in nodes]
+            elif what == "cordon":
+                nodes[i] = replace(nodes[i], unschedulable=not nodes[i].unschedulable)
+            elif what == "allocatable":
+                nodes[i] = replace(nodes[i], allocatable={**nodes[i].allocatable, "cpu": amount * adm.UNIT["cpu"]})
+            elif what == "gone":
+                del nodes[i]
+        kept = CapacityLedger(tuple(nodes), {}, Fraction(7, 10), columns=columns)
+        anew = CapacityLedger(tuple(nodes), {}, Fraction(7, 10))
+        for name in COLUMNS:
+            assert getattr(kept, name) == getattr(anew, name), (what, name)
+        need = (("cpu", adm.UNIT["cpu"]),)
+        assert kept.try_place(2, need, {}, ()) == anew.try_place(2, need, {}, ())
+
+
+def test_a_ledger_taking_room_leaves_the_columns_kept_as_they_were() -> None:
+    nodes = (NodeView("a", allocatable={"cpu": 4000}), NodeView("b", allocatable={"cpu": 4000}))
+    columns = NodeColumns()
+    ledger = CapacityLedger(nodes, {}, Fraction(1), columns=columns)
+    assert ledger.try_place(2, (("cpu", 3000),), {}, ()) is not None
+    again = CapacityLedger(nodes, {}, Fraction(1), columns=columns)
+    assert again._free == {"cpu": [4000, 4000]} and again._free_total == {"cpu": 8000}
