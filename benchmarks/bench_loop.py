@@ -57,6 +57,7 @@ from sj_operator.api import format_duration  # noqa: E402
 from sj_operator.config import OperatorConfig  # noqa: E402
 from sj_operator.controller import Controller  # noqa: E402
 from sj_operator.decide import ClusterView  # noqa: E402
+from sj_operator.kube import EventRef  # noqa: E402
 from sj_operator.names import LABEL_PROTECTED  # noqa: E402
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view, pod_view  # noqa: E402
 from sj_operator.pacing import collector_paused, tune_gc, watch_gc, watch_lag  # noqa: E402
@@ -145,9 +146,9 @@ class SimulatedAPI:
         await self._call()
         return []
 
-    async def event(self, **kw: Any) -> str:
+    async def event(self, **kw: Any) -> EventRef:
         await self._call()
-        return f"{kw.get('name')}.{self.calls:x}"
+        return EventRef(f"{kw.get('name')}.{self.calls:x}", f"event-{self.calls:x}")
 
     async def update_event(self, *_: Any, **__: Any) -> bool:
         await self._call()

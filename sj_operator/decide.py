@@ -213,7 +213,7 @@ class QueueShape:
 
 
 def queue_shape(spec: ScavengerJobSpec) -> QueueShape:
-    fallbacks = tuple(Shape(c.parallelism, freeze(pod_request(c)), dict(c.node_selector), c.tolerations)
+    fallbacks = tuple(Shape(c.parallelism, freeze(pod_request(c)), frozen_labels(c.node_selector), c.tolerations)
                       for c in (spec.config(i) for i in range(1, len(spec.fallbacks) + 1)))
     return QueueShape(freeze(pod_request(spec)), frozen_labels(spec.node_selector), fallbacks)
 

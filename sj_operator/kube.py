@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any, Final, Literal, TypeVar, cast
+from typing import Any, Final, Literal, NamedTuple, TypeVar, cast
 
 import aiohttp
 import urllib3
@@ -102,6 +102,12 @@ def needs(*accesses: Access | tuple[Access, ...]) -> Callable[[F], F]:
         return fn
 
     return declare
+
+
+class EventRef(NamedTuple):
+    """An Event this process recorded: its name and uid (`Kube.event`, `Kube.update_event`)."""
+    name: str
+    uid: str
 
 
 class KubeError(Exception):
@@ -682,10 +688,10 @@ class Kube:
     async def event(self, *, namespace: str, name: str, uid: str, kind: str, api_version: str,
                     type_: str, reason: str, message: str, component: str = "scavenger",
                     at: datetime | None = None, first: datetime | None = None, count: int = 1,
-                    named: bool = False) -> str | None:
+                    named: bool = False) -> EventRef | None:
         """Records an Event that happened ``at`` (default: now), ``count`` times since ``first`` (default: once,
-        then). With ``named``, its name (the answer is read for it), None when it could not be recorded (logged:
-        an Event is best effort); else None (the answer is not decoded)."""
+        then). With ``named``, its name and uid (the answer is read for them), None when it could not be recorded
+        (logged: an Event is best effort); else None (the answer is not decoded)."""
         now = at or datetime.now(UTC)
         body = {
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
@@ -708,19 +714,22 @@ class Kube:
             log.warning("could not record event %s on %s/%s: %s", reason, namespace, name, exc)
             return None
         meta = made.get("metadata") if isinstance(made, dict) else None
-        made_name = meta.get("name") if isinstance(meta, dict) else None
-        return made_name if isinstance(made_name, str) else None
+        made_name, made_uid = (meta.get("name"), meta.get("uid")) if isinstance(meta, dict) else (None, None)
+        return EventRef(made_name, made_uid) if isinstance(made_name, str) and isinstance(made_uid, str) else None
 
     @needs(Access("", "events", "patch"))
-    async def update_event(self, namespace: str, name: str, *, count: int, last: datetime, message: str) -> bool:
+    async def update_event(self, namespace: str, event: EventRef, *, count: int, last: datetime, message: str) -> bool:
         """Writes how often an Event this process recorded has occurred, when it last did and its latest message
         (a merge patch of its ``count``, ``lastTimestamp`` and ``message``, as client-go's recorder updates an Event
-        it sees again); False when the Event is gone. Raises `KubeError` when the API server refused."""
-        body = {"count": count, "lastTimestamp": _timestamp(last), "message": message[:1024]}
+        it sees again); False when the Event is gone or is no longer the one recorded (someone made another of its
+        name: the patch names the uid, which the API server does not let a patch change). Raises `KubeError` when
+        the API server refused."""
+        body = {"metadata": {"uid": event.uid}, "count": count, "lastTimestamp": _timestamp(last),
+                "message": message[:1024]}
         try:
-            await self._send("PATCH", f"/api/v1/namespaces/{namespace}/events/{name}", "patch_namespaced_event", body,
-                             content_type="application/merge-patch+json")
-        except NotFound:
+            await self._send("PATCH", f"/api/v1/namespaces/{namespace}/events/{event.name}", "patch_namespaced_event",
+                             body, content_type="application/merge-patch+json")
+        except (NotFound, Conflict, Invalid):
             return False
         return True
 

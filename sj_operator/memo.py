@@ -705,6 +705,8 @@ class PassMemo:
             self._shapes = {i: shape for i, shape in self._shapes.items() if i in alive}
 
 
+ALIKE_MOST_BYTES = 16 * 1024
+"""Specs and statuses larger than this, as JSON, are not shared: parsed for their SJ alone, never kept beyond it."""
 ALIKE_KEPT = 1024
 """Specs, and statuses, parsed last that an SJ alike may share: SJs alike (made from one template, queued
 together) come together, and SJs that are all different cost no more than this many entries."""
@@ -737,12 +739,15 @@ class Recent(Generic[T]):
 
 
 def as_content(raw: object) -> str | None:
-    """A raw spec or status as canonical JSON (keys sorted), to find one alike already parsed; None when it has
-    no such form (a key that is not a string, a value that is not JSON's): then it is parsed on its own."""
+    """A raw spec or status as canonical JSON (keys sorted), to find one alike already parsed; None when it is
+    larger than `ALIKE_MOST_BYTES` (what is kept for SJs alike stays small, whatever a tenant writes) or has no
+    such form (keys of mixed types, a value that is not JSON's): then it is parsed on its own. As the watch
+    brings them, keys are strings (JSON's); keys of one other type would read as their strings."""
     try:
-        return json.dumps(raw, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        content = json.dumps(raw, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         return None
+    return content if len(content) <= ALIKE_MOST_BYTES else None
 
 
 def forget_uids(tables: tuple[dict[str, Any], ...], sjs: tuple[SJObject, ...]) -> None:

@@ -84,7 +84,7 @@ class ScavengerJobStatus(_StatusModel):
     start_timeouts: int = Field(default=0, ge=0, description="Runs cancelled because they did not start in time.")
     not_before: Timestamp | None = Field(default=None, description="Earliest time of the next launch (backoff).")
     protected: bool = Field(default=False, description="Whether the current run was protected from disruption "
-                            "when the status was last written: set with the running level, not at each toggle (the "
+                            "as of the last write of its running level: set with the level, not at each toggle (the "
                             "protection is the scavenger.dev/protected label on the run's pods).")
     priority_class_name: str | None = Field(default=None, description="PriorityClass of the current run.")
     wasted_runs: int = Field(default=0, ge=0, description="Runs in a row interrupted before they completed a "

@@ -77,6 +77,9 @@ EVENT_REASONS: dict[str, tuple[Literal["Normal", "Warning"], str, str]] = {
                    "(Admitted=False)"),
     "NameTaken": ("Warning", "ScavengerJob", "an object of a name the run needs is not the SJ's: it is left "
                   "alone and the SJ waits, or a running run cannot be protected"),
+    "ProtectionFailed": ("Warning", "ScavengerJob", "the API server forbade or rejected a protection toggle's "
+                         "write (its budget, or a pod's label): the run is left unprotected for a minute, then it "
+                         "is tried again"),
     "Adopted": ("Normal", "Job", "a Job labelled scavenger.dev/scavenge=true is suspended and run by its SJ"),
     "Completed": ("Normal", "Job", "an adopted Job's SJ succeeded: the Job is Complete"),
 }

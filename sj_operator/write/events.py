@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sj_operator.kube import Kube, KubeError, in_background
+from sj_operator.kube import EventRef, Kube, KubeError, in_background
 from sj_operator.metrics import Metrics
 from sj_operator.names import API_VERSION, KIND
 from sj_operator.observed import SJObject
@@ -79,8 +79,8 @@ class Series:
     count: int = 1
     written: int = 0
     """The count the API server holds."""
-    name: str | None = None
-    """The Event's name, once made."""
+    ref: EventRef | None = None
+    """The Event's name and uid, once made."""
     written_at: float = 0.0
     """When (monotonic) its count was last written."""
     busy: bool = False
@@ -184,7 +184,7 @@ class Recorder:
         """Queues the write of the series' counts now if its last write was `EVENT_SERIES_INTERVAL` ago, else
         schedules it then (`flush_due`); nothing while a write of it is queued or under way (it takes the count
         it finds, and asks again after) or nothing is left to write."""
-        if series.busy or series.scheduled or series.name is None or series.count == series.written:
+        if series.busy or series.scheduled or series.ref is None or series.count == series.written:
             return
         due = series.written_at + EVENT_SERIES_INTERVAL
         if self.monotonic() < due:
@@ -213,19 +213,22 @@ class Recorder:
         """Makes the series' Event with the count so far, or writes its count, last time and latest message."""
         count, last, message, sj = series.count, series.last, series.message, series.sj
         try:
-            if series.name is None:
-                series.name = await self.kube.event(
+            if series.ref is None:
+                series.ref = await self.kube.event(
                     namespace=sj.namespace, name=sj.name, uid=sj.uid, kind=KIND, api_version=API_VERSION,
                     type_=series.type, reason=series.reason, message=message, at=last, first=series.first,
                     count=count, named=True)
-                if series.name is None:  # not recorded (logged): the next occurrence begins a new series
+                if series.ref is None:  # not recorded (logged): the next occurrence begins a new series
                     self._forget(series)
                     return
-            elif not await self.kube.update_event(sj.namespace, series.name, count=count, last=last,
+            elif not await self.kube.update_event(sj.namespace, series.ref, count=count, last=last,
                                                   message=message):
-                # Gone (the API server keeps Events about an hour): what was not written begins a new one.
+                # Gone (the API server keeps Events about an hour), or another of its name: what was not written
+                # begins a new one.
                 self._forget(series)
-                self._begin(Series(sj, series.type, series.reason, message, last, last, count - series.written))
+                # (with what occurred while the patch was under way too)
+                self._begin(Series(sj, series.type, series.reason, series.message, series.last, series.last,
+                                   series.count - series.written))
                 return
         except KubeError as exc:
             log.warning("could not update event %s of %s/%s: %s", series.reason, sj.namespace, sj.name, exc)

@@ -18,7 +18,7 @@ from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobSt
 from sj_operator.builders.budget import protection_budget
 from sj_operator.decide import ClusterView, Observed, OwnedRun, RunKey, stray_runs
 from sj_operator.faults import CONDITION, Fault
-from sj_operator.kube import Conflict, Kube, KubeError, NameTaken, NotFound
+from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NameTaken, NotFound
 from sj_operator.metrics import Metrics
 from sj_operator.names import LABEL_PROTECTED
 from sj_operator.observed import JobView, SJObject
@@ -30,6 +30,9 @@ __all__ = ["BUDGET_REFRESH", "Writer"]
 
 log = logging.getLogger(__name__)
 
+PROTECTION_RETRY = 60.0
+"""Seconds an SJ whose toggle the API server forbade or rejected (a quota on budgets, a policy on pod labels) is
+left unprotected before the toggle is tried again: a refused toggle is not retried at every pass."""
 BUDGET_REFRESH = 600.0
 """Seconds after this process applied an SJ's PodDisruptionBudget in which protecting a run again does not apply
 it again (only the pods' label is toggled): the budget's content is fixed per SJ, and an apply costs two
@@ -72,13 +75,17 @@ class Writer:
             if not await self._write_status(o.sj, o.resource_version, o.raw_status, result.status):
                 return False
             self._count(o, result.status)
-        self.recorder.record(o.sj, result.events)
+        toggled = True
+        if not any(isinstance(action, SetProtection) for action in result.actions):
+            self.recorder.record(o.sj, result.events)
         for action in result.actions:
             if isinstance(action, DeleteRun):
                 await self.delete_run(o.sj.namespace, action.job_name, action.reason, sj_uid=o.sj.uid,
                                       job=o.run.job)
             elif isinstance(action, SetProtection):
-                await self._set_protection(o, action)
+                toggled = await self._set_protection(o, action) and toggled
+        if toggled and any(isinstance(action, SetProtection) for action in result.actions):
+            self.recorder.record(o.sj, result.events)  # a toggle's Event says what its pods now carry
         return True
 
     async def _write_status(self, sj: SJObject, rv: str, raw: Mapping[str, Any],
@@ -170,11 +177,15 @@ class Writer:
             del self.refused[uid]
         return frozenset(key for key, _ in self.refused.values())
 
-    async def _set_protection(self, o: Observed, action: SetProtection) -> None:
+    async def _set_protection(self, o: Observed, action: SetProtection) -> bool:
         """Toggles the label the SJ's PodDisruptionBudget selects on every pod of the run that does not carry it
         yet (each label written is kept by the ledger until the watch shows it: a pass in between does not toggle
         it again); the budget is applied first when it may be missing or counts another number of pods (a
-        fallback's run). A routine toggle's lateness is measured once its pods are labelled."""
+        fallback's run). A routine toggle's lateness is measured once its pods are labelled. False when the
+        budget or a label is refused: the SJ is then left unprotected for a while (`refused`: its budget's name
+        taken, `BUDGET_REFRESH`; the API server forbade or rejected the write, `PROTECTION_RETRY`), not toggled at
+        every pass. Another error (after `kube`'s retries) is raised: the steering lane logs it and a later pass
+        tries again."""
         now, pods, applied = self.ledger.monotonic(), _run_size(o), self.budgets.get(o.sj.uid)
         if action.protected and (applied is None or applied.pods != pods or now - applied.at > BUDGET_REFRESH):
             try:
@@ -184,17 +195,32 @@ class Writer:
                 log.warning("%s is not protected: %s", o.sj.key, exc.message)
                 self.refused[o.sj.uid] = (o.sj.key, now + BUDGET_REFRESH)
                 self.recorder.record(o.sj, (Event("Warning", "NameTaken", f"the run is not protected: {exc.message}"),))
-                return
+                return False
+            except (Forbidden, Invalid) as exc:
+                self._refuse_protection(o, f"its PodDisruptionBudget could not be applied: {exc}")
+                return False
             self.budgets[o.sj.uid] = Budget(now, pods)
         value, run, labelled = "true" if action.protected else "false", (o.sj.namespace, action.job_name), False
         for pod in o.run.pods:
             if not pod.terminal and pod.protected != action.protected:
-                await self.kube.label_pod(o.sj.namespace, pod.name, {LABEL_PROTECTED: value})
+                try:
+                    await self.kube.label_pod(o.sj.namespace, pod.name, {LABEL_PROTECTED: value})
+                except (Forbidden, Invalid) as exc:
+                    self._refuse_protection(o, f"pod {pod.name} could not be labelled: {exc}")
+                    return False
                 self.ledger.label(run, pod.uid, action.protected)
                 labelled = True
         if labelled and action.due is not None:
             late = (self.clock() - action.due).total_seconds()
             self.metrics.toggle_lateness.labels("protect" if action.protected else "unprotect").observe(max(late, 0.0))
+        return True
+
+    def _refuse_protection(self, o: Observed, why: str) -> None:
+        """The API server forbade or rejected a toggle's write: the SJ is left unprotected for `PROTECTION_RETRY`
+        seconds (as `unprotectable` says), with a warning and an Event, instead of the toggle at every pass."""
+        log.warning("%s is not protected for %.0f s: %s", o.sj.key, PROTECTION_RETRY, why)
+        self.refused[o.sj.uid] = (o.sj.key, self.ledger.monotonic() + PROTECTION_RETRY)
+        self.recorder.record(o.sj, (Event("Warning", "ProtectionFailed", f"the run is not protected: {why}"),))
 
     async def _apply_budget(self, pdb: Mapping[str, Any], sj_uid: str) -> None:
         """Creates the SJ's budget, or patches the one it controls (as read: Conflict when it changed since)."""

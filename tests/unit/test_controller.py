@@ -13,13 +13,13 @@ import pytest
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView
-from sj_operator.kube import Conflict, Forbidden, Invalid, KubeError, NameTaken
+from sj_operator.kube import Conflict, EventRef, Forbidden, Invalid, KubeError, NameTaken
 from sj_operator.names import controlled_by, controller_uid, owner_reference
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view
 from sj_operator.pacing import EVENT_DEFERRAL, EVENT_QUIET
 from sj_operator.policy.outcomes import Event
 from sj_operator.policy.tenancy import resource_quota_view
-from sj_operator.write.writer import BUDGET_REFRESH
+from sj_operator.write.writer import BUDGET_REFRESH, PROTECTION_RETRY
 from tests.unit.helpers import settled_pass
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -124,10 +124,10 @@ class FakeKube:
         self.events.append((kw["name"], kw["reason"]))
         self.stamped.append((kw["name"], kw["reason"], kw.get("at")))
         self.messages.append((kw["name"], kw["reason"], kw["message"]))
-        return f"{kw['name']}.{len(self.events)}"
+        return EventRef(f"{kw['name']}.{len(self.events)}", f"uid-{len(self.events)}")
 
-    async def update_event(self, namespace, name, *, count, last, message):
-        self.calls.append(("event-update", (name, count)))
+    async def update_event(self, namespace, event, *, count, last, message):
+        self.calls.append(("event-update", (event.name, count)))
         return True
 
     async def label_pod(self, namespace, name, labels):
@@ -793,6 +793,48 @@ def test_someone_elses_budget_of_the_sjs_budget_name_is_neither_patched_nor_trus
     assert "PodDisruptionBudget ns/young-protect exists and is not this SJ's" in message
 
 
+class Refusing(FakeKube):
+    """`FakeKube` whose API server refuses a budget's create (``budget``) or a pod's label (``label``)."""
+
+    def __init__(self, refuse: str) -> None:
+        super().__init__()
+        self.refuse = refuse
+
+    async def create_child(self, body, owner_uid):
+        if self.refuse == "budget" and body["kind"] == "PodDisruptionBudget":
+            self.calls.append(("refused", body["metadata"]["name"]))
+            raise Forbidden(403, "Forbidden", "poddisruptionbudgets is forbidden: exceeded quota")
+        return await super().create_child(body, owner_uid)
+
+    async def label_pod(self, namespace, name, labels):
+        if self.refuse == "label":
+            self.calls.append(("refused", name))
+            raise Forbidden(403, "Forbidden", "denied by a policy")
+        await super().label_pod(namespace, name, labels)
+
+
+@pytest.mark.parametrize("refuse", ["budget", "label"])
+def test_a_toggle_the_api_server_refuses_is_not_retried_at_every_pass_nor_said_to_have_protected(refuse):
+    """The young run's protection is refused (a quota on budgets, a policy on labels): a Warning says so, no
+    Protected Event claims it, and the passes within `PROTECTION_RETRY` leave it unprotected rather than try
+    again; after it, the toggle is tried again."""
+    kube, clock = Refusing(refuse), [0.0]
+    old, old_job, old_pod = _running_sj("old", NOW - timedelta(minutes=25))
+    young, young_job, young_pod = _running_sj("young", NOW - timedelta(minutes=7))
+    young, young_pod = replace(young, status={**young.status, "protected": False}), replace(young_pod, protected=False)
+    v = view(old, young, jobs={("ns", "old-r1"): old_job, ("ns", "young-r1"): young_job},
+             run_pods={("ns", "old-r1"): (old_pod,), ("ns", "young-r1"): (young_pod,)}, active=(old_pod, young_pod))
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    tries = []
+    for at in (0.0, 1.0, 30.0, PROTECTION_RETRY - 1, PROTECTION_RETRY + 1):
+        clock[0] = at
+        run(controller, v)
+        tries.append(sum(1 for call in kube.calls if call[0] == "refused" and call[1].startswith("young")))
+    assert tries == [1, 1, 1, 1, 2], "refused once, then left alone until PROTECTION_RETRY has passed"
+    reasons = [(name, reason) for name, reason, _ in kube.messages if name == "young"]
+    assert ("young", "Protected") not in reasons and reasons.count(("young", "ProtectionFailed")) == 2
+
+
 # --- the background lane: steering's writes and Events ------------------------------------------------------
 
 class Gated(FakeKube):
@@ -932,30 +974,30 @@ def _steering_view(*ago_minutes: tuple[str, int]) -> ClusterView:
 
 
 def test_a_pass_does_not_wait_for_steerings_writes_and_leaves_the_sj_alone_until_they_are_done():
-    """"fresh" is at level 0 of its period but its pod still carries protection: its Event and pod label go out
-    in the background, with no status write. The pass returns while the label waits; the next pass writes nothing
-    for it again. Once the label is written, a pass that still sees the old label (the watch lags) takes it from
-    the ledger: it writes the level, not the label again."""
+    """"fresh" is at level 0 of its period but its pod still carries protection: its pod label, then its Event
+    (which says what the pod now carries), go out in the background, with no status write. The pass returns while
+    the label waits; the next pass writes nothing for it again. Once the label is written, a pass that still sees
+    the old label (the watch lags) takes it from the ledger: it writes the level, not the label again."""
     kube, woken = Gated("label"), []
     controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, wake=lambda: woken.append(1))  # type: ignore[arg-type]
     v = _steering_view(("fresh", 1))
 
     async def passes() -> None:
         await controller.reconcile(v)
-        while "event" not in kube.kinds():  # the batch runs while the loop is free; the label waits at the gate
+        for _ in range(100):  # the batch runs while the loop is free; the label waits at the gate
             await asyncio.sleep(0)
         assert set(controller.steering) == {"u-fresh"} and not woken
         await controller.reconcile(v)
-        assert kube.kinds() == ["event"]
+        assert kube.kinds() == []
         kube.gate.set()
         await controller.settle()
-        assert kube.kinds() == ["event", "label"]
+        assert kube.kinds() == ["label", "event"]
         assert not controller.steering and woken == [1]
         await controller.reconcile(v)
         await controller.settle()
 
     asyncio.run(passes())
-    assert kube.kinds() == ["event", "label", "status"] and kube.events == [("fresh", "Unprotected")]
+    assert kube.kinds() == ["label", "event", "status"] and kube.events == [("fresh", "Unprotected")]
     written = kube.calls[-1][1]
     assert (written["runningPriority"], written["protected"]) == (0, False)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from sj_operator.kube import EventRef
 from sj_operator.metrics import Metrics
 from sj_operator.observed import SJObject
 from sj_operator.policy.outcomes import Event
@@ -41,14 +42,14 @@ class Sink:
         self.updated: list[tuple[float, str, int, datetime, str]] = []
         self.gone: set[str] = set()
 
-    async def event(self, **kw: Any) -> str:
+    async def event(self, **kw: Any) -> EventRef:
         self.made.append({**kw, "when": self.clock[0]})
-        return f"{kw['name']}.{len(self.made)}"
+        return EventRef(f"{kw['name']}.{len(self.made)}", f"uid-{len(self.made)}")
 
-    async def update_event(self, namespace: str, name: str, *, count: int, last: datetime, message: str) -> bool:
-        if name in self.gone:
+    async def update_event(self, namespace: str, event: EventRef, *, count: int, last: datetime, message: str) -> bool:
+        if event.name in self.gone:
             return False
-        self.updated.append((self.clock[0], name, count, last, message))
+        self.updated.append((self.clock[0], event.name, count, last, message))
         return True
 
 

@@ -28,6 +28,7 @@ from sj_operator.kube import (
     API_THREADS,
     BACKGROUND_THREADS,
     Conflict,
+    EventRef,
     Forbidden,
     Gone,
     Invalid,
@@ -347,31 +348,37 @@ def test_an_event_is_stamped_with_when_it_happened() -> None:
     assert body["firstTimestamp"] == body["lastTimestamp"] == "2026-11-25T12:00:01Z"
 
 
-def test_an_aggregated_event_is_made_with_its_count_and_updated_by_name() -> None:
-    """An aggregated Event is made with the count and times so far (its name is what later writes name), then
-    its count, last time and latest message are merge-patched; an Event gone is no error, a refused one is None."""
+def test_an_aggregated_event_is_made_with_its_count_and_updated_by_name_and_uid() -> None:
+    """An aggregated Event is made with the count and times so far (its name and uid are what later writes name),
+    then its count, last time and latest message are merge-patched with its uid, which the API server does not
+    let a patch change: an Event gone, or another made under its name (a Conflict or Invalid answer), is False;
+    a refused create is None."""
     first, last = datetime(2026, 11, 25, 12, 0, 1, tzinfo=UTC), datetime(2026, 11, 25, 12, 5, tzinfo=UTC)
 
     async def use(kube: Kube) -> list[Any]:
         made = await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
                                 type_="Normal", reason="Protected", message="level 1", at=last, first=first,
                                 count=3, named=True)
-        return [made, await kube.update_event("ns", "sj.1a2b", count=5, last=last, message="level 2"),
-                await kube.update_event("ns", "sj.gone", count=6, last=last, message="level 1"),
+        assert made is not None
+        return [made, await kube.update_event("ns", made, count=5, last=last, message="level 2"),
+                await kube.update_event("ns", EventRef("sj.gone", "u1"), count=6, last=last, message="level 1"),
+                await kube.update_event("ns", EventRef("sj.theirs", "u2"), count=6, last=last, message="level 1"),
                 await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
                                  type_="Normal", reason="Protected", message="refused", named=True),
                 await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
                                  type_="Normal", reason="Launched", message="not read")]
 
-    with ApiServer((201, {"metadata": {"name": "sj.1a2b"}}), (200, {}), _status(404, "gone"),
-                   _status(403, "forbidden"), (201, {"metadata": {"name": "sj.3c4d"}})) as server:
+    with ApiServer((201, {"metadata": {"name": "sj.1a2b", "uid": "e-1"}}), (200, {}), _status(404, "gone"),
+                   _status(422, "field is immutable"), _status(403, "forbidden"),
+                   (201, {"metadata": {"name": "sj.3c4d", "uid": "e-2"}})) as server:
         answers = asyncio.run(server.run(use))
-    assert answers == ["sj.1a2b", True, False, None, None]
+    assert answers == [EventRef("sj.1a2b", "e-1"), True, False, False, None, None]
     made = server.requests[0].body
     assert (made["count"], made["firstTimestamp"], made["lastTimestamp"]) == (3, "2026-11-25T12:00:01Z",
                                                                               "2026-11-25T12:05:00Z")
     assert server.requests[1] == Request("PATCH", "/api/v1/namespaces/ns/events/sj.1a2b", {}, MERGE, "Bearer t0ken",
-                                         {"count": 5, "lastTimestamp": "2026-11-25T12:05:00Z", "message": "level 2"})
+                                         {"metadata": {"uid": "e-1"}, "count": 5,
+                                          "lastTimestamp": "2026-11-25T12:05:00Z", "message": "level 2"})
 
 
 # --- _send: the writes made for every SJ, on the loop -------------------------------------------------

@@ -9,7 +9,7 @@ from unittest import mock
 from sj_operator.api import DEFAULT_LIMITS, InvalidSpec, parse_spec
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
-from sj_operator.memo import ALIKE_KEPT, PassMemo, Recent, as_content
+from sj_operator.memo import ALIKE_KEPT, ALIKE_MOST_BYTES, PassMemo, Recent, as_content
 from sj_operator.observed import SJObject
 from tests.unit.helpers import settled_pass
 from tests.unit.test_controller import FakeKube, stored_status, view
@@ -73,6 +73,17 @@ def test_a_spec_or_status_without_a_json_form_is_parsed_on_its_own() -> None:
         memo = PassMemo(DEFAULT_LIMITS)
         assert isinstance(memo.spec_of(sj(spec=raw)), InvalidSpec)  # type: ignore[arg-type]
         assert memo.spec_of(sj(uid="v", spec=raw)) is not memo.spec_of(sj(spec=raw))  # type: ignore[arg-type]
+
+
+def test_a_large_spec_or_status_is_parsed_for_its_sj_alone_and_not_kept_beyond_it() -> None:
+    big = {"image": "busybox", "podAnnotations": {"a": "x" * ALIKE_MOST_BYTES}}
+    assert as_content(big) is None and as_content({"image": "busybox"}) is not None
+    memo = PassMemo(DEFAULT_LIMITS)
+    one, two = memo.spec_of(sj(uid="a", spec=big)), memo.spec_of(sj(uid="b", spec=big))
+    assert not isinstance(one, InvalidSpec) and one is not two and len(memo._spec_contents) == 0
+    status = {"phase": "Pending", "message": "m" * ALIKE_MOST_BYTES}
+    assert memo.status_of(sj(uid="a"), "1", status) is not memo.status_of(sj(uid="b"), "1", status)
+    assert len(memo._status_contents) == 0
 
 
 def test_the_specs_kept_for_sjs_alike_are_the_last_ones_used() -> None:

@@ -36,7 +36,7 @@ from aiohttp import web
 import sj_operator.handlers
 from sj_operator import caches
 from sj_operator.config import OperatorConfig
-from sj_operator.kube import ACCESS, CHILD_PATHS, Access, Kube, KubeError
+from sj_operator.kube import ACCESS, CHILD_PATHS, Access, EventRef, Kube, KubeError
 from sj_operator.names import GROUP, PLURAL, VERSION
 from sj_operator.webhook import ADOPTION_CONFIGURATION_NAME, CONFIGURATION_NAME
 from tests.unit.chart import REPO, of_kind, render
@@ -74,7 +74,8 @@ SAMPLES: dict[str, Callable[[Kube], Awaitable[Any]]] = {
     "ensure_priority_class": lambda k: k.ensure_priority_class({"metadata": {"name": "x"}}),
     "event": lambda k: k.event(namespace="a", name="s", uid="u", kind="ScavengerJob", api_version="v",
                                type_="Normal", reason="R", message="m"),
-    "update_event": lambda k: k.update_event("a", "s.1", count=2, last=datetime(2026, 1, 1, tzinfo=UTC), message="m"),
+    "update_event": lambda k: k.update_event("a", EventRef("s.1", "e"), count=2,
+                                             last=datetime(2026, 1, 1, tzinfo=UTC), message="m"),
 }
 """A call of each `Kube` method, with arguments enough for it to send its requests."""
 ANSWERS = {

@@ -74,7 +74,7 @@ class World(SimulatedAPI):
         self.log.append(("create", body["kind"], body["metadata"]["name"]))
         return await super().create_child(body, owner_uid)
 
-    async def event(self, **kw: Any) -> str:
+    async def event(self, **kw: Any) -> Any:
         self.log.append(("event", kw.get("name"), kw.get("reason"), kw.get("message"), kw.get("count")))
         return await super().event(**kw)
 
