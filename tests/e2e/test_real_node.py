@@ -380,6 +380,11 @@ def _final_thermo(log: str) -> dict[str, float]:
     return {key: float(value) for key, value in zip(words[::2], words[1::2], strict=True)}
 
 
+MELT_STEPS_IN_TEST = 24_000
+"""Steps of the LAMMPS deck in its e2e test: about a minute unthrottled, so that the run is far from its end when
+its preemption lands (the test preempts it between a restart written and half the run)."""
+
+
 # Its own waits (a restart written, then the resumed run to its end) may take longer than the suite's 300 s on
 # a CI machine that runs the kind stage beside it.
 @pytest.mark.timeout(900)
@@ -387,10 +392,13 @@ def test_lammps_gang_preempted_mid_run_resumes_from_its_restart_file_to_an_unint
         api: client.ApiClient, namespace: str, cluster_operator: None, lammps_image: str) -> None:
     """examples/lammps as it is: Debian's LAMMPS over a 3-pod gang (two ranks), preempted once after it wrote
     a restart file, resumed by its wrapper from LAMMPS's own restart, and its final thermodynamic output
-    compared with an uninterrupted run of the same deck (a plain Job, two ranks in one pod, alongside)."""
+    compared with an uninterrupted run of the same deck (a plain Job, two ranks in one pod, alongside). The deck
+    runs `MELT_STEPS_IN_TEST` steps here, both runs alike: unthrottled, the example's 6,000 take about 16 s, less
+    than a preemption may take on a loaded machine (a run was seen to finish before its preemption came)."""
     docs = [d for d in yaml.safe_load_all((LAMMPS / "scavengerjob.yaml").read_text()) if d]
     claim = next(d for d in docs if d["kind"] == "PersistentVolumeClaim")
     spec = next(d for d in docs if d["kind"] == "ScavengerJob")["spec"]
+    spec["env"] = [{**e, "value": str(MELT_STEPS_IN_TEST)} if e["name"] == "MELT_STEPS" else e for e in spec["env"]]
     env = {e["name"]: e["value"] for e in spec["env"]}
     steps, every = int(env["MELT_STEPS"]), int(env["MELT_EVERY"])
     _pvc(api, namespace, claim["metadata"]["name"], "ReadWriteMany")
