@@ -400,17 +400,15 @@ class PassMemo:
         cached = self._specs.get(sj.uid)
         if cached is not None and cached[0] == sj.generation:
             return cached[1]
-        content = as_content(sj.spec)
-        parsed = self._spec_contents.get(content) if content is not None else None
-        if parsed is None:
-            try:
-                parsed = parse_spec(sj.spec, self.limits)
-            except InvalidSpec as exc:
-                parsed = exc
-            if content is not None:
-                self._spec_contents.put(content, parsed)
+        parsed = self._spec_contents.parsed(sj.spec, self._parse_spec)
         self._specs[sj.uid] = (sj.generation, parsed)
         return parsed
+
+    def _parse_spec(self, raw: Any) -> ScavengerJobSpec | InvalidSpec:
+        try:
+            return parse_spec(raw, self.limits)
+        except InvalidSpec as exc:
+            return exc
 
     def status_of(self, sj: SJObject, resource_version: str, raw: Mapping[str, Any]) -> ScavengerJobStatus:
         """The parsed status, once per version of the SJ; SJs whose statuses are alike (SJs waiting for the same
@@ -418,12 +416,7 @@ class PassMemo:
         cached = self._statuses.get(sj.uid)
         if cached is not None and cached[0] == resource_version:
             return cached[1]
-        content = as_content(raw)
-        status = self._status_contents.get(content) if content is not None else None
-        if status is None:
-            status = parse_status(raw)
-            if content is not None:
-                self._status_contents.put(content, status)
+        status = self._status_contents.parsed(raw, parse_status)
         self._statuses[sj.uid] = (resource_version, status)
         return status
 
@@ -736,6 +729,17 @@ class Recent(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._values)
+
+    def parsed(self, raw: Any, parse: Callable[[Any], T]) -> T:
+        """``parse(raw)``, or what it gave for a raw value alike (`as_content`) among the last kept."""
+        content = as_content(raw)
+        if content is None:
+            return parse(raw)
+        value = self.get(content)
+        if value is None:
+            value = parse(raw)
+            self.put(content, value)
+        return value
 
 
 def as_content(raw: object) -> str | None:

@@ -151,8 +151,7 @@ class _Columns:
         allocatable = {r: [node.allocatable.get(r, 0) for node in schedulable] for r in resources}
         free = {r: [node.allocatable.get(r, 0) - node.requested.get(r, 0) for node in schedulable] for r in resources}
         return _Columns(schedulable, names, {name: i for i, name in enumerate(names)}, allocatable, free,
-                        {r: sum(filter((0).__lt__, column)) for r, column in free.items()},
-                        {r: max(column) for r, column in free.items()})
+                        *_totals(free))
 
     def with_requested(self, changed: Sequence[NodeView]) -> _Columns:
         """These columns after ``changed`` nodes' requests moved (and nothing else of them), copied: a ledger
@@ -165,9 +164,13 @@ class _Columns:
             nodes[i] = node
             for r, column in free.items():
                 column[i] = self.allocatable[r][i] - node.requested.get(r, 0)
-        return _Columns(nodes, self.names, self.position, self.allocatable, free,
-                        {r: sum(filter((0).__lt__, column)) for r, column in free.items()},
-                        {r: max(column) for r, column in free.items()})
+        return _Columns(nodes, self.names, self.position, self.allocatable, free, *_totals(free))
+
+
+def _totals(free: Mapping[str, list[int]]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per resource, the free room of the nodes that have some, and the most any node has."""
+    return ({r: sum(filter((0).__lt__, column)) for r, column in free.items()},
+            {r: max(column) for r, column in free.items()})
 
 
 class NodeColumns:

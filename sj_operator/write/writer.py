@@ -75,16 +75,17 @@ class Writer:
             if not await self._write_status(o.sj, o.resource_version, o.raw_status, result.status):
                 return False
             self._count(o, result.status)
-        toggled = True
-        if not any(isinstance(action, SetProtection) for action in result.actions):
+        toggles = any(isinstance(action, SetProtection) for action in result.actions)
+        if not toggles:
             self.recorder.record(o.sj, result.events)
+        toggled = True
         for action in result.actions:
             if isinstance(action, DeleteRun):
                 await self.delete_run(o.sj.namespace, action.job_name, action.reason, sj_uid=o.sj.uid,
                                       job=o.run.job)
             elif isinstance(action, SetProtection):
                 toggled = await self._set_protection(o, action) and toggled
-        if toggled and any(isinstance(action, SetProtection) for action in result.actions):
+        if toggles and toggled:
             self.recorder.record(o.sj, result.events)  # a toggle's Event says what its pods now carry
         return True
 
