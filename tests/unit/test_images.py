@@ -310,3 +310,24 @@ def test_a_retagged_archive_is_the_same_image_under_the_new_name(images: ModuleT
     manifest = json.loads(after[f"blobs/sha256/{new_desc['digest'].removeprefix('sha256:')}"])
     assert [layer["digest"] for layer in manifest["layers"]] == \
         [f"sha256:{name.rpartition('/')[2]}" for name in new_docker["Layers"]]
+
+
+@pytest.mark.parametrize("go_mod", [
+    "module m\n\ngo 1.26\n\nrequire github.com/coredns/coredns v1.12.4\n",
+    "module m\n\nrequire (\n\tgithub.com/coredns/coredns v1.12.4\n\tgithub.com/coredns/caddy v1.1.2 // indirect\n)\n",
+    "module m\n\nrequire (\n\tgithub.com/coredns/caddy v1.1.2 // indirect\n"
+    "\tgithub.com/coredns/coredns v1.12.4 // indirect\n)\n",
+])
+def test_a_modules_version_is_read_from_a_require_line_or_block(images: ModuleType, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch, go_mod: str) -> None:
+    (tmp_path / "hack/tools/coredns").mkdir(parents=True)
+    (tmp_path / "hack/tools/coredns/go.mod").write_text(go_mod)
+    monkeypatch.setattr(images, "ROOT", tmp_path)
+    assert images.module_version("coredns", "github.com/coredns/coredns") == "v1.12.4"
+    with pytest.raises(SystemExit, match=r"does not pin github\.com/coredns/other"):
+        images.module_version("coredns", "github.com/coredns/other")
+
+
+def test_the_node_images_coredns_tag_is_the_version_its_module_pins(images: ModuleType) -> None:
+    go_mod = (REPO / "hack/tools/coredns/go.mod").read_text()
+    assert "require github.com/coredns/coredns " + images.COMPONENT_TAGS["coredns"] in go_mod
