@@ -41,6 +41,11 @@ class Metrics:
                                      ["reason"], registry=r)
         self.finished = Counter("scavenger_finished_sjs_total", "SJs that finished, by phase", ["phase"],
                                 registry=r)
+        self.start_timeouts = Counter("scavenger_start_timeouts_total",
+                                      "Runs deleted because their pods were not all running within the start timeout "
+                                      "(it counts from when the scheduler decided about every pod, so pods it has "
+                                      "not looked at yet never time a run out); the SJ's StartTimeout Event says "
+                                      "which bound applied", registry=r)
         self.admission_wait = Histogram("scavenger_admission_wait_seconds",
                                         "Wait from creation (or the last interruption) to the launch of a run",
                                         buckets=_WAIT_BUCKETS, registry=r)

@@ -113,9 +113,11 @@ class Writer:
         return True
 
     def _count(self, o: Observed, after: ScavengerJobStatus) -> None:
-        """Counters for what a written status records: an interruption, a finish (launches are counted as
-        they are made)."""
+        """Counters for what a written status records: an interruption, a start timeout, a finish (launches are
+        counted as they are made)."""
         before, m = o.status, self.metrics
+        if after.start_timeouts > before.start_timeouts:
+            m.start_timeouts.inc()
         if after.interrupted_count > before.interrupted_count:
             m.interruptions.labels(after.last_interruption_reason or "Deleted").inc()
             if not isinstance(o.spec, InvalidSpec) and after.interrupted_timestamps:

@@ -82,6 +82,34 @@ def test_the_loop_counts_launches_and_interruptions_once_written():
     assert m[("scavenger_lost_work_seconds_total", ())] == 120, "running from 11:58 to 12:00"
 
 
+def test_a_start_timeout_is_counted_once_its_status_is_written():
+    """A run whose pod the scheduler found no room for two minutes ago times out (one start timeout from that
+    decision); the count is taken once the SJ's status records it, not when the write conflicts."""
+    from sj_operator.kube import Conflict
+    from sj_operator.observed import PodView, job_view
+
+    kube = ctl.FakeKube()
+    metrics = Metrics()
+    controller = Controller(kube, OperatorConfig(), clock=lambda: ctl.NOW, metrics=metrics)  # type: ignore[arg-type]
+    launched = ctl.NOW - 3 * 60 * S
+    starting = {"phase": "Starting", "attempt": 1, "jobName": "work-r1", "launchedTimestamp": launched.isoformat()}
+    job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j-work",
+                                 "creationTimestamp": launched.isoformat(),
+                                 "labels": {"scavenger.dev/job-name": "work"}, "ownerReferences": ctl.owned_by("work")},
+                    "status": {"startTime": launched.isoformat()}})
+    pod = PodView(namespace="ns", name="work-r1-0", uid="p-work", sj="work", run="work-r1", node=None,
+                  phase="Pending", deleting=False, requests={"cpu": 1000}, index=0,
+                  placed=ctl.NOW - 2 * 60 * S)
+    cluster = ctl.view(ctl.sj(starting), jobs={("ns", "work-r1"): job}, run_pods={("ns", "work-r1"): (pod,)},
+                       active=(pod,))
+    kube.fail["patch_sj_status"] = [Conflict(409, "Conflict")]
+    ctl.run(controller, cluster)
+    assert samples(metrics)[("scavenger_start_timeouts_total", ())] == 0
+    ctl.run(controller, cluster)
+    assert samples(metrics)[("scavenger_start_timeouts_total", ())] == 1
+    assert ("work", "StartTimeout") in kube.events
+
+
 def test_a_follower_reports_no_state():
     metrics = Metrics()
     metrics.set_leading(True)
