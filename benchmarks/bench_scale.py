@@ -8,9 +8,12 @@ pods (100m CPU, 64Mi each), on ``--nodes`` kwok nodes made for the run (8 CPU, 3
 else lands there). It goes through the same cluster in turn:
 
 1. **The floor**: the work as plain low-priority Jobs created directly (Indexed for gangs), 8 client
-   threads. The operator can never be faster than this. The creates are timed again after the
-   operator's run (an A-B-A order: each run leaves the cluster older than it found it, and the first
-   floor had it fresh), and the operator's throughput is a ratio of the mean of the two. Once the first
+   threads. The operator can never be faster than this. Measured: from the first create to the last Job,
+   and to 99.5 % of the pods ready (as the Jobs count them, looked at every 15 s); a plain Job is what is
+   created, so its created -> Job is 0 by construction (the Job controller's lag, from each Job's creation
+   to its ``status.startTime``, is measured instead, p50 and p99). The creates and the wait are done again
+   after the operator's run (an A-B-A order: each run leaves the cluster older than it found it, and the
+   first floor had it fresh), and the operator's figures are ratios of the mean of the two. Once the first
    floor's pods run, a stream of high-priority pods arrives (Poisson, ``--rate`` per second for
    ``--stream`` seconds, each needing most of a node for 20 s): the default scheduler alone picks the
    victims. A plain Job's preempted pod starts again from nothing, so the work it lost is how long it had
@@ -20,29 +23,35 @@ else lands there). It goes through the same cluster in turn:
    burst by 8 client threads, the operator running as its own process with its default settings
    (threshold 70 %, victim steering at protect level 1). Measured: SJs launched per second, from the
    first create to the last Job; each SJ's time from its create call to a watch seeing its Job (p50,
-   p99); the operator's API calls per SJ by operation; its CPU until every Job exists (and the wall time
-   its garbage collector took meanwhile); its peak RSS; its collections over the run by generation (seconds,
-   how many, objects freed); the API server's CPU. While every SJ runs (``--settle``), victim steering: the
-   routine protection toggles written and the share written before their run's next toggle was due
-   (``scavenger_protection_toggle_lateness_seconds``). Then the
-   same stream of high-priority pods; an interrupted SJ lost the time since its checkpoint period
-   began, for every pod of its gang (``policy.lifecycle.lost_work``, the operator's own estimate).
+   p99); from the first create until 99.5 % of the SJs are Running (as the operator counts them, every
+   15 s); the operator's API calls per SJ by operation; its CPU until every Job exists (and the wall time
+   its garbage collector took meanwhile); over the whole run, its peak RSS, the lags of its event loop over
+   a second, the runs it deleted for a start timeout (``scavenger_start_timeouts_total``) and the Events it
+   dropped at its backlog's cap (``scavenger_events_dropped_total``); its collections over the run by
+   generation (seconds, how many, objects freed); the API server's CPU. While every SJ runs (``--settle``),
+   victim steering: the routine protection toggles written and the share written before their run's next
+   toggle was due (``scavenger_protection_toggle_lateness_seconds``). Then the same stream of high-priority
+   pods; an interrupted SJ lost the time since its checkpoint period began, for every pod of its gang
+   (``policy.lifecycle.lost_work``, the operator's own estimate).
 3. **The ceiling** (``--ceiling``, before the operator's run): the SJs created as for the operator, and
    each one's plain Job created by the benchmark (as many threads again) once its SJ exists, with no
-   operator running. An operator must at least make the Job of every SJ it is given, so this is the most
-   any operator could reach here: the users' SJs plus the floor's Jobs. With ``--standby``, the ceiling
-   again while a replica of the operator watches on standby, as the operator does (another identity holds
-   its Lease, so it decides and writes nothing): what watching costs, before any decision. Also measured: that
-   replica's CPU while the units are created.
+   operator running, until 99.5 % of their pods are ready. An operator must at least make the Job of every
+   SJ it is given, so this is the most any operator could reach here: the users' SJs plus the floor's Jobs.
+   Where the ceiling itself is far from the floor, the cluster (its control plane on the machine's cores) is
+   the limit, not the operator. With ``--standby``, the ceiling again while a replica of the operator
+   watches on standby, as the operator does (another identity holds its Lease, so it decides and writes
+   nothing): what watching costs, before any decision. Also measured: that replica's CPU while the units
+   are created.
 4. **Kueue** (``--kueue``; ``make bench-scale`` passes it): the same burst as plain Jobs through Kueue's
    manager (v0.17, built from its Go module by ``hack/build-binaries kueue``), running as its own process
    against the same cluster with a ClusterQueue whose quota is the operator's threshold of these nodes.
-   Measured: from the first create until Kueue started (unsuspended) the last Job, each Job's time from
-   create to started (p50, p99), Kueue's CPU and peak RSS, the API server's CPU. No stream: Kueue does
-   not preempt for workloads outside its queues, so the default scheduler would pick the victims as for
-   plain Jobs.
-5. Side by side: throughput as a ratio of the floor (the mean of its two timings), and the work lost per
-   high-priority pod.
+   Measured: from the first create until Kueue started (unsuspended) the last Job, and until 99.5 % of the
+   pods are ready (as for the floor); each Job's time from create to started (p50, p99); Kueue's CPU until
+   the last Job started and its peak RSS over the run; the API server's CPU. No stream: Kueue does not
+   preempt for workloads outside its queues, so the default scheduler would pick the victims as for plain
+   Jobs.
+5. Side by side: throughput and the time to 99.5 % running as ratios of the floor's (the mean of its two
+   timings), and the work lost per high-priority pod.
 
 Progress is printed as it goes; the result is a table, optionally a PNG plot (matplotlib) and the result as
 data (``--json PATH``, ``--save``: ``benchmarks/harness/results.py``), with the goals beside the figures they
@@ -88,13 +97,20 @@ from benchmarks.harness.kube import (  # noqa: E402
     retrying,
     run_namespace,
 )
-from benchmarks.harness.metrics import calls_by_operation, loop_lag, scrape, toggle_lateness, writes  # noqa: E402
+from benchmarks.harness.metrics import (  # noqa: E402
+    calls_by_operation,
+    counts,
+    loop_lag,
+    scrape,
+    toggle_lateness,
+    writes,
+)
 from benchmarks.harness.preemption import Stream, lost_by_sjs, preempted  # noqa: E402
 from benchmarks.harness.processes import CpuSince, apiserver_cpu, free_port, peak_rss_mib, scratch  # noqa: E402
 from benchmarks.harness.profiling import profiled  # noqa: E402
 from benchmarks.harness.progress import in_parallel_then, log, timed_creates, wait_until  # noqa: E402
 from benchmarks.harness.recorder import RecorderProcess  # noqa: E402
-from benchmarks.harness.scale_report import Result, conclude, creation_figures  # noqa: E402
+from benchmarks.harness.scale_report import RUNNING, Result, conclude, creation_figures  # noqa: E402
 from benchmarks.harness.stats import percentile  # noqa: E402
 from sj_operator.api.fields import parse_duration  # noqa: E402
 from sj_operator.names import GROUP, PLURAL, VERSION  # noqa: E402
@@ -112,6 +128,8 @@ THRESHOLD = 0.70
 NODE_MEMORY_GI = 32
 NAMESPACES = "bench-scale"
 """How the names of the runs' namespaces begin."""
+POLL = 15
+"""Seconds between two looks at what runs (each time to running is up to this late)."""
 
 
 # --- the workload ---------------------------------------------------------------------------
@@ -195,9 +213,9 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
         log(f"the floor: {len(work.gangs)} plain Jobs ({work.pods} pods) in {namespace}")
         start = time.monotonic()
         result.floor_created = create_plain_jobs(batch, namespace, work, threads, result, "floor")
-        wait_until("plain pods running", lambda: ((n := ready_pods(batch, namespace)) >= 0.995 * work.pods,
-                                                  f"{n}/{work.pods}"), timeout=3600, every=15)
-        result.figures["floor_running_seconds"] = time.monotonic() - start
+        result.figures["floor_running_seconds"] = pods_running(batch, namespace, work.pods, start, "plain pods running")
+        log(f"  {RUNNING:.1%} of the plain pods running {result.figures['floor_running_seconds']:.0f}s after the "
+            f"first create")
         result.figures.update({f"floor_{k}": v for k, v in job_sync_lag(batch, namespace).items()})
         time.sleep(settle)
         log(f"  the stream: {len(work.arrivals)} high-priority pods")
@@ -206,18 +224,34 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
         log(f"  {len(result.lost_plain)} plain pods preempted, {sum(result.lost_plain):.0f} pod-seconds of work lost")
 
 
+def pods_running(batch: client.BatchV1Api, namespace: str, pods: int, start: float, what: str) -> float:
+    """Waits until `RUNNING` of the ``pods`` of the Jobs in ``namespace`` are ready, as the Jobs count them
+    (looked at every `POLL` seconds): the seconds since ``start`` (monotonic), the first create."""
+    wait_until(what, lambda: ((n := ready_pods(batch, namespace)) >= RUNNING * pods, f"{n}/{pods}"),
+               timeout=3600, every=POLL)
+    return time.monotonic() - start
+
+
 def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Result, *,
                 followed: bool = False) -> None:
-    """The floor's creates once more, after the operator's run (an A-B-A order): each run leaves the cluster
-    older (thousands of objects made and deleted, etcd grown until its next compaction), and the first
-    floor had it fresh. The ratio is taken against the mean of the two floors, which have aged as much as
-    the operator's run between them, on average."""
+    """The floor's creates once more, after the operator's run (an A-B-A order), until its pods run: each run
+    leaves the cluster older (thousands of objects made and deleted, etcd grown until its next compaction), and
+    the first floor had it fresh. The operator's ratios are taken against the mean of the two floors, which have
+    aged as much as the operator's run between them, on average."""
+    batch = client.BatchV1Api(api)
     with run_namespace(api, NAMESPACES, "the floor's second", followed=followed) as namespace:
         log(f"the floor again: {len(work.gangs)} plain Jobs in {namespace}")
-        create_plain_jobs(client.BatchV1Api(api), namespace, work, threads, result, "floor_after")
+        start = time.monotonic()
+        create_plain_jobs(batch, namespace, work, threads, result, "floor_after")
         figures = result.figures
+        figures["floor_after_running_seconds"] = pods_running(batch, namespace, work.pods, start, "plain pods running")
+        log(f"  {RUNNING:.1%} of the plain pods running {figures['floor_after_running_seconds']:.0f}s after the "
+            f"first create")
         if "floor_per_second" in figures:
             figures["floor_mean_per_second"] = (figures["floor_per_second"] + figures["floor_after_per_second"]) / 2
+        if "floor_running_seconds" in figures:
+            figures["floor_mean_running_seconds"] = (figures["floor_running_seconds"]
+                                                     + figures["floor_after_running_seconds"]) / 2
 
 
 def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result, *,
@@ -226,7 +260,7 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
     at a time), and each one's plain Job created as soon as its SJ exists, by as many threads again, with no
     operator running: an operator that costs nothing and writes nothing but the Jobs. The API server's work
     per unit is then the user's create plus the one write no operator can skip; the Jobs' pods follow as
-    they do for the floor. Nothing runs after the creates (no stream).
+    they do for the floor, and its time to running is theirs (`pods_running`). Nothing runs after (no stream).
 
     ``standby``: the same with a replica of the operator watching as the operator does and deciding
     nothing (`scavenger.standby`): what watching alone costs an operator, before any decision or
@@ -260,6 +294,9 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
                 note = f"; the standby replica's CPU meanwhile {result.figures['standby_cpu_seconds']:.1f}s"
             log(f"  all {len(work.gangs)} SJs' Jobs created {took:.1f}s after the first SJ "
                 f"({len(work.gangs) / took:.0f} units/s){note}")
+            running = result.figures[f"{run}_running_seconds"] = pods_running(batch, namespace, work.pods, start,
+                                                                              f"{what}'s pods running")
+            log(f"  {RUNNING:.1%} of the pods running {running:.0f}s after the first create")
 
 
 def operator_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result,
@@ -288,12 +325,15 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                 after = scrape(port)
                 result.figures["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
                 result.figures.update(loop_lag(after))
+                result.figures.update(counts(after))
                 interrupted = sum(v - before.get(k, 0) for k, v in after.items()
                                   if k.startswith("scavenger_interruptions_total{"))
                 result.figures["operator_interruptions"] = interrupted
                 result.lost_operator = lost_by_sjs(client.CustomObjectsApi(api), namespace, period)
                 log(f"  {interrupted:.0f} SJ runs interrupted, {sum(result.lost_operator):.0f} pod-seconds of work "
-                    f"lost; operator peak RSS {result.figures['operator_peak_rss_mib']:.0f} MiB")
+                    f"lost; operator peak RSS {result.figures['operator_peak_rss_mib']:.0f} MiB; "
+                    + ", ".join(f"{k.removeprefix('operator_').replace('_', ' ')} {v:.0f}"
+                                for k, v in counts(after).items()))
         finally:
             rec.stop()
 
@@ -356,19 +396,21 @@ def sj_burst(api: client.ApiClient, namespace: str, work: Workload, threads: int
 
 def sjs_running(api: client.ApiClient, namespace: str, units: int, port: int, start: float,
                 result: Result) -> None:
-    """Waits until 99.5 % of the SJs run: how long that took from the first create, the Job controller's lag,
-    and the operator's writes per SJ by then (steering's for the SJs that ran a period by then included; the
-    unit test of the controller counts a single-pod SJ's own writes: four)."""
-    scavenger.wait_running(port, units, 0.995)
+    """Waits until `RUNNING` of the SJs run (as the operator counts them, every `POLL` seconds): how long that took
+    from the first create, the Job controller's lag, and the operator's writes per SJ by then (steering's for the
+    SJs that ran a period by then included; the unit test of the controller counts a single-pod SJ's own writes:
+    four)."""
+    scavenger.wait_running(port, units, RUNNING, every=POLL)
     result.figures["operator_running_seconds"] = time.monotonic() - start
     result.figures.update({f"operator_{k}": v for k, v in job_sync_lag(client.BatchV1Api(api), namespace).items()})
     result.figures["writes_per_sj_to_running"] = sum(writes(calls_by_operation(scrape(port))).values()) / units
-    log(f"  99.5% of the SJs Running {result.figures['operator_running_seconds']:.0f}s after the first create")
+    log(f"  {RUNNING:.1%} of the SJs Running {result.figures['operator_running_seconds']:.0f}s after the first create")
 
 
 def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Result, nodes: int,
               node_cpu: int) -> None:
-    """The same burst as plain Jobs through Kueue: from the first create until Kueue started the last."""
+    """The same burst as plain Jobs through Kueue: from the first create until Kueue started the last, and until
+    `RUNNING` of their pods run (as for the floor)."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     workdir = scratch(unique("bench-scale-kueue"))
     workdir.mkdir(parents=True)
@@ -396,6 +438,8 @@ def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
             apiserver_seconds, kueue_seconds = apiserver.seconds(), kueue_cpu.seconds()
             stop.set()
             watcher.join(30)
+            result.figures["kueue_running_seconds"] = pods_running(batch, namespace, work.pods, start,
+                                                                   "Kueue's pods running")
             result.kueue_started = sorted(t - start for t in started.values())
             result.kueue_latencies = sorted(started[n] - created[n] for n in names)
             result.figures.update({
@@ -409,6 +453,7 @@ def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
                 result.figures["kueue_apiserver_cores"] = apiserver_seconds / took
             log(f"  all {len(names)} Jobs started after {took:.1f}s ({len(names) / took:.0f}/s); create -> started "
                 f"p50 {result.figures['kueue_latency_p50']:.1f}s p99 {result.figures['kueue_latency_p99']:.1f}s; "
+                f"{RUNNING:.1%} of the pods running after {result.figures['kueue_running_seconds']:.0f}s; "
                 f"Kueue peak RSS {result.figures['kueue_peak_rss_mib']:.0f} MiB")
     finally:
         with suppress(ApiException):

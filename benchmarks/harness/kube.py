@@ -245,6 +245,8 @@ def job_sync_lag(batch: client.BatchV1Api, namespace: str) -> dict[str, float]:
 
 
 def ready_pods(batch: client.BatchV1Api, namespace: str) -> int:
-    """The ready pods of all Jobs in ``namespace``, as the Jobs count them."""
-    jobs = retrying(lambda: batch.list_namespaced_job(namespace, resource_version="0")).items
-    return sum((j.status.ready or 0) for j in jobs)
+    """The ready pods of all Jobs in ``namespace``, as the Jobs count them (``status.ready``). The list is read as
+    the API server's JSON: typed models of 10,000 Jobs would take this process seconds at every poll."""
+    jobs = json.loads(retrying(lambda: batch.list_namespaced_job(namespace, resource_version="0",
+                                                                 _preload_content=False)).data)["items"]
+    return sum(int((job.get("status") or {}).get("ready") or 0) for job in jobs)

@@ -2,7 +2,8 @@
 
 The requests are plain HTTP/1.0 over a socket, so reading the operator's ``/metrics`` needs no client library
 and keeps no connection open between scrapes. The second half reads the operator's own metrics
-(``sj_operator.metrics``): its API calls by operation, the lags of its event loop and its collector's pauses.
+(``sj_operator.metrics``): its API calls by operation, the lags of its event loop and its collector's pauses,
+its start timeouts and the Events it dropped.
 """
 from __future__ import annotations
 
@@ -72,6 +73,21 @@ def loop_lag(metrics: Mapping[str, float]) -> dict[str, float]:
         figures[f"gc_count_gen{generation}"] = metrics.get(f"scavenger_gc_pause_seconds_count{label}", 0.0)
         figures[f"gc_collected_gen{generation}"] = metrics.get(f"scavenger_gc_collected_objects_total{label}", 0.0)
     return figures
+
+
+COUNTS = {"operator_start_timeouts": "scavenger_start_timeouts_total",
+          "operator_events_dropped": "scavenger_events_dropped_total",
+          "operator_events_replaced": "scavenger_events_replaced_total"}
+"""The operator's counters read as figures of a run, by figure."""
+
+
+def counts(metrics: Mapping[str, float]) -> dict[str, float]:
+    """From the operator's counters (`COUNTS`): the runs it deleted for a start timeout (its clock starts once
+    the scheduler decided about every pod, so a scheduler that is behind never adds one), the Events it dropped
+    because its backlog was at its cap, and the steering Events it replaced by the SJ's next toggle while they
+    waited (not dropped: the next one says how many it stands for). A counter the operator does not export (an
+    older operator) is left out, not taken as 0."""
+    return {figure: metrics[name] for figure, name in COUNTS.items() if name in metrics}
 
 
 def toggle_lateness(before: Mapping[str, float], after: Mapping[str, float],
