@@ -351,7 +351,7 @@ def test_mpi_gang_across_pods_loses_a_member_and_resumes_to_the_same_result(
 LAMMPS = REPO / "examples/lammps"
 # What docs/examples/lammps.md states and justifies: the final step equal, and each value within this
 # relative difference of an uninterrupted run's.
-LAMMPS_TOLERANCE = {"etotal": 1e-3, "pe": 0.05, "temp": 0.10, "press": 0.15}
+LAMMPS_TOLERANCE = {"etotal": 2e-3, "pe": 0.05, "temp": 0.10, "press": 0.15}
 
 
 @pytest.fixture(scope="module")
@@ -381,8 +381,9 @@ def _final_thermo(log: str) -> dict[str, float]:
 
 
 MELT_STEPS_IN_TEST = 24_000
-"""Steps of the LAMMPS deck in its e2e test: about a minute unthrottled, so that the run is far from its end when
-its preemption lands (the test preempts it between a restart written and half the run)."""
+"""Steps of the LAMMPS deck in its e2e test: 24 s on two idle cores, and far longer beside the rest of CI, so that
+the run is far from its end when its preemption lands (the test preempts it between a restart written and half the
+run). docs/examples/lammps.md states the tolerance for this length."""
 
 
 # Its own waits (a restart written, then the resumed run to its end) may take longer than the suite's 300 s on
@@ -393,7 +394,7 @@ def test_lammps_gang_preempted_mid_run_resumes_from_its_restart_file_to_an_unint
     """examples/lammps as it is: Debian's LAMMPS over a 3-pod gang (two ranks), preempted once after it wrote
     a restart file, resumed by its wrapper from LAMMPS's own restart, and its final thermodynamic output
     compared with an uninterrupted run of the same deck (a plain Job, two ranks in one pod, alongside). The deck
-    runs `MELT_STEPS_IN_TEST` steps here, both runs alike: unthrottled, the example's 6,000 take about 16 s, less
+    runs `MELT_STEPS_IN_TEST` steps here, both runs alike: the example's 6,000 take 7 s on two idle cores, less
     than a preemption may take on a loaded machine (a run was seen to finish before its preemption came)."""
     docs = [d for d in yaml.safe_load_all((LAMMPS / "scavengerjob.yaml").read_text()) if d]
     claim = next(d for d in docs if d["kind"] == "PersistentVolumeClaim")
@@ -412,8 +413,8 @@ def test_lammps_gang_preempted_mid_run_resumes_from_its_restart_file_to_an_unint
                             "volumeMounts": [{"name": "scratch", "mountPath": "/checkpoints"}],
                             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}]}}}})
     # Small requests so the gang fits beside the operator, and limits that let each rank use a core: without
-    # them the limits are the requests, and a rank throttled to 200m ran 500 steps in 105 s (16 s for the whole
-    # deck unthrottled).
+    # them the limits are the requests, and a rank throttled to 200m ran 500 steps in 105 s (the whole deck takes
+    # 7 s on two idle cores).
     spec = {**spec, **ON_NODE, "resources": {"requests": {"cpu": "200m", "memory": "256Mi"},
                                              "limits": {"cpu": "1", "memory": "512Mi"}}}
     spec.pop("podAnnotations")
