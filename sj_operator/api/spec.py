@@ -172,6 +172,10 @@ class ResourceRequirements(_SpecModel):
         return {name: parse_quantity(value) for name, value in self.limits.items()}
 
 
+NO_RESOURCES = ResourceRequirements()
+"""A spec's resources when it gives none (one instance for all: a model is immutable)."""
+
+
 class PersistentVolumeClaimSource(_SpecModel):
     """A PersistentVolumeClaim in the SJ's namespace."""
 
@@ -375,7 +379,7 @@ class ScavengerJobSpec(_SpecModel):
     )
     working_dir: Path | None = Field(default=None, description="Working directory of the container.")
     resources: ResourceRequirements = Field(
-        default_factory=ResourceRequirements,
+        default_factory=lambda: NO_RESOURCES,
         description="Per-pod requests and limits; a missing side is copied from the other.",
     )
     parallelism: StrictInt = Field(
