@@ -42,8 +42,9 @@ seen once are remembered (by their hash alone): content is kept from the second 
 that never comes again (a condition with its SJ's own time) costs the table next to nothing. When the table is
 full, the model found or made longest ago is dropped for the new one (it stays with the models that hold it, and
 content equal to it parses into a new instance); when the contents seen once are, they are forgotten. Content that
-keeps coming back (the resources of a template, the reason thousands of SJs wait for) stays, however much else a
-tenant writes."""
+keeps coming back (the resources of a template, the reason thousands of SJs wait for) stays while fewer than this
+many other contents are kept between two of its parses; whatever a tenant writes, the table only drops content
+sooner, it never grows."""
 _models: OrderedDict[tuple[Hashable, ...], Any] = OrderedDict()
 _once: set[int] = set()
 SHARED_MOST_SIZE = 4096
