@@ -5,7 +5,9 @@ object as last pass" means "unchanged". On that:
 
 * a spec is parsed once per generation, a status once per resourceVersion, and a waiting SJ's queue
   entry is made once per version; SJs alike (made from one template, queued together) share one parsed spec,
-  status and queue shape (`Recent`: the last `ALIKE_KEPT` parsed, by content), all immutable;
+  status and queue shape (`Recent`: the last `ALIKE_KEPT` parsed, by content), all immutable; SJs that differ
+  in some field share the nested models equal by content (resources, tolerations, conditions...:
+  ``api.frozen.shared``), so only what is their own is kept for each;
 * an SJ whose object, status and run are the ones of the last pass is observed as it was then; when the
   state machine found nothing to do for it, that quiet result is kept until time alone could change it
   (``lifecycle.quiet_until``: a backoff's end, a running SJ's next level or period), so a queue of

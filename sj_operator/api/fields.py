@@ -6,6 +6,7 @@ the CRD generator turns into the API server's own checks (patterns, lengths).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -145,12 +146,19 @@ def _normalize_timestamp(value: datetime) -> datetime:
     return value.astimezone(UTC).replace(microsecond=0)
 
 
+@functools.lru_cache(maxsize=256)
+def _known_duration(text: str) -> timedelta:
+    """``parse_duration`` by text: SJs of one template, or of none, give a few durations, each one ``timedelta``
+    (immutable) for all of them."""
+    return parse_duration(text)
+
+
 def _coerce_duration(value: Any) -> timedelta:
     if isinstance(value, timedelta):
         return value
     if isinstance(value, str):
         try:
-            return parse_duration(value)
+            return _known_duration(value) if type(value) is str else parse_duration(value)
         except ValueError:
             pass
     raise invalid("must be a duration such as 90s, 30m, 2h or 1h30m")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from sj_operator.api.bounds import MAX_DURATION, MAX_SPEC_BYTES, MAX_TERMINATION_GRACE_SECONDS
 from sj_operator.api.fields import InvalidSpec, format_duration
+from sj_operator.api.frozen import SHARING
 from sj_operator.api.spec import DURATION_FLOOR_MESSAGE, MIN_DURATION, ScavengerJobSpec
 from sj_operator.api.status import ScavengerJobStatus
 from sj_operator.settings import DEFAULT_MAX_TERMINATION_GRACE, DEFAULT_MIN_DURATION, check_non_negative
@@ -69,10 +70,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def parse_spec(raw: Mapping[str, Any] | None, limits: SpecLimits = DEFAULT_LIMITS) -> ScavengerJobSpec:
+def parse_spec(raw: Mapping[str, Any] | None, limits: SpecLimits = DEFAULT_LIMITS, *,
+               share: bool = True) -> ScavengerJobSpec:
     """Default and validate a raw ``spec``; raise :class:`InvalidSpec` naming the first bad field.
 
-    The admission webhook and the decision loop both call this, with the operator's ``limits``.
+    The admission webhook and the decision loop both call this, with the operator's ``limits``. Its nested
+    models (resources, tolerations, env vars, volumes, fallbacks...) are the instances already made for equal
+    content (`frozen.shared`); ``share=False``: made anew (the same values).
     """
     if raw is not None and not isinstance(raw, Mapping):
         raise InvalidSpec("spec", "must be an object")
@@ -81,7 +85,7 @@ def parse_spec(raw: Mapping[str, Any] | None, limits: SpecLimits = DEFAULT_LIMIT
     if size > MAX_SPEC_BYTES:
         raise InvalidSpec("spec", f"must be at most {MAX_SPEC_BYTES} bytes serialized as JSON (is {size})")
     try:
-        spec = ScavengerJobSpec.model_validate(plain)
+        spec = ScavengerJobSpec.model_validate(plain, context=SHARING if share else None)
     except ValidationError as exc:
         error = _as_invalid_spec(exc)
         # Below the model's own floor is below the cluster's minimum too, and above the model's ceiling above
@@ -117,12 +121,13 @@ def _too_short(limits: SpecLimits) -> InvalidSpec:
                        "(the cluster's minimum, set by the operator's --min-duration)")
 
 
-def parse_status(raw: Mapping[str, Any] | None) -> ScavengerJobStatus:
-    """Read a raw ``status`` tolerantly: missing or unreadable fields take their defaults."""
+def parse_status(raw: Mapping[str, Any] | None, *, share: bool = True) -> ScavengerJobStatus:
+    """Read a raw ``status`` tolerantly: missing or unreadable fields take their defaults. Its conditions are
+    the instances already made for equal content (`frozen.shared`); ``share=False``: made anew."""
     data: dict[str, Any] = _plain(raw) if isinstance(raw, Mapping) else {}
     while True:
         try:
-            return ScavengerJobStatus.model_validate(data)
+            return ScavengerJobStatus.model_validate(data, context=SHARING if share else None)
         except ValidationError as exc:
             pruned = _prune_invalid(data, exc)
             if pruned == data:

@@ -11,9 +11,20 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from gang.hostfile import MPIImplementation
@@ -60,7 +71,7 @@ from sj_operator.api.fields import (
     invalid,
     qualified_name_error,
 )
-from sj_operator.api.frozen import FrozenModel
+from sj_operator.api.frozen import BY_CONTENT, FrozenModel, shared
 from sj_operator.names import RESERVED_ENV_NAMES, RESERVED_LABEL_PREFIX
 from sj_operator.resources import parse_quantity
 
@@ -159,6 +170,10 @@ class ResourceRequirements(_SpecModel):
     def parsed_limits(self) -> dict[str, Decimal]:
         """Limits as numbers (CPU in cores, memory in bytes)."""
         return {name: parse_quantity(value) for name, value in self.limits.items()}
+
+
+NO_RESOURCES = ResourceRequirements()
+"""A spec's resources when it gives none (one instance for all: a model is immutable)."""
 
 
 class PersistentVolumeClaimSource(_SpecModel):
@@ -286,6 +301,17 @@ def complete_resources(resources: ResourceRequirements) -> ResourceRequirements:
                                         "limits": {**resources.requests, **resources.limits}})
 
 
+def completed_resources(raw: object, validate: ValidatorFunctionWrapHandler,
+                        info: ValidationInfo) -> ResourceRequirements | None:
+    """``raw`` validated (``validate``) and completed (`complete_resources`): the one instance for equal content
+    when parsed with ``SHARING`` (`frozen.shared`), as every SJ of a template asks the same resources."""
+    def make(raw: object) -> ResourceRequirements | None:
+        resources: ResourceRequirements | None = validate(raw)
+        return None if resources is None else complete_resources(resources)
+
+    return shared(ResourceRequirements, raw, info, make)
+
+
 class Fallback(_SpecModel):
     """A smaller configuration, tried when the preferred one has not been admitted within
     ``spec.fallbackAfter``; the fields it leaves out are the preferred one's."""
@@ -296,13 +322,14 @@ class Fallback(_SpecModel):
                                          description="Arguments to the entrypoint.")
     node_selector: KeyedLabels | None = Field(
         default=None, max_length=MAX_NODE_SELECTOR, description="Node selector of the pods (an overflow pool).")
-    tolerations: tuple[Toleration, ...] | None = Field(default=None, max_length=MAX_TOLERATIONS,
-                                                       description="Tolerations of the pods (an overflow pool).")
+    tolerations: tuple[Annotated[Toleration, BY_CONTENT], ...] | None = Field(
+        default=None, max_length=MAX_TOLERATIONS, description="Tolerations of the pods (an overflow pool).")
 
-    @field_validator("resources")
+    @field_validator("resources", mode="wrap")
     @classmethod
-    def _complete(cls, resources: ResourceRequirements | None) -> ResourceRequirements | None:
-        return None if resources is None else complete_resources(resources)
+    def _complete(cls, raw: object, handler: ValidatorFunctionWrapHandler,
+                  info: ValidationInfo) -> ResourceRequirements | None:
+        return completed_resources(raw, handler, info)
 
     @field_validator("node_selector")
     @classmethod
@@ -347,18 +374,18 @@ class ScavengerJobSpec(_SpecModel):
     args: tuple[Arg, ...] | None = Field(
         default=None, max_length=MAX_ARGS, description="Arguments to the entrypoint."
     )
-    env: tuple[EnvVar, ...] = Field(
+    env: tuple[Annotated[EnvVar, BY_CONTENT], ...] = Field(
         default=(), max_length=MAX_ENV, description="Environment variables of the container."
     )
     working_dir: Path | None = Field(default=None, description="Working directory of the container.")
     resources: ResourceRequirements = Field(
-        default_factory=ResourceRequirements,
+        default_factory=lambda: NO_RESOURCES,
         description="Per-pod requests and limits; a missing side is copied from the other.",
     )
     parallelism: StrictInt = Field(
         default=1, ge=1, le=MAX_PARALLELISM, description="Pods in the gang; every pod gets the same resources."
     )
-    volumes: tuple[Volume, ...] = Field(
+    volumes: tuple[Annotated[Volume, BY_CONTENT], ...] = Field(
         default=(), max_length=MAX_VOLUMES, description="Volumes mounted into the container; names are unique.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
@@ -382,11 +409,11 @@ class ScavengerJobSpec(_SpecModel):
     )
     node_selector: KeyedLabels = Field(default_factory=dict, max_length=MAX_NODE_SELECTOR,
                                        description="Node selector of the pods.")
-    tolerations: tuple[Toleration, ...] = Field(
+    tolerations: tuple[Annotated[Toleration, BY_CONTENT], ...] = Field(
         default=(), max_length=MAX_TOLERATIONS, description="Tolerations of the pods."
     )
     service_account_name: DNSSubdomain | None = Field(default=None, description="Service account of the pods.")
-    image_pull_secrets: tuple[LocalObjectReference, ...] = Field(
+    image_pull_secrets: tuple[Annotated[LocalObjectReference, BY_CONTENT], ...] = Field(
         default=(), max_length=MAX_IMAGE_PULL_SECRETS, description="Secrets used to pull the image."
     )
     pod_labels: KeyedLabels = Field(default_factory=dict, max_length=MAX_POD_LABELS,
@@ -400,8 +427,8 @@ class ScavengerJobSpec(_SpecModel):
         default=None, ge=0, le=MAX_INTERRUPTIONS, description="The SJ fails once interrupted more often than this."
     )
     suspend: StrictBool = Field(default=False, description="Cancel the current run and hold the SJ.")
-    mpi: MPISpec | None = Field(default=None, description="Run the gang as an MPI job.")
-    fallbacks: tuple[Fallback, ...] = Field(
+    mpi: Annotated[MPISpec, BY_CONTENT] | None = Field(default=None, description="Run the gang as an MPI job.")
+    fallbacks: tuple[Annotated[Fallback, BY_CONTENT], ...] = Field(
         default=(), max_length=MAX_FALLBACKS,
         description="Smaller configurations, tried in order when the preferred one has not been admitted "
         "within fallbackAfter; status.configIndex and SJ_CONFIG_INDEX say which runs (0: the preferred).")
@@ -423,10 +450,11 @@ class ScavengerJobSpec(_SpecModel):
             raise invalid(DURATION_FLOOR_MESSAGE)
         return duration
 
-    @field_validator("resources")
+    @field_validator("resources", mode="wrap")
     @classmethod
-    def _complete_resources(cls, resources: ResourceRequirements) -> ResourceRequirements:
-        return complete_resources(resources)
+    def _complete_resources(cls, raw: object, handler: ValidatorFunctionWrapHandler,
+                            info: ValidationInfo) -> ResourceRequirements:
+        return cast(ResourceRequirements, completed_resources(raw, handler, info))  # None does not validate here
 
     @field_validator("node_selector")
     @classmethod

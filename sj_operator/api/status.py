@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StrictStr
 from pydantic.alias_generators import to_camel
 
 from sj_operator.api.fields import Timestamp
-from sj_operator.api.frozen import FrozenModel
+from sj_operator.api.frozen import BY_CONTENT, FrozenModel
 
 
 class Phase(StrEnum):
@@ -72,7 +72,7 @@ class ScavengerJobStatus(_StatusModel):
     )
     job_name: str | None = Field(default=None, description="The current (or last) run's Job.")
     message: str | None = Field(default=None, description="Reason for the last transition.")
-    conditions: tuple[Condition, ...] = Field(
+    conditions: tuple[Annotated[Condition, BY_CONTENT], ...] = Field(
         default=(),
         description="Standard Kubernetes conditions.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
