@@ -214,8 +214,6 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
         start = time.monotonic()
         result.floor_created = create_plain_jobs(batch, namespace, work, threads, result, "floor")
         result.figures["floor_running_seconds"] = pods_running(batch, namespace, work.pods, start, "plain pods running")
-        log(f"  {RUNNING:.1%} of the plain pods running {result.figures['floor_running_seconds']:.0f}s after the "
-            f"first create")
         result.figures.update({f"floor_{k}": v for k, v in job_sync_lag(batch, namespace).items()})
         time.sleep(settle)
         log(f"  the stream: {len(work.arrivals)} high-priority pods")
@@ -226,10 +224,12 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
 
 def pods_running(batch: client.BatchV1Api, namespace: str, pods: int, start: float, what: str) -> float:
     """Waits until `RUNNING` of the ``pods`` of the Jobs in ``namespace`` are ready, as the Jobs count them
-    (looked at every `POLL` seconds): the seconds since ``start`` (monotonic), the first create."""
+    (looked at every `POLL` seconds): the seconds since ``start`` (monotonic), the first create, also logged."""
     wait_until(what, lambda: ((n := ready_pods(batch, namespace)) >= RUNNING * pods, f"{n}/{pods}"),
                timeout=3600, every=POLL)
-    return time.monotonic() - start
+    took = time.monotonic() - start
+    log(f"  {RUNNING:.1%}: {what} {took:.0f}s after the first create")
+    return took
 
 
 def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Result, *,
@@ -245,8 +245,6 @@ def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Res
         create_plain_jobs(batch, namespace, work, threads, result, "floor_after")
         figures = result.figures
         figures["floor_after_running_seconds"] = pods_running(batch, namespace, work.pods, start, "plain pods running")
-        log(f"  {RUNNING:.1%} of the plain pods running {figures['floor_after_running_seconds']:.0f}s after the "
-            f"first create")
         if "floor_per_second" in figures:
             figures["floor_mean_per_second"] = (figures["floor_per_second"] + figures["floor_after_per_second"]) / 2
         if "floor_running_seconds" in figures:
@@ -294,9 +292,8 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
                 note = f"; the standby replica's CPU meanwhile {result.figures['standby_cpu_seconds']:.1f}s"
             log(f"  all {len(work.gangs)} SJs' Jobs created {took:.1f}s after the first SJ "
                 f"({len(work.gangs) / took:.0f} units/s){note}")
-            running = result.figures[f"{run}_running_seconds"] = pods_running(batch, namespace, work.pods, start,
-                                                                              f"{what}'s pods running")
-            log(f"  {RUNNING:.1%} of the pods running {running:.0f}s after the first create")
+            result.figures[f"{run}_running_seconds"] = pods_running(batch, namespace, work.pods, start,
+                                                                    f"{what}'s pods running")
 
 
 def operator_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result,
@@ -325,7 +322,8 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                 after = scrape(port)
                 result.figures["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
                 result.figures.update(loop_lag(after))
-                result.figures.update(counts(after))
+                counted = counts(after)
+                result.figures.update(counted)
                 interrupted = sum(v - before.get(k, 0) for k, v in after.items()
                                   if k.startswith("scavenger_interruptions_total{"))
                 result.figures["operator_interruptions"] = interrupted
@@ -333,7 +331,7 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
                 log(f"  {interrupted:.0f} SJ runs interrupted, {sum(result.lost_operator):.0f} pod-seconds of work "
                     f"lost; operator peak RSS {result.figures['operator_peak_rss_mib']:.0f} MiB; "
                     + ", ".join(f"{k.removeprefix('operator_').replace('_', ' ')} {v:.0f}"
-                                for k, v in counts(after).items()))
+                                for k, v in counted.items()))
         finally:
             rec.stop()
 
@@ -453,7 +451,6 @@ def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
                 result.figures["kueue_apiserver_cores"] = apiserver_seconds / took
             log(f"  all {len(names)} Jobs started after {took:.1f}s ({len(names) / took:.0f}/s); create -> started "
                 f"p50 {result.figures['kueue_latency_p50']:.1f}s p99 {result.figures['kueue_latency_p99']:.1f}s; "
-                f"{RUNNING:.1%} of the pods running after {result.figures['kueue_running_seconds']:.0f}s; "
                 f"Kueue peak RSS {result.figures['kueue_peak_rss_mib']:.0f} MiB")
     finally:
         with suppress(ApiException):
