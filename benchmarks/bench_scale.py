@@ -502,7 +502,10 @@ def main() -> int:
     log(f"{args.nodes} kwok nodes of {args.node_cpu} CPU for the run")
     try:
         allocatable = {"cpu": str(args.node_cpu), "memory": f"{NODE_MEMORY_GI}Gi", "pods": "110"}
-        make_kwok_nodes(core, [f"scale-{i:04d}" for i in range(args.nodes)], allocatable, SELECTOR, [TAINT],
+        # Named anew for each run: the node controller of a run just before may still be marking the pods of its
+        # deleted nodes not ready, by node name, and would mark this run's pods on nodes of the same names.
+        prefix = unique("scale")
+        make_kwok_nodes(core, [f"{prefix}-{i:04d}" for i in range(args.nodes)], allocatable, SELECTOR, [TAINT],
                         args.threads)
         with priority_classes(client.SchedulingV1Api(api), {LOW: -100, HIGH: 1000}):
             if not args.no_floor:

@@ -243,9 +243,10 @@ class Controller:
         # 6. The plan: which writes go first, which wait, which take the steering lane (the plan leaves out
         #    the decisions with nothing to write).
         plan = await self._plan(writing, admission, now, pacer)
-        # 7. Steering's bookkeeping goes out in the background; a pass is asked for when held records are due.
+        # 7. Steering's bookkeeping goes out in the background, unless many runs are starting (it yields to them);
+        #    a pass is asked for when held records are due.
         if plan.steering:
-            self.steering_lane.steer(plan.steering)
+            self.steering_lane.steer(plan.steering, starting=self.gauges.starting + len(self.ledger.launching))
         if plan.due_in is not None:
             self._wake_in(plan.due_in)
         # 8. The admitted SJs' own writes (a launch writes over them), then the strays removed.

@@ -55,6 +55,12 @@ class Gauges:
         self._capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
         """The nodes last seen and what they can schedule."""
 
+    @property
+    def starting(self) -> int:
+        """The SJs the last pass counted as Starting (launched, their pods not all running), the launches then
+        under way not included."""
+        return self._phases.get("Starting", 0)
+
     async def report(self, view: ClusterView, decided: list[Decided], launching: Set[str], *,
                      gone: Iterable[str] | None = None) -> None:
         """``launching``: the keys of the SJs whose launch is queued or under way (counted as Starting).

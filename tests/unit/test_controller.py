@@ -1382,3 +1382,42 @@ def test_a_starting_runs_room_in_flight_follows_its_scheduled_pods_and_is_the_sa
     one, two = in_flight(1), in_flight(2)
     assert (one.scheduled_pods, two.scheduled_pods) == (1, 2) and one.request == first.request
     assert in_flight(3) is None, "every pod scheduled: its room is counted on its node"
+
+
+def _starting_sj(name: str, *, running: bool) -> tuple[SJObject, JobView, PodView]:
+    """An SJ whose run was launched a minute ago; its pod pending, or ``running``."""
+    job_name = f"{name}-r1"
+    status = {"phase": "Starting", "interruptedCount": 0, "attempt": 1, "jobName": job_name,
+              "launchedTimestamp": (NOW - timedelta(minutes=1)).isoformat()}
+    job = job_view({"metadata": {"namespace": "ns", "name": job_name, "uid": f"j-{name}",
+                                 "labels": {"scavenger.dev/job-name": name}, "ownerReferences": owned_by(name)}})
+    pod = PodView(namespace="ns", name=f"{job_name}-0", uid=f"p-{name}", sj=name, run=job_name,
+                  node="n1" if running else None, phase="Running" if running else "Pending", deleting=False,
+                  requests={"cpu": 1000}, all_running=running, index=0, protected=False)
+    return sj(status, name=name, duration="10m", priorityLevels=3), job, pod
+
+
+def test_steering_waits_while_many_runs_start_and_goes_on_once_they_run(monkeypatch, kube):
+    """With steering yielding from one run starting: "fresh" (its protection to drop) is not toggled while "new"'s
+    pod is pending, as the last pass counted it; once "new" runs, the next pass toggles it."""
+    monkeypatch.setattr("sj_operator.write.steering.STEERING_YIELDS_AT", 1)
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    fresh, fresh_job, fresh_pod = _running_sj("fresh", NOW - timedelta(minutes=1))
+    fresh_scene = ({("ns", "fresh-r1"): fresh_job}, {("ns", "fresh-r1"): (fresh_pod,)})
+
+    def scene(new_running: bool, rv: str, *, with_fresh: bool = True) -> ClusterView:
+        new, new_job, new_pod = _starting_sj("new", running=new_running)
+        jobs, pods = ({**fresh_scene[0]}, {**fresh_scene[1]}) if with_fresh else ({}, {})
+        jobs[("ns", "new-r1")], pods[("ns", "new-r1")] = new_job, (new_pod,)
+        sjs = (replace(new, resource_version=rv), *((fresh,) if with_fresh else ()))
+        return view(*sjs, jobs=jobs, run_pods=pods, active=tuple(p for ps in pods.values() for p in ps))
+
+    labelled = ("label", ("fresh-r1-0", {"scavenger.dev/protected": "false"}))
+    run(controller, scene(False, "7", with_fresh=False))
+    assert controller.gauges.starting == 1
+    run(controller, scene(False, "8"))
+    run(controller, scene(False, "9"))
+    assert labelled not in kube.calls and controller.steering_lane.yielding
+    run(controller, scene(True, "10"))  # "new" runs: this pass counts it so
+    run(controller, scene(True, "11"))
+    assert labelled in kube.calls and not controller.steering_lane.yielding

@@ -112,6 +112,21 @@ def test_the_steering_lane_serves_every_toggle_before_any_level_write(due: str, 
         d for d in decisions if not d.step.actions and d in chosen]
 
 
+@pytest.mark.parametrize(("starting", "taken"), [
+    (0, "TTL"),
+    (1, "TTL"),  # a run restarting after a preemption: steering goes on
+    (63, "TTL"),
+    (64, ""),  # a burst of runs starting: neither toggles nor level writes
+    (5000, ""),
+])
+def test_steering_yields_to_many_runs_starting(starting: int, taken: str) -> None:
+    from sj_operator.write.steering import STEERING_YIELDS_AT, steering_order
+    assert STEERING_YIELDS_AT == 64
+    decisions = [steered("a", True), steered("b", False), steered("c", True)]
+    chosen = steering_order(decisions, toggles_room=4, levels_room=4, starting=starting)
+    assert "".join("T" if d.step.actions else "L" for d in chosen) == taken
+
+
 def test_level_writes_under_way_never_take_a_toggles_room(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two toggles in flight at most, one level write: while a level write is under way the next pass's toggles
     still have their whole room; the level writes left out are decided again (not queued)."""
