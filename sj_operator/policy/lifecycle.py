@@ -81,6 +81,7 @@ __all__ = [
     "launch_refused",
     "launched",
     "quiet_until",
+    "record_from",
     "record_grace",
     "recorded_until",
     "refusal_reason",
@@ -167,10 +168,22 @@ RECORD_GRACE = timedelta(seconds=10)
 
 
 def record_grace(cfg: LifecycleConfig) -> timedelta:
-    """How long after its creation a run whose pods are not all running yet is written into its SJ's status
-    as Starting: `RECORD_GRACE`, or half the start timeout when that is shorter (a run is recorded as
-    Starting before it can time out)."""
+    """How long after the Job controller took it up (`record_from`) a run whose pods are not all running yet is
+    written into its SJ's status as Starting: `RECORD_GRACE`, or half the start timeout when that is shorter (a
+    run is recorded as Starting before it can time out)."""
     return min(RECORD_GRACE, cfg.start_timeout / 2)
+
+
+def record_from(job: JobView) -> datetime | None:
+    """When a new run's `record_grace` begins: once the Job controller has taken its Job up (its
+    ``status.startTime``, which it sets as it makes the pods), never before the Job was made; None until then.
+    A controller-manager given thousands of new Jobs may take minutes to reach this one: the run is not the
+    SJ's news until then (its ``Launched`` Event is), and writing it as Starting meanwhile would be a second
+    status write and Event per SJ, when its pods will run a moment after they are made (a burst of 2,000 SJs:
+    2,000 writes and 2,000 Events more, to a control plane that is starting their pods)."""
+    if job.started is None:
+        return None
+    return max(job.started, job.created) if job.created is not None else job.started
 
 
 LaunchRefusal = Literal["MissingReference", "InvalidSpec", "InvalidRun"]
@@ -277,8 +290,9 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
     show yet), so it is computed at every pass. A running SJ (given its ``run`` and ``cfg``) is quiet
     until its level, its period or its protection's expiry moves (``priority.steady_until``), for the
     same ``exempt`` and ``draining``. A waiting SJ whose next run exists but is not written into its status
-    yet (given its ``run``, ``cfg`` and ``sj_name``) is quiet until `record_grace` has passed since the run
-    was made (`_record`; its start timeout is longer). A decision loop may reuse the quiet result until then."""
+    yet (given its ``run``, ``cfg`` and ``sj_name``) is quiet until `record_grace` has passed since the Job
+    controller took the run up (`record_from`; `_record`; its start timeout is longer), and until a change
+    before that. A decision loop may reuse the quiet result until then."""
     if isinstance(spec, InvalidSpec):
         return FOREVER if status.phase == Phase.FAILED else None
     phase = status.phase
@@ -288,9 +302,11 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
         if run is not None and (job := run.job) is not None:
             # A run to record (the launch this process just made, or one to adopt). Another run (an old
             # one still stopping) is decided at every pass.
-            if (cfg is not None and sj_name is not None and job.created is not None
-                    and _next_run(run, status, sj_name) is not None):
-                return job.created + record_grace(cfg)
+            if cfg is not None and sj_name is not None and _next_run(run, status, sj_name) is not None:
+                # Until the Job controller takes the Job up, only a change of the Job (its startTime) or of its
+                # pods changes the answer.
+                since = record_from(job)
+                return FOREVER if since is None else since + record_grace(cfg)
             return None
         # Waiting with no run to adopt: the only clock is the backoff, which makes it eligible.
         return status.not_before if status.not_before is not None and status.not_before > now else FOREVER
@@ -383,7 +399,8 @@ def _record(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: Li
             draining: bool) -> Step:
     """The waiting SJ's next run, written into its status together with what its pods show: Running when
     they all run (Succeeded, Failed, Interrupted when they have ended); Starting once `record_grace` has
-    passed without that. Until then nothing is written (the run holds the SJ: it is not waiting)."""
+    passed since the Job controller took the run up (`record_from`) without that. Until then nothing is written
+    (the run holds the SJ: it is not waiting)."""
     st, launched_at = b.status, job.created or b.now
     b.update(phase=Phase.STARTING, attempt=st.attempt + 1, job_name=job.name, launched_timestamp=launched_at,
              priority_class_name=launch_class(st.interrupted_count), not_before=None,
@@ -396,7 +413,7 @@ def _record(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: Li
         # Running at once is a plain record; a run that already ended, failed or was cancelled is not.
         plain = result.status.phase is Phase.RUNNING and not result.actions
         return replace(result, kind="records-run") if plain else result
-    if job.created is not None and b.now - job.created < record_grace(cfg):
+    if (since := record_from(job)) is None or b.now - since < record_grace(cfg):
         return Step(st)
     running = sum(1 for p in run.pods if p.all_running and not p.deleting)
     b.transition(Phase.STARTING, "Starting", f"{message}; {running} of {spec.parallelism} pod(s) running")

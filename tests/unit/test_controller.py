@@ -89,10 +89,11 @@ class FakeKube:
         return None
 
     def job(self, name: str, created: datetime) -> JobView:
-        """The Job made as the watch shows it, created at ``created``."""
+        """The Job made as the watch shows it, created at ``created`` and taken up by the Job controller then."""
         body = self.made[name]
         return job_view({**body, "metadata": {**body["metadata"], "uid": f"uid-{name}",
-                                              "creationTimestamp": created.isoformat()}})
+                                              "creationTimestamp": created.isoformat()},
+                         "status": {"startTime": created.isoformat()}})
 
     async def read_child(self, kind, namespace, name):
         return self.objects.get((kind, name))
@@ -311,7 +312,8 @@ def test_a_run_whose_sj_is_gone_is_deleted_with_its_service_but_a_just_launched_
         "namespace": "ns", "name": "gone-r3", "uid": "s", "ownerReferences": owned_by("gone")}}
     launched = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "k",
                                       "labels": {"scavenger.dev/job-name": "work"},
-                                      "ownerReferences": owned_by("work")}})
+                                      "ownerReferences": owned_by("work")},
+                         "status": {"startTime": (NOW - timedelta(minutes=1)).isoformat()}})
     # work-r1 exists but the SJ's status does not name it yet (its write was lost): it is recorded.
     run(controller, view(sj({"phase": "Pending", "interruptedCount": 0}),
                          jobs={("ns", "gone-r3"): stray, ("ns", "work-r1"): launched}))
@@ -709,10 +711,14 @@ def test_the_start_timeout_counts_from_the_jobs_creation_not_from_the_pass(kube)
     t[0] += EVENT_QUIET  # no launch since
     for _ in times:  # the clock stops at NOW + 55 s
         pass
-    # Until the watch shows the Job, the run this process made stands for it, stamped when it was made: past
-    # its grace it is recorded as Starting, launched then.
+    # Until the watch shows the Job, the run this process made stands for it, stamped when it was made; it is
+    # not recorded before the Job controller has taken it up (which the watch shows), then past its grace as
+    # Starting, launched when it was made.
     current[0] = NOW + timedelta(seconds=55)
     run(controller, view(sj()))
+    assert "status" not in kube.kinds()
+    made = kube.job("work-r1", NOW + timedelta(seconds=40))
+    run(controller, view(sj(), jobs={("ns", "work-r1"): made}))
     assert stored_status(kube)["launchedTimestamp"] == "2026-11-22T12:00:40Z"
     assert stored_status(kube)["phase"] == "Starting"
 
@@ -886,11 +892,13 @@ def test_a_pass_does_not_wait_for_its_launches_and_the_next_one_leaves_them_and_
 
 
 def _made_elsewhere(name: str, created: datetime) -> JobView:
-    """The run of SJ ``name`` as another replica made it (this process has no record of launching it)."""
+    """The run of SJ ``name`` as another replica made it (this process has no record of launching it), taken up by
+    the Job controller as it was made."""
     return job_view({"metadata": {"namespace": "ns", "name": f"{name}-r1", "uid": f"j-{name}",
                                   "labels": {"scavenger.dev/job-name": name},
                                   "ownerReferences": owned_by(name),
-                                  "creationTimestamp": created.isoformat()}})
+                                  "creationTimestamp": created.isoformat()},
+                     "status": {"startTime": created.isoformat()}})
 
 
 def _records(kube: FakeKube, job_name: str) -> list[str]:

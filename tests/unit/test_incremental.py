@@ -145,7 +145,7 @@ def _waiting_with_a_run(phase: Phase | None, made: int, kinds: list[str], name: 
     """A waiting SJ (``phase``) and its run ``name`` made ``made`` ms from now, a pod of each of ``kinds``."""
     cfg = replace(CFG, start_timeout=timedelta(seconds=start_timeout))
     created = NOW + timedelta(milliseconds=made)
-    run = run_of(job(name, created=created, deleting=deleting),
+    run = run_of(job(name, created=created, started=created, deleting=deleting),
                  *(_record_pod(i, kind, name, created) for i, kind in enumerate(kinds)))
     return (cfg, created, spec(parallelism=max(1, len(kinds))),
             ScavengerJobStatus() if phase is None else status(phase), run)
@@ -544,7 +544,8 @@ def test_waiting_sjs_with_unrecorded_runs_are_reused_until_the_record_grace_ends
     made = {name: NOW + i * timedelta(seconds=1) for i, name in enumerate(names)}
     runs = {name: run_job_name(name, 1) for name in names}
     jobs = {("ns", runs[n]): JobView(namespace="ns", name=runs[n], uid=f"j{n}", sj=n, deleting=False,
-                                     complete=False, failed=False, created=made[n], owner=f"u{n[2:]}")
+                                     complete=False, failed=False, created=made[n], started=made[n],
+                                     owner=f"u{n[2:]}")
             for n in names}
     pods = {("ns", runs[n]): (replace(run_pod(n, "Pending", 0), run=runs[n]),) for n in names}
     view = ClusterView(sjs=tuple(sjs.values()), jobs=jobs, run_pods=pods,

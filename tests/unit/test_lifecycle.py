@@ -25,6 +25,7 @@ from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, PodView, Termination
 from sj_operator.policy.conditions import admitted_condition, set_conditions
 from sj_operator.policy.lifecycle import (
+    FOREVER,
     MISSING_RUN_GRACE,
     RECORD_GRACE,
     DeleteRun,
@@ -292,25 +293,29 @@ def test_waiting_sj_is_eligible_once_its_backoff_passed(
 
 
 @pytest.mark.parametrize(
-    ("phase", "attempt", "interrupted", "created", "launched"),
+    ("phase", "attempt", "interrupted", "created", "started", "launched"),
     [
-        (Phase.PENDING, 0, 0, NOW - 10 * S, NOW - 10 * S),
-        (Phase.PENDING, 0, 0, None, NOW),
-        (Phase.PENDING, 4, 0, NOW - 20 * S, NOW - 20 * S),
-        (Phase.INTERRUPTED, 2, 1, NOW - 20 * S, NOW - 20 * S),
-        (Phase.INTERRUPTED, 7, 3, NOW - 20 * S, NOW - 20 * S),
-        (Phase.INTERRUPTED, 12, 10, NOW - 30 * S, NOW - 30 * S),
+        (Phase.PENDING, 0, 0, NOW - 10 * S, NOW - 10 * S, NOW - 10 * S),
+        (Phase.PENDING, 0, 0, None, NOW - 10 * S, NOW),
+        (Phase.PENDING, 4, 0, NOW - 20 * S, NOW - 20 * S, NOW - 20 * S),
+        (Phase.INTERRUPTED, 2, 1, NOW - 20 * S, NOW - 20 * S, NOW - 20 * S),
+        (Phase.INTERRUPTED, 7, 3, NOW - 20 * S, NOW - 20 * S, NOW - 20 * S),
+        (Phase.INTERRUPTED, 12, 10, NOW - 30 * S, NOW - 30 * S, NOW - 30 * S),
+        (Phase.PENDING, 0, 0, NOW - 5 * M, NOW - 10 * S, NOW - 5 * M),
     ],
     ids=["first-run-at-its-grace", "job-without-creation-time", "after-start-timeouts", "after-an-interruption",
-         "band-1", "band-3"],
+         "band-1", "band-3", "taken-up-late"],
 )
 def test_existing_next_run_is_recorded_as_starting_once_its_grace_passed(
-    phase: Phase, attempt: int, interrupted: int, created: datetime | None, launched: datetime
+    phase: Phase, attempt: int, interrupted: int, created: datetime | None, started: datetime, launched: datetime
 ) -> None:
+    """The grace counts from when the Job controller took the run up (its startTime), never before the Job was
+    made: "taken-up-late" was made five minutes ago and taken up ten seconds ago."""
     next_name = run_job_name(SJ, attempt + 1)
     before = status(phase, attempt=attempt, interrupted_count=interrupted, job_name=run_job_name(SJ, attempt),
                     not_before=NOW + M)
-    result = decide(spec(), before, run_of(job(next_name, created=created), pod(0, "Pending", run=next_name)))
+    result = decide(spec(), before, run_of(job(next_name, created=created, started=started),
+                                           pod(0, "Pending", run=next_name, placed=started)))
 
     st = result.status
     assert st.phase == Phase.STARTING
@@ -1144,12 +1149,13 @@ def test_a_new_run_is_recorded_with_what_its_pods_show(
     """A launch writes no status: a later pass writes the run in, as Running when its pods all run (one
     write, not Starting then Running), Starting once `record_grace` (10 s here) passed without that, and
     nothing before (the run holds the SJ: it is not waiting)."""
-    result = decide(GANG if len(pods) == 2 else spec(), before, run_of(job(RUN1, created=NOW), *pods), now=now)
+    result = decide(GANG if len(pods) == 2 else spec(), before, run_of(job(RUN1, created=NOW, started=NOW), *pods),
+                    now=now)
     st = result.status
     assert (st.phase, tuple(e.reason for e in result.events), result.waiting) == (phase, events, waiting)
     if phase in (None, Phase.PENDING):
         assert st is before, "nothing written within the grace"
-        run = run_of(job(RUN1, created=NOW), *pods)
+        run = run_of(job(RUN1, created=NOW, started=NOW), *pods)
         assert quiet_until(spec(), before, now, run=run, cfg=CFG, sj_name=SJ) == NOW + record_grace(CFG), \
             "the same until the grace has passed"
         assert quiet_until(spec(), before, now, run=run) is None, "without its config and name: at every pass"
@@ -1159,6 +1165,31 @@ def test_a_new_run_is_recorded_with_what_its_pods_show(
     assert admitted_condition(st.conditions) is not None and admitted_condition(st.conditions).status == "True"
     if phase is Phase.RUNNING:
         assert st.running_timestamps == (now,) and st.priority_start_over_timestamp == now
+
+
+@pytest.mark.parametrize(("created", "started", "recorded"), [
+    (NOW - 30 * M, None, False),  # never taken up by the Job controller: however old, nothing to write
+    (NOW - 30 * M, NOW - 9 * S, False),  # taken up late: its grace counts from then
+    (NOW - 30 * M, NOW - 10 * S, True),
+    (NOW - 5 * S, NOW - 30 * S, False),  # a startTime before the Job was made counts from the Job
+    (NOW - 10 * S, NOW - 30 * S, True),
+], ids=["not-taken-up", "taken-up-within-grace", "taken-up-past-grace", "clock-skew-within", "clock-skew-past"])
+def test_a_new_run_is_recorded_as_starting_only_past_its_grace_after_the_job_controller_took_it_up(
+        created: datetime, started: datetime | None, recorded: bool) -> None:
+    """A controller-manager given thousands of Jobs may take minutes to reach a new run's: the run is not
+    written as Starting meanwhile (its pods will run a moment after they are made: one write, as Running), and
+    the step is quiet until its grace ends after the take-up, or for ever before it (only the Job's change,
+    its startTime, can change the answer)."""
+    before = status(Phase.PENDING, not_before=None)
+    pods = () if started is None else (pod(0, "Pending", placed=started),)
+    run = run_of(job(RUN1, created=created, started=started), *pods)
+    result = decide(spec(), before, run)
+    assert (result.status.phase == Phase.STARTING) is recorded
+    assert [e.reason for e in result.events] == (["Starting"] if recorded else [])
+    if not recorded:
+        assert result.status == before
+        until = quiet_until(spec(), before, NOW, run=run, cfg=CFG, sj_name=SJ)
+        assert until == (FOREVER if started is None else max(started, created) + record_grace(CFG))
 
 
 def test_record_grace_is_shorter_than_the_start_timeout() -> None:
@@ -1294,7 +1325,7 @@ def test_set_conditions_moves_transition_time_only_when_status_flips(
 
 def test_conditions_follow_a_whole_lifecycle() -> None:
     queued = decide(spec(), ScavengerJobStatus(), now=T1).status
-    adopted = decide(spec(), queued, run_of(job(RUN1, created=T1)), now=T2).status
+    adopted = decide(spec(), queued, run_of(job(RUN1, created=T1, started=T1)), now=T2).status
     started = decide(spec(), adopted, run_of(job(), pod(0)), now=T3).status
     done = decide(spec(), started, run_of(job(complete=True), pod(0, "Succeeded"))).status
 

@@ -108,7 +108,8 @@ def test_the_state_machine_says_why_for_suspension_start_timeouts_and_refusals()
     cond = admitted_condition(timed_out.status.conditions)
     assert (cond.status, cond.reason) == ("False", "StartTimeout")
     assert "1 start timeout(s) in a row" in cond.message and "next try after" in cond.message
-    recorded = lc.decide(lc.spec(), ScavengerJobStatus(), lc.run_of(lc.job(created=lc.NOW - lc.M)))
+    recorded = lc.decide(lc.spec(), ScavengerJobStatus(),
+                         lc.run_of(lc.job(created=lc.NOW - lc.M, started=lc.NOW - lc.M)))
     assert admitted_condition(recorded.status.conditions).status == "True", "a run recorded admits its SJ"
     refused = launch_forbidden(ScavengerJobStatus(), NOW, "QuotaExceeded", "no room")
     assert admitted_condition(refused.status.conditions).reason == "QuotaExceeded"
