@@ -16,7 +16,9 @@ from typing import Any
 
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec
 from sj_operator.decide import ClusterView, Decided, in_flight
+from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, PodView, SJObject
+from sj_operator.policy.lifecycle import WAITING
 from sj_operator.policy.snapshot import InFlightRun
 
 __all__ = ["LAUNCHED_TTL", "WRITTEN_TTL", "Labelled", "Launched", "Launching", "Ledger", "Written"]
@@ -208,7 +210,9 @@ class Ledger:
     def in_flight(self, decided: list[Decided], on_fault: Callable[[SJObject, Exception], None], *,
                   gone: Iterable[str] | None = None,
                   position: Callable[[str], int] | None = None) -> dict[RunKey, InFlightRun]:
-        """Runs that are Starting and not fully scheduled: their pods' room is spoken for. A run's entry is
+        """Runs that are Starting and not fully scheduled, and new runs not written into their SJs' statuses yet
+        (`lifecycle.record_from`: a controller-manager behind may take minutes to take a Job up): their pods'
+        room is spoken for. A run's entry is
         the last pass's while its spec and scheduled pods are. ``gone``: the SJs no longer decided, when
         ``decided`` are only the SJs decided in this pass (the others keep their runs), then in the order of
         ``position`` (of an SJ uid); None: ``decided`` is every SJ, in its order."""
@@ -221,23 +225,26 @@ class Ledger:
         last_of = before.get
         starting = Phase.STARTING
         for d in decided:
-            st, uid = d.step.status, d.observed.sj.uid
-            if st.phase is not starting or not st.job_name or isinstance((o := d.observed).spec, InvalidSpec):
+            st, uid, o = d.step.status, d.observed.sj.uid, d.observed
+            job_name = st.job_name if st.phase is starting else _unrecorded_run(d)
+            if not job_name or isinstance(o.spec, InvalidSpec):
                 made.pop(uid, None)
                 continue
+            spec = o.spec if st.phase is starting or o.run.job is None else o.spec.launched_config(
+                o.run.job.config_index)
             scheduled = sum(1 for p in o.run.pods if p.node)
-            if scheduled >= o.spec.parallelism:
+            if scheduled >= spec.parallelism:
                 made.pop(uid, None)
                 continue
             last = last_of(uid)
             try:
-                run = (last.run if last is not None and last.spec is o.spec and last.scheduled == scheduled
-                       else in_flight(o.sj, o.spec, scheduled))
+                run = (last.run if last is not None and last.spec is spec and last.scheduled == scheduled
+                       else in_flight(o.sj, spec, scheduled))
             except Exception as exc:
                 made.pop(uid, None)
                 on_fault(o.sj, exc)
                 continue
-            made[uid] = _Starting(o.spec, scheduled, run, (o.sj.namespace, st.job_name))
+            made[uid] = _Starting(spec, scheduled, run, (o.sj.namespace, job_name))
         entries = made.values() if position is None else (made[uid] for uid in sorted(made, key=position))
         return {entry.key: entry.run for entry in entries}
 
@@ -265,3 +272,13 @@ class Ledger:
                                  else replace(entry.run, scheduled_pods=scheduled))
         self._added = (self._version, frozenset(before), dict(view.run_pods),
                        {key: run for key, run in runs.items() if key not in before})
+
+
+def _unrecorded_run(d: Decided) -> str | None:
+    """The name of a waiting SJ's next run when it exists, is not being deleted and is not in the SJ's status
+    yet (the step leaves the status as it is: `lifecycle.record_from`)."""
+    st, job = d.step.status, d.observed.run.job
+    if (job is None or job.deleting or d.step.waiting or not (st.phase is None or st.phase in WAITING)
+            or job.name != run_job_name(d.observed.sj.name, st.attempt + 1)):
+        return None
+    return job.name

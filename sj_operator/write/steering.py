@@ -13,13 +13,15 @@ written apart from the pass, so a pass goes on to launches and transitions at on
 
 While its writes are under way an SJ is held as decided: a pass neither decides it again nor writes it twice.
 
-Steering yields to starts: while `STEERING_YIELDS_AT` runs or more are starting (launched, their pods not all
-running yet), nothing is steered. Each toggle is a write per pod, and every pod written wakes the Job controller
-for its Job, the disruption controller and every watcher of pods; in a burst those are the very controllers
-starting the runs (measured with 2,000 SJs on two cores: with steering 391 s to 99.5 % Running, against plain
-Jobs' 111 s). A run steered late is protected late: until then a preemption picks among the runs as it
-would among plain Jobs. The SJs left out are decided again by the next passes and steered once the starts
-are fewer.
+Routine toggles yield to starts: while `STEERING_YIELDS_AT` runs or more are starting (launched, their pods not
+all running yet), the toggles a run's clock asks for (a level crossed, a period begun: `SetProtection.due`) wait.
+Each is a write per pod, and every pod written wakes the Job controller for its Job, the disruption controller
+and every watcher of pods; in a burst those are the very controllers starting the runs (measured with 2,000 SJs
+on two cores: with steering 391 s to 99.5 % Running, against plain Jobs' 111 s). A run whose routine toggle
+waits keeps the protection it has: a new run is protected late, and one whose period began stays protected
+until the starts are fewer. The other toggles never wait: a drain's, the protection's bound and steering's
+exemption take protection away so that nothing waits on a scavenger's budget; nor do the level writes, which
+are status writes no controller of pods watches. The SJs left out are decided again by the next passes.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from sj_operator.decide import Decided
 from sj_operator.kube import in_background
+from sj_operator.policy.outcomes import SetProtection
 from sj_operator.write.pool import Pool
 
 __all__ = ["LEVEL_WRITES_IN_FLIGHT", "STEERING_IN_FLIGHT", "STEERING_YIELDS_AT", "SteeringLane", "steering_order"]
@@ -54,14 +57,19 @@ def _toggles(d: Decided) -> bool:
     return bool(d.step.actions)
 
 
+def _routine(d: Decided) -> bool:
+    """A toggle the run's clock asked for (`SetProtection.due`), which waits while many runs start."""
+    return any(isinstance(a, SetProtection) and a.due is not None for a in d.step.actions)
+
+
 def steering_order(due: Iterable[Decided], *, toggles_room: int, levels_room: int,
                    starting: int = 0) -> list[Decided]:
-    """Which of ``due`` to carry out now: none while ``starting`` runs are `STEERING_YIELDS_AT` or more; else the
-    toggles first, as many as ``toggles_room``; then, only when no toggle was left out, the level writes, as many
-    as ``levels_room``. Pure."""
-    if starting >= STEERING_YIELDS_AT:
-        return []
+    """Which of ``due`` to carry out now: the toggles first, as many as ``toggles_room``, but no routine one while
+    ``starting`` runs are `STEERING_YIELDS_AT` or more; then, only when no toggle was left out, the level writes,
+    as many as ``levels_room``. Pure."""
     due = list(due)
+    if starting >= STEERING_YIELDS_AT:
+        due = [d for d in due if not _routine(d)]
     toggles = [d for d in due if _toggles(d)]
     taken = toggles[:max(toggles_room, 0)]
     if len(taken) == len(toggles):
@@ -87,16 +95,17 @@ class SteeringLane:
         return (*self.pool.tasks, *self.levels.tasks)
 
     def steer(self, due: Iterable[Decided], *, starting: int = 0) -> None:
-        """Carries out as many of ``due`` as there is room for, toggles first, none while ``starting`` runs are
-        too many (`steering_order`); an SJ under way already is left as it is (the plan leaves them out)."""
+        """Carries out as many of ``due`` as there is room for, toggles first, no routine one while ``starting``
+        runs are too many (`steering_order`); an SJ under way already is left as it is (the plan leaves them
+        out)."""
         yielding = starting >= STEERING_YIELDS_AT
         if yielding != self.yielding:
             self.yielding = yielding
             if yielding:
-                log.info("victim steering waits: %d runs are starting (from %d it yields to them)", starting,
-                         STEERING_YIELDS_AT)
+                log.info("victim steering's routine toggles wait: %d runs are starting (from %d they yield to them)",
+                         starting, STEERING_YIELDS_AT)
             else:
-                log.info("victim steering goes on: %d runs are starting", starting)
+                log.info("victim steering's routine toggles go on: %d runs are starting", starting)
         under_way, toggling = self.under_way, len(self.under_way) - self._leveling
         taken = steering_order((d for d in due if d.observed.sj.uid not in under_way),
                                toggles_room=STEERING_IN_FLIGHT - toggling,

@@ -1429,3 +1429,18 @@ def test_steering_waits_while_many_runs_start_and_goes_on_once_they_run(monkeypa
     run(controller, scene(True, "10"))  # "new" runs: this pass counts it so
     run(controller, scene(True, "11"))
     assert labelled in kube.calls and not controller.steering_lane.yielding
+
+
+def test_a_run_the_job_controller_has_not_taken_up_holds_its_room_unrecorded():
+    """"a"'s run (4 of the node's 5.6 usable CPU), made five minutes ago by another replica, has not been taken up
+    by the Job controller (no startTime): it is not written into "a"'s status, and it keeps its room: "c" (4 CPU)
+    is not admitted."""
+    kube = FakeKube()
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    a = sj(name="a", cpu="4", created=NOW - timedelta(minutes=6), status={"phase": "Pending", "attempt": 0})
+    untaken = job_view({"metadata": {"namespace": "ns", "name": "a-r1", "uid": "j-a",
+                                     "labels": {"scavenger.dev/job-name": "a"}, "ownerReferences": owned_by("a"),
+                                     "creationTimestamp": (NOW - timedelta(minutes=5)).isoformat()}})
+    run(controller, view(a, sj(name="c", cpu="4"), jobs={("ns", "a-r1"): untaken}))
+    assert _records(kube, "a-r1") == []
+    assert launched(kube) == []

@@ -78,14 +78,15 @@ def test_the_plans_of_a_passs_slices_join_in_order() -> None:
 
 # --- the steering lane: toggles first, level writes with the room left --------------------------------------
 
-def steered(name: str, toggle: bool) -> Decided:
-    """A running SJ's steering decision: a protection toggle (its label and Event, no status), or a level write."""
+def steered(name: str, toggle: bool, *, routine: bool = False) -> Decided:
+    """A running SJ's steering decision: a protection toggle (its label and Event, no status; ``routine``: one its
+    run's clock asked for), or a level write."""
     sj = SJObject(namespace="ns", name=name, uid=f"u-{name}", generation=1, resource_version="7", created=NOW,
                   deleting=False, spec={"image": "busybox"}, status={})
     running = ScavengerJobStatus(phase=Phase.RUNNING, job_name=f"{name}-r1", running_priority=0)
     observed = Observed(sj, "7", {}, running, parse_spec({"image": "busybox"}), Run(job=None))
     if toggle:
-        return Decided(observed, Step(running, (SetProtection(f"{name}-r1", True),),
+        return Decided(observed, Step(running, (SetProtection(f"{name}-r1", True, NOW if routine else None),),
                                       (Event("Normal", "Protected", "protected", routine=True),), kind="steers"))
     return Decided(observed, Step(running.model_copy(update={"running_priority": 1}), kind="steers"))
 
@@ -112,19 +113,24 @@ def test_the_steering_lane_serves_every_toggle_before_any_level_write(due: str, 
         d for d in decisions if not d.step.actions and d in chosen]
 
 
-@pytest.mark.parametrize(("starting", "taken"), [
-    (0, "TTL"),
-    (1, "TTL"),  # a run restarting after a preemption: steering goes on
-    (63, "TTL"),
-    (64, ""),  # a burst of runs starting: neither toggles nor level writes
-    (5000, ""),
-])
-def test_steering_yields_to_many_runs_starting(starting: int, taken: str) -> None:
+@pytest.mark.parametrize(("due", "starting", "taken"), [
+    ("RTL", 0, "RTL"),
+    ("RTL", 1, "RTL"),  # a run restarting after a preemption: steering goes on
+    ("RTL", 63, "RTL"),
+    ("RTL", 64, "TL"),  # a burst of runs starting: the routine toggle waits, a drain's and the level write do not
+    ("RRL", 5000, "L"),  # no toggle taken, none left out but routine ones: the level write goes
+    ("RTTL", 64, "T"),  # room for one toggle: the other is left out, so no level write
+], ids=["idle", "one-starting", "just-below", "at-the-threshold", "only-routine-due", "no-room"])
+def test_routine_toggles_yield_to_many_runs_starting(due: str, starting: int, taken: str) -> None:
+    """R: a routine toggle (its run's clock asked for it), T: another toggle (a drain's, the bound's, an
+    exemption's), L: a level write."""
     from sj_operator.write.steering import STEERING_YIELDS_AT, steering_order
     assert STEERING_YIELDS_AT == 64
-    decisions = [steered("a", True), steered("b", False), steered("c", True)]
-    chosen = steering_order(decisions, toggles_room=4, levels_room=4, starting=starting)
-    assert "".join("T" if d.step.actions else "L" for d in chosen) == taken
+    decisions = [steered(f"s{i}", kind != "L", routine=kind == "R") for i, kind in enumerate(due)]
+    room = 1 if "TT" in due else 4
+    chosen = steering_order(decisions, toggles_room=room, levels_room=4, starting=starting)
+    kinds = {id(d): kind for d, kind in zip(decisions, due, strict=True)}
+    assert "".join(kinds[id(d)] for d in chosen) == taken
 
 
 def test_level_writes_under_way_never_take_a_toggles_room(monkeypatch: pytest.MonkeyPatch) -> None:
