@@ -89,6 +89,7 @@ def delete_namespace(api: client.ApiClient, name: str, timeout: float = 120, col
         lambda: client.CustomObjectsApi(api).delete_collection_namespaced_custom_object(GROUP, VERSION, name, PLURAL),
         lambda: client.BatchV1Api(api).delete_collection_namespaced_job(name, propagation_policy="Background"),
         lambda: core.delete_collection_namespaced_pod(name, grace_period_seconds=0),
+        lambda: release_pods(core, name),
     ) if collections else ()
     for cleanup in (*first, lambda: core.delete_namespace(name, propagation_policy="Background")):
         try:
@@ -107,6 +108,20 @@ def delete_namespace(api: client.ApiClient, name: str, timeout: float = 120, col
                 return
         time.sleep(0.5)
     print(f"namespace {name} still terminating after {timeout:.0f}s", file=sys.stderr)
+
+
+def release_pods(core: client.CoreV1Api, namespace: str, threads: int = 8) -> None:
+    """Takes the finalizers off the namespace's pods, as the Job controller takes its tracking finalizer off once
+    it reaches their Jobs: with thousands of pods it does so behind its queue, a pod per call, and the
+    namespace took 5 to 15 minutes to go at 2,000 units (the next run waits for it)."""
+    names = [p.metadata.name for p in core.list_namespaced_pod(namespace).items if p.metadata.finalizers]
+
+    def release(i: int) -> None:
+        with suppress(ApiException, HTTPError):
+            core.patch_namespaced_pod(names[i], namespace, {"metadata": {"finalizers": None}})
+
+    if names:
+        in_parallel(release, len(names), threads, "pods' finalizers taken off")
 
 
 @contextmanager

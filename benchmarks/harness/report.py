@@ -131,8 +131,9 @@ CATALOG: tuple[Benchmark, ...] = (
         "make bench-scale BENCH_ARGS='--sjs 2000 --nodes 200 --settle 30 --stream 60' "
         "(python benchmarks/bench_scale.py --kueue --save ...); issue 42's comparison at 10,000 units: "
         "make bench-scale BENCH_ARGS='--sjs 10000 --nodes 1000 --ceiling'",
-        "the local cluster (started when none runs); 25 minutes at 2,000 units as last timed, before the second "
-        "floor's and Kueue's pods were waited for too (minutes more); 10,000 units not timed yet",
+        "the local cluster (started when none runs); 45 minutes at 2,000 units with --ceiling, --settle 60 and "
+        "--stream 60 as last timed (28005a2), most of it waiting for each run's namespace to go; 10,000 units "
+        "not timed yet",
         "One seeded workload (most units one pod, a tenth gangs of 2 to 16, 100m CPU each) on kwok nodes made "
         "for the run, sent through the same cluster in turn: as plain low-priority Jobs created directly by 8 "
         "client threads (the floor: the operator can never be faster; done again after the operator's run, "
