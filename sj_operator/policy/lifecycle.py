@@ -80,6 +80,7 @@ __all__ = [
     "capped_doubling",
     "launch_refused",
     "launched",
+    "next_run",
     "quiet_until",
     "record_from",
     "record_grace",
@@ -302,7 +303,7 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
         if run is not None and (job := run.job) is not None:
             # A run to record (the launch this process just made, or one to adopt). Another run (an old
             # one still stopping) is decided at every pass.
-            if cfg is not None and sj_name is not None and _next_run(run, status, sj_name) is not None:
+            if cfg is not None and sj_name is not None and next_run(run, status, sj_name) is not None:
                 # Until the Job controller takes the Job up, only a change of the Job (its startTime) or of its
                 # pods changes the answer.
                 since = record_from(job)
@@ -326,14 +327,14 @@ def recorded_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobSta
     timeout is the first thing time alone changes (`_starting` counts from the run's creation at the
     earliest). A decision loop that holds such a record back may reuse it until then; None for any other
     result."""
-    job = _next_run(run, status, sj_name)
+    job = next_run(run, status, sj_name)
     if (isinstance(spec, InvalidSpec) or not (status.phase is None or status.phase in WAITING) or job is None
             or job.created is None or result.actions or result.status.phase not in (Phase.STARTING, Phase.RUNNING)):
         return None
     return job.created + cfg.start_timeout
 
 
-def _next_run(run: Run, status: ScavengerJobStatus, sj_name: str) -> JobView | None:
+def next_run(run: Run, status: ScavengerJobStatus, sj_name: str) -> JobView | None:
     """The run of the SJ's next attempt, when it exists and is not being deleted: the one a waiting SJ's
     step writes into its status (`_record`) rather than launching it again."""
     job = run.job
@@ -371,7 +372,7 @@ def _waiting(b: _Builder, spec: ScavengerJobSpec, run: Run, sj_name: str, cfg: L
     st = b.status
     # A run for the next attempt exists: it is recorded in the status, not launched again (`launched`
     # leaves the recording to this; after an operator restart it is the same).
-    if (job := _next_run(run, st, sj_name)) is not None:
+    if (job := next_run(run, st, sj_name)) is not None:
         return _record(b, spec, run, job, cfg, exempt, draining)
     if st.phase is None:
         b.transition(Phase.PENDING, "Queued", "waiting for idle capacity")

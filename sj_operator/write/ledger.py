@@ -16,9 +16,8 @@ from typing import Any
 
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec
 from sj_operator.decide import ClusterView, Decided, in_flight
-from sj_operator.names import run_job_name
 from sj_operator.observed import JobView, PodView, SJObject
-from sj_operator.policy.lifecycle import WAITING
+from sj_operator.policy.lifecycle import WAITING, next_run
 from sj_operator.policy.snapshot import InFlightRun
 
 __all__ = ["LAUNCHED_TTL", "WRITTEN_TTL", "Labelled", "Launched", "Launching", "Ledger", "Written"]
@@ -275,10 +274,10 @@ class Ledger:
 
 
 def _unrecorded_run(d: Decided) -> str | None:
-    """The name of a waiting SJ's next run when it exists, is not being deleted and is not in the SJ's status
-    yet (the step leaves the status as it is: `lifecycle.record_from`)."""
-    st, job = d.step.status, d.observed.run.job
-    if (job is None or job.deleting or d.step.waiting or not (st.phase is None or st.phase in WAITING)
-            or job.name != run_job_name(d.observed.sj.name, st.attempt + 1)):
+    """The name of a waiting SJ's next run (`lifecycle.next_run`) when its step leaves it out of the SJ's status
+    (`lifecycle.record_from`)."""
+    st = d.step.status
+    if d.step.waiting or not (st.phase is None or st.phase in WAITING):
         return None
-    return job.name
+    job = next_run(d.observed.run, st, d.observed.sj.name)
+    return None if job is None else job.name

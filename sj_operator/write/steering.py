@@ -48,7 +48,7 @@ toggle due is under way: a quarter of the background lane's connections (`kube.B
 toggles and the Events always have the rest."""
 
 STEERING_YIELDS_AT = 64
-"""Runs starting at once (launched, their pods not all running yet) from which steering waits: as many as the
+"""Runs starting at once (launched, their pods not all running yet) from which routine toggles wait: as many as the
 toggles under way at once (`STEERING_IN_FLIGHT`). A few runs restarting after a preemption are below it; a burst
 of new SJs, or a drained node's runs starting again elsewhere, are above it."""
 
@@ -85,7 +85,7 @@ class SteeringLane:
         self._leveling = 0
         """How many of ``under_way`` are level writes."""
         self.yielding = False
-        """Whether steering waits for the runs starting (`STEERING_YIELDS_AT`)."""
+        """Whether routine toggles wait for the runs starting (`STEERING_YIELDS_AT`)."""
         self.pool: Pool[Decided] = Pool("steering", STEERING_IN_FLIGHT, self._steer_one)
         self.levels: Pool[Decided] = Pool("steering-levels", LEVEL_WRITES_IN_FLIGHT, self._steer_one)
 
