@@ -13,7 +13,8 @@ else lands there). It goes through the same cluster in turn:
    created, so its created -> Job is 0 by construction (the Job controller's lag, from each Job's creation
    to its ``status.startTime``, is measured instead, p50 and p99). The creates and the wait are done again
    after the operator's run (an A-B-A order: each run leaves the cluster older than it found it, and the
-   first floor had it fresh), and the operator's figures are ratios of the mean of the two. Once the first
+   first floor had it fresh), and the operator's figures are ratios of the mean of the two (``--floor-once``:
+   of the first alone, A-B, when two floors would not fit the time there is). Once the first
    floor's pods run, a stream of high-priority pods arrives (Poisson, ``--rate`` per second for
    ``--stream`` seconds, each needing most of a node for 20 s): the default scheduler alone picks the
    victims. A plain Job's preempted pod starts again from nothing, so the work it lost is how long it had
@@ -243,13 +244,18 @@ def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Res
         log(f"the floor again: {len(work.gangs)} plain Jobs in {namespace}")
         start = time.monotonic()
         create_plain_jobs(batch, namespace, work, threads, result, "floor_after")
-        figures = result.figures
-        figures["floor_after_running_seconds"] = pods_running(batch, namespace, work.pods, start, "plain pods running")
-        if "floor_per_second" in figures:
-            figures["floor_mean_per_second"] = (figures["floor_per_second"] + figures["floor_after_per_second"]) / 2
-        if "floor_running_seconds" in figures:
-            figures["floor_mean_running_seconds"] = (figures["floor_running_seconds"]
-                                                     + figures["floor_after_running_seconds"]) / 2
+        result.figures["floor_after_running_seconds"] = pods_running(batch, namespace, work.pods, start,
+                                                                     "plain pods running")
+    floor_means(result.figures)
+
+
+def floor_means(figures: dict[str, float]) -> None:
+    """The floor's figures the operator's are taken against: the mean of the floors that ran (both in an A-B-A
+    order; the first alone with ``--floor-once``)."""
+    for figure in ("per_second", "running_seconds"):
+        floors = [figures[key] for key in (f"floor_{figure}", f"floor_after_{figure}") if key in figures]
+        if floors:
+            figures[f"floor_mean_{figure}"] = sum(floors) / len(floors)
 
 
 def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result, *,
@@ -473,6 +479,9 @@ def main() -> int:
     parser.add_argument("--no-floor", action="store_true",
                         help="skip the floor and plain Jobs' run (the operator alone: at 10,000 units, deleting the "
                              "floor's 18,000 pods takes this cluster longer than the operator's run)")
+    parser.add_argument("--floor-once", action="store_true",
+                        help="the floor before the operator's run only (A-B, not A-B-A): at 10,000 units on two cores "
+                             "each floor takes about half an hour")
     parser.add_argument("--ceiling", action="store_true",
                         help="after the floor, each unit's SJ and its Job created by the benchmark with no operator: "
                              "the most any operator could reach on this cluster")
@@ -490,6 +499,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.profile_burst and args.profile is None:
         parser.error("--profile-burst needs --profile FILE")
+    if args.floor_once and args.no_floor:
+        parser.error("--floor-once runs the first floor, --no-floor none: give one of them")
     if not os.environ.get("KUBECONFIG"):
         parser.error("no cluster: set KUBECONFIG (make bench-scale starts the local cluster)")
     config.load_kube_config()
@@ -515,9 +526,11 @@ def main() -> int:
             if args.standby:
                 ceiling_run(api, work, args.threads, args.period, result, standby=True)
             operator_run(api, work, args.threads, args.period, result, args.settle,
-                         followed=args.kueue or not args.no_floor, profile=args.profile,
+                         followed=args.kueue or not (args.no_floor or args.floor_once), profile=args.profile,
                          profile_burst=args.profile_burst)
-            if not args.no_floor:
+            if args.floor_once:
+                floor_means(result.figures)
+            elif not args.no_floor:
                 floor_again(api, work, args.threads, result, followed=args.kueue)
             if args.kueue:
                 kueue_run(api, work, args.threads, result, args.nodes, args.node_cpu)

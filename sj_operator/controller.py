@@ -46,7 +46,7 @@ from sj_operator.write.launcher import Candidate, Launcher
 from sj_operator.write.ledger import Launching, Ledger
 from sj_operator.write.plan import Launches, WritePlan, joined, plan_writes, writes
 from sj_operator.write.pool import Pool, concurrently, idle
-from sj_operator.write.steering import SteeringLane
+from sj_operator.write.steering import SET_ASIDE, SteeringLane
 from sj_operator.write.writer import Writer
 
 __all__ = ["ClusterView", "Controller", "utcnow"]
@@ -77,7 +77,10 @@ class _Kept:
     decided: dict[str, Decided] = field(default_factory=dict)
     """Each SJ's decision as the last pass that looked at it held it (steering's kept), by uid."""
     writing: set[str] = field(default_factory=set)
-    """The SJs whose last decision had something to write (written or not: looked at again)."""
+    """The SJs whose last decision had something to write (written or not: looked at again), but ``deferred``."""
+    deferred: set[str] = field(default_factory=set)
+    """The SJs whose routine protection toggle waits for the runs starting (`write.steering`): looked at again
+    once the steering lane no longer yields, when they change, and `write.steering.SET_ASIDE` after each look."""
     faulted: set[str] = field(default_factory=set)
     """The SJs a step of the last pass could not handle (tried again)."""
     busy: set[str] = field(default_factory=set)
@@ -193,6 +196,7 @@ class Controller:
         await self.adopter.reconcile(view)
         self.metrics.reconcile.observe(time.perf_counter() - started)
         await self.gauges.report(view, decided, launching, gone=gone)
+        self.steering_lane.starting(self.gauges.starting + len(self.ledger.launching))
 
     async def _pass(self, view: ClusterView) -> tuple[list[Decided], set[str] | None, set[str]]:
         """One pass; the decisions it made or looked at again, the SJs no longer decided (None: the decisions
@@ -243,10 +247,10 @@ class Controller:
         # 6. The plan: which writes go first, which wait, which take the steering lane (the plan leaves out
         #    the decisions with nothing to write).
         plan = await self._plan(writing, admission, now, pacer)
-        # 7. Steering's bookkeeping goes out in the background, unless many runs are starting (it yields to them);
-        #    a pass is asked for when held records are due.
-        if plan.steering:
-            self.steering_lane.steer(plan.steering, starting=self.gauges.starting + len(self.ledger.launching))
+        # 7. Steering's bookkeeping goes out in the background; while many runs are starting, the SJs whose
+        #    routine toggle waits for them are set aside (not looked at again until it goes on). A pass is asked
+        #    for when held records are due.
+        self._steer(plan.steering, decided, None if full else gone, now)
         if plan.due_in is not None:
             self._wake_in(plan.due_in)
         # 8. The admitted SJs' own writes (a launch writes over them), then the strays removed.
@@ -266,6 +270,22 @@ class Controller:
         kept.complete = True
         return decided, None if full else gone, {entry.key for entry in self.ledger.launching.values()}
 
+    def _steer(self, steering: Sequence[Decided], decided: list[Decided], gone: set[str] | None,
+               now: datetime) -> None:
+        """Steering's bookkeeping (``steering``) to the steering lane; the SJs whose routine toggle waits set aside
+        (`_Kept.deferred`) and those ``decided`` in this pass (``gone``: None, every SJ) no longer."""
+        kept = self._kept
+        if gone is None:
+            kept.deferred = set()
+        else:
+            kept.deferred.difference_update(gone)
+            kept.deferred.difference_update(d.observed.sj.uid for d in decided)
+        if steering and (deferred := self.steering_lane.steer(steering)):
+            kept.writing.difference_update(deferred)
+            kept.deferred.update(deferred)
+            for uid in deferred:
+                self.memo.work.wake(uid, now + SET_ASIDE)
+
     def _forget_gone(self, view: ClusterView) -> None:
         """Forgets what the tables hold of SJs gone, once they hold many more than there are SJs."""
         self.quarantine.begin_pass()
@@ -280,11 +300,12 @@ class Controller:
     def _looked_at(self, now: datetime) -> set[str]:
         """The SJs a pass looks at whether or not they changed: those whose decision cannot be reused or whose
         clock came, those the last pass wrote or found a fault in, those being steered or launched (and those
-        that were), those held out of the queue by a fault, and those this process wrote (read through
-        `Ledger.fresh`)."""
+        that were), those held out of the queue by a fault, those this process wrote (read through
+        `Ledger.fresh`), and those whose routine toggle was set aside once steering no longer yields."""
         kept, work = self._kept, self.memo.work
         return work.due(now).union(work.every, kept.writing, kept.faulted, kept.busy, self.steering_lane.under_way,
-                                   self.ledger.launching, self.quarantine.held, self.ledger.written)
+                                   self.ledger.launching, self.quarantine.held, self.ledger.written,
+                                   () if self.steering_lane.yielding else kept.deferred)
 
     async def _decide(self, view: ClusterView, now: datetime, pacer: Pacer, *,
                       full: bool) -> tuple[list[Decided], set[str] | None]:

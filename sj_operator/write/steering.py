@@ -21,20 +21,29 @@ on two cores: with steering 391 s to 99.5 % Running, against plain Jobs' 111 s).
 waits keeps the protection it has: a new run is protected late, and one whose period began stays protected
 until the starts are fewer. The other toggles never wait: a drain's, the protection's bound and steering's
 exemption take protection away so that nothing waits on a scavenger's budget; nor do the level writes, which
-are status writes no controller of pods watches. The SJs left out are decided again by the next passes.
+are status writes no controller of pods watches. Whether they wait is settled at the end of each pass, from the
+runs that pass counted (`SteeringLane.starting`).
+
+The SJs left out for room are decided again by the next passes, which top the toggles up. Those whose routine
+toggle waits are not: at 10,000 SJs that would be thousands of decisions made again at every pass of a burst, each
+to the same end. They are set aside (`steer` returns them): decided again once the starts are fewer (the lane asks
+for a pass then), at once when they change, and otherwise every `SET_ASIDE`, so that what their clock brings
+meanwhile (the protection's bound) is at most that late.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import timedelta
 
 from sj_operator.decide import Decided
 from sj_operator.kube import in_background
 from sj_operator.policy.outcomes import SetProtection
 from sj_operator.write.pool import Pool
 
-__all__ = ["LEVEL_WRITES_IN_FLIGHT", "STEERING_IN_FLIGHT", "STEERING_YIELDS_AT", "SteeringLane", "steering_order"]
+__all__ = ["LEVEL_WRITES_IN_FLIGHT", "SET_ASIDE", "STEERING_IN_FLIGHT", "STEERING_YIELDS_AT", "SteeringLane",
+           "steering_order"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +60,10 @@ STEERING_YIELDS_AT = 64
 """Runs starting at once (launched, their pods not all running yet) from which routine toggles wait: as many as the
 toggles under way at once (`STEERING_IN_FLIGHT`). A few runs restarting after a preemption are below it; a burst
 of new SJs, or a drained node's runs starting again elsewhere, are above it."""
+
+SET_ASIDE = timedelta(seconds=5)
+"""How long an SJ whose routine toggle waits for the starts goes without being decided again, unless it changes or
+the starts become fewer (the decision loop's default tick)."""
 
 
 def _toggles(d: Decided) -> bool:
@@ -94,21 +107,29 @@ class SteeringLane:
         """The workers of both pools."""
         return (*self.pool.tasks, *self.levels.tasks)
 
-    def steer(self, due: Iterable[Decided], *, starting: int = 0) -> None:
-        """Carries out as many of ``due`` as there is room for, toggles first, no routine one while ``starting``
-        runs are too many (`steering_order`); an SJ under way already is left as it is (the plan leaves them
-        out)."""
-        yielding = starting >= STEERING_YIELDS_AT
-        if yielding != self.yielding:
-            self.yielding = yielding
-            if yielding:
-                log.info("victim steering's routine toggles wait: %d runs are starting (from %d they yield to them)",
-                         starting, STEERING_YIELDS_AT)
-            else:
-                log.info("victim steering's routine toggles go on: %d runs are starting", starting)
+    def starting(self, runs: int) -> None:
+        """Settles whether routine toggles wait, from the ``runs`` starting (launched, their pods not all running)
+        as the pass just ended counted them; once they no longer wait, a pass is asked for, to decide again the
+        SJs set aside meanwhile."""
+        yielding = runs >= STEERING_YIELDS_AT
+        if yielding == self.yielding:
+            return
+        self.yielding = yielding
+        if yielding:
+            log.info("victim steering's routine toggles wait: %d runs are starting (from %d they yield to them)",
+                     runs, STEERING_YIELDS_AT)
+        else:
+            log.info("victim steering's routine toggles go on: %d runs are starting", runs)
+            self._wake()
+
+    def steer(self, due: Iterable[Decided]) -> set[str]:
+        """Carries out as many of ``due`` as there is room for, toggles first, no routine one while the lane yields
+        (`steering_order`); an SJ under way already is left as it is (the plan leaves them out). The uids of the SJs
+        whose routine toggle waits: to be set aside until the lane no longer yields."""
         under_way, toggling = self.under_way, len(self.under_way) - self._leveling
-        taken = steering_order((d for d in due if d.observed.sj.uid not in under_way),
-                               toggles_room=STEERING_IN_FLIGHT - toggling,
+        due = [d for d in due if d.observed.sj.uid not in under_way]
+        starting = STEERING_YIELDS_AT if self.yielding else 0
+        taken = steering_order(due, toggles_room=STEERING_IN_FLIGHT - toggling,
                                levels_room=LEVEL_WRITES_IN_FLIGHT - self._leveling, starting=starting)
         for d in taken:
             self.under_way[d.observed.sj.uid] = d
@@ -116,6 +137,7 @@ class SteeringLane:
         self._leveling += len(taken) - len(toggles)
         self.pool.submit(toggles)
         self.levels.submit(d for d in taken if not _toggles(d))
+        return {d.observed.sj.uid for d in due if _routine(d)} if self.yielding else set()
 
     def holding(self, decided: list[Decided]) -> list[Decided]:
         """``decided`` with the SJs under way kept as they were decided when their writes began."""

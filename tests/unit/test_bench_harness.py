@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks import bench_scale
 from benchmarks.harness import kube, kueue, metrics, processes, profiling, progress, scale_report, scavenger
 
 OPERATOR_METRICS = """# HELP scavenger_leader whether this replica leads
@@ -258,6 +259,21 @@ def test_the_running_ratios_are_taken_against_the_mean_of_the_two_floors() -> No
     assert by_metric["operator_running_to_floor"]["goal"] == {"max": 1.2}
     assert "goal" not in by_metric["kueue_running_to_floor"] and "goal" not in by_metric["ceiling_running_to_floor"]
     assert by_metric["operator_start_timeouts"]["goal"] == {"max": 0}
+
+
+def test_the_floors_mean_is_of_the_floors_that_ran() -> None:
+    """A-B-A: the mean of the two; ``--floor-once``: the first alone, and the table says so."""
+    both = {k: FLOOR[k] for k in ("floor_per_second", "floor_after_per_second", "floor_running_seconds",
+                                  "floor_after_running_seconds")}
+    bench_scale.floor_means(both)
+    assert (both["floor_mean_per_second"], both["floor_mean_running_seconds"]) == (140.0, 320.0)
+    once = {"floor_per_second": 150.0, "floor_seconds": 66.0, "floor_running_seconds": 300.0}
+    bench_scale.floor_means(once)
+    assert (once["floor_mean_per_second"], once["floor_mean_running_seconds"]) == (150.0, 300.0)
+    result = scale_report.Result(figures={**once, **OPERATOR})
+    assert _row(result, "throughput (units/s)")[3] == (
+        "0.47 of the floor (run once, before the operator's run: --floor-once)")
+    assert "the operator at 1.17 of the floor's (goal <= 1.2)" in _row(result, "99.5% running after (s)")[3]
 
 
 def _row(result: scale_report.Result, label: str) -> tuple[str, str, str, str]:

@@ -12,13 +12,14 @@ import pytest
 
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
-from sj_operator.decide import ClusterView
+from sj_operator.decide import ClusterView, Decided, Observed
 from sj_operator.kube import Conflict, EventRef, Forbidden, Invalid, KubeError, NameTaken
 from sj_operator.names import controlled_by, controller_uid, owner_reference
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view
 from sj_operator.pacing import EVENT_DEFERRAL, EVENT_QUIET
 from sj_operator.policy.outcomes import Event
 from sj_operator.policy.tenancy import resource_quota_view
+from sj_operator.write.steering import SET_ASIDE
 from sj_operator.write.writer import BUDGET_REFRESH, PROTECTION_RETRY
 from tests.unit.helpers import settled_pass
 
@@ -1429,6 +1430,62 @@ def test_steering_waits_while_many_runs_start_and_goes_on_once_they_run(monkeypa
     run(controller, scene(True, "10"))  # "new" runs: this pass counts it so
     run(controller, scene(True, "11"))
     assert labelled in kube.calls and not controller.steering_lane.yielding
+
+
+def test_an_sj_whose_routine_toggle_waits_is_set_aside_until_steering_goes_on(monkeypatch, kube):
+    """While steering yields, "fresh" (its protection to drop at its period's start) is decided once and set aside:
+    the passes after it do not decide it again, until `SET_ASIDE` has passed (what its clock brings is that late at
+    most). Once "new" runs, the lane asks for a pass, and that pass, with nothing else changed, decides "fresh" again
+    and toggles it."""
+    monkeypatch.setattr("sj_operator.write.steering.STEERING_YIELDS_AT", 1)
+    wakes: list[None] = []
+    clock = [NOW]
+    controller = Controller(kube, OperatorConfig(), clock=lambda: clock[0],  # type: ignore[arg-type]
+                            wake=lambda: wakes.append(None))
+    fresh, fresh_job, fresh_pod = _running_sj("fresh", NOW - timedelta(minutes=1))
+    decided: list[str] = []
+    decide = controller.memo.decide
+
+    def counted(observed: list[Observed], *args: Any, **kwargs: Any) -> list[Decided]:
+        decided.extend(o.sj.name for o in observed)
+        return decide(observed, *args, **kwargs)
+
+    monkeypatch.setattr(controller.memo, "decide", counted)
+
+    def scene(new_running: bool, rv: str, *, with_fresh: bool = True) -> ClusterView:
+        new, new_job, new_pod = _starting_sj("new", running=new_running)
+        if not with_fresh:
+            return view(replace(new, resource_version=rv), jobs={("ns", "new-r1"): new_job},
+                        run_pods={("ns", "new-r1"): (new_pod,)}, active=(new_pod,))
+        return view(replace(new, resource_version=rv), fresh,
+                    jobs={("ns", "fresh-r1"): fresh_job, ("ns", "new-r1"): new_job},
+                    run_pods={("ns", "fresh-r1"): (fresh_pod,), ("ns", "new-r1"): (new_pod,)},
+                    active=(fresh_pod, new_pod))
+
+    labelled = ("label", ("fresh-r1-0", {"scavenger.dev/protected": "false"}))
+    run(controller, scene(False, "7", with_fresh=False))  # counts "new" as starting: the lane yields from now on
+    assert controller.steering_lane.yielding
+    run(controller, scene(False, "8"))
+    assert labelled not in kube.calls
+    assert fresh.uid in controller._kept.deferred and fresh.uid not in controller._kept.writing
+    decided.clear()
+    run(controller, scene(False, "9"))
+    run(controller, scene(False, "10"))
+    assert "fresh" not in decided and labelled not in kube.calls, "set aside while the lane yields"
+    clock[0] = NOW + SET_ASIDE
+    run(controller, scene(False, "10"))
+    assert "fresh" in decided and labelled not in kube.calls and fresh.uid in controller._kept.deferred
+    decided.clear()
+    run(controller, scene(False, "10"))
+    assert "fresh" not in decided
+    wakes.clear()
+    run(controller, scene(True, "11"))  # "new" runs: this pass counts it so, and the lane asks for a pass
+    assert not controller.steering_lane.yielding and wakes
+    decided.clear()
+    same = scene(True, "11")
+    run(controller, same)
+    assert "fresh" in decided and labelled in kube.calls
+    assert fresh.uid not in controller._kept.deferred
 
 
 def test_a_run_the_job_controller_has_not_taken_up_holds_its_room_unrecorded():
