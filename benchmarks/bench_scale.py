@@ -131,6 +131,9 @@ NAMESPACES = "bench-scale"
 """How the names of the runs' namespaces begin."""
 POLL = 15
 """Seconds between two looks at what runs (each time to running is up to this late)."""
+RUN_TIMEOUT = 3 * 3600
+"""Seconds a run may take to running before the benchmark fails: at 10,000 units on two cores a floor takes about
+half an hour, and a contender may take twice as long."""
 
 
 # --- the workload ---------------------------------------------------------------------------
@@ -227,7 +230,7 @@ def pods_running(batch: client.BatchV1Api, namespace: str, pods: int, start: flo
     """Waits until `RUNNING` of the ``pods`` of the Jobs in ``namespace`` are ready, as the Jobs count them
     (looked at every `POLL` seconds): the seconds since ``start`` (monotonic), the first create, also logged."""
     wait_until(what, lambda: ((n := ready_pods(batch, namespace)) >= RUNNING * pods, f"{n}/{pods}"),
-               timeout=3600, every=POLL)
+               timeout=RUN_TIMEOUT, every=POLL)
     took = time.monotonic() - start
     log(f"  {RUNNING:.1%}: {what} {took:.0f}s after the first create")
     return took
@@ -404,7 +407,7 @@ def sjs_running(api: client.ApiClient, namespace: str, units: int, port: int, st
     from the first create, the Job controller's lag, and the operator's writes per SJ by then (steering's for the
     SJs that ran a period by then included; the unit test of the controller counts a single-pod SJ's own writes:
     four)."""
-    scavenger.wait_running(port, units, RUNNING, every=POLL)
+    scavenger.wait_running(port, units, RUNNING, timeout=RUN_TIMEOUT, every=POLL)
     result.figures["operator_running_seconds"] = time.monotonic() - start
     result.figures.update({f"operator_{k}": v for k, v in job_sync_lag(client.BatchV1Api(api), namespace).items()})
     result.figures["writes_per_sj_to_running"] = sum(writes(calls_by_operation(scrape(port))).values()) / units
@@ -437,7 +440,7 @@ def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
                 names, threads, "Kueue's Jobs created")
             log(f"  all {len(names)} Jobs created in {took_create:.1f}s; waiting for Kueue to start them")
             wait_until("Jobs started by Kueue", lambda: (len(started) >= len(names),
-                                                         f"{len(started)}/{len(names)}"), timeout=3600, every=5)
+                                                         f"{len(started)}/{len(names)}"), timeout=RUN_TIMEOUT, every=5)
             took = max(started.values()) - start
             apiserver_seconds, kueue_seconds = apiserver.seconds(), kueue_cpu.seconds()
             stop.set()
