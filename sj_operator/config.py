@@ -224,8 +224,8 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
      "Secret in the lease namespace holding the webhook's certificates (default scavenger-webhook-tls)"),
     ("--cluster-domain", "SJ_CLUSTER_DOMAIN", "cluster_domain",
      "the cluster's DNS domain, without a trailing dot: gang members reach each other as "
-     "<pod>.<run>.<namespace>.svc.<domain>, and MPI gangs pin their ssh host key for that domain "
-     "(default cluster.local)"),
+     "<pod>.<run>.<namespace>.svc.<domain>, MPI gangs pin their ssh host key for that domain, and the "
+     "webhook's certificate names its Service in it (default cluster.local)"),
     ("--default-namespace-quota", "SJ_DEFAULT_NAMESPACE_QUOTA", "default_namespace_quota",
      "the most the SJ runs of a namespace that no ScavengerClusterQuota selects may request at once, "
      "RESOURCE=QUANTITY separated by ',', e.g. 'cpu=8,memory=32Gi'; the namespace's own ScavengerQuota can only "

@@ -138,7 +138,8 @@ def _webhook(kube: Kube, config: OperatorConfig) -> WebhookServer:
     assert config.webhook_port is not None
     url = None if config.webhook_host is None else f"https://{config.webhook_host}:{config.webhook_port}"
     return WebhookServer(
-        kube, port=config.webhook_port, hosts=webhook_hosts(config.webhook_service, config.webhook_host),
+        kube, port=config.webhook_port, hosts=webhook_hosts(config.webhook_service, config.webhook_host,
+                                                                cluster_domain=config.cluster_domain),
         service=config.webhook_service, url=url, secret_namespace=config.lease_namespace,
         secret_name=config.webhook_secret, limits=config.spec_limits, clock=lambda: datetime.now(UTC),
         namespaces=config.namespaces)

@@ -275,10 +275,11 @@ class WebhookServer:
         return web.Response(text="ok")
 
 
-def webhook_hosts(service: str | None, host: str | None) -> list[str]:
-    """The names the serving certificate is for: the Service's DNS names, or the given host."""
+def webhook_hosts(service: str | None, host: str | None, *, cluster_domain: str) -> list[str]:
+    """The names the serving certificate is for: the Service's DNS names (its full name in ``cluster_domain``,
+    the operator's ``--cluster-domain``), or the given host."""
     if service is not None:
         namespace, name = service.split("/", 1)
-        return [f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local", f"{name}.{namespace}"]
+        return [f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.{cluster_domain}", f"{name}.{namespace}"]
     assert host is not None
     return [host]

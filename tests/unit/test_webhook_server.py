@@ -270,8 +270,11 @@ def test_the_service_form_points_the_api_server_at_the_service() -> None:
 @pytest.mark.parametrize("service", ["scavenger-system/scavenger-webhook"])
 def test_service_hosts_cover_the_names_the_api_server_dials(service: str) -> None:
     from sj_operator.webhook import webhook_hosts
-    assert "scavenger-webhook.scavenger-system.svc" in webhook_hosts(service, None)
-    assert webhook_hosts(None, "192.0.2.2") == ["192.0.2.2"]
+    hosts = webhook_hosts(service, None, cluster_domain="corp.example")
+    assert "scavenger-webhook.scavenger-system.svc" in hosts
+    assert "scavenger-webhook.scavenger-system.svc.corp.example" in hosts, "the cluster's own domain"
+    assert not any(h.endswith("cluster.local") for h in hosts)
+    assert webhook_hosts(None, "192.0.2.2", cluster_domain="cluster.local") == ["192.0.2.2"]
 
 
 async def refreshed() -> tuple[FakeKube, WebhookServer]:
