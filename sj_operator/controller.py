@@ -77,10 +77,12 @@ class _Kept:
     decided: dict[str, Decided] = field(default_factory=dict)
     """Each SJ's decision as the last pass that looked at it held it (steering's kept), by uid."""
     writing: set[str] = field(default_factory=set)
-    """The SJs whose last decision had something to write (written or not: looked at again), but ``deferred``."""
+    """The SJs whose last decision had something to write (written or not: looked at again), except those in
+    ``deferred``."""
     deferred: set[str] = field(default_factory=set)
     """The SJs whose routine protection toggle waits for the runs starting (`write.steering`): looked at again
-    once the steering lane no longer yields, when they change, and `write.steering.SET_ASIDE` after each look."""
+    once the steering lane no longer yields, when they change, and at the first pass `write.steering.SET_ASIDE`
+    after each look."""
     faulted: set[str] = field(default_factory=set)
     """The SJs a step of the last pass could not handle (tried again)."""
     busy: set[str] = field(default_factory=set)
@@ -196,7 +198,7 @@ class Controller:
         await self.adopter.reconcile(view)
         self.metrics.reconcile.observe(time.perf_counter() - started)
         await self.gauges.report(view, decided, launching, gone=gone)
-        self.steering_lane.starting(self.gauges.starting + len(self.ledger.launching))
+        self.steering_lane.starting(self.gauges.starting)
 
     async def _pass(self, view: ClusterView) -> tuple[list[Decided], set[str] | None, set[str]]:
         """One pass; the decisions it made or looked at again, the SJs no longer decided (None: the decisions
@@ -248,9 +250,9 @@ class Controller:
         #    the decisions with nothing to write).
         plan = await self._plan(writing, admission, now, pacer)
         # 7. Steering's bookkeeping goes out in the background; while many runs are starting, the SJs whose
-        #    routine toggle waits for them are set aside (not looked at again until it goes on). A pass is asked
-        #    for when held records are due.
-        self._steer(plan.steering, decided, None if full else gone, now)
+        #    routine toggle waits for them are set aside (looked at again when they change, every few seconds,
+        #    and once the toggles go on). A pass is asked for when held records are due.
+        self._steer(plan.steering, decided, None if full else gone)
         if plan.due_in is not None:
             self._wake_in(plan.due_in)
         # 8. The admitted SJs' own writes (a launch writes over them), then the strays removed.
@@ -270,10 +272,11 @@ class Controller:
         kept.complete = True
         return decided, None if full else gone, {entry.key for entry in self.ledger.launching.values()}
 
-    def _steer(self, steering: Sequence[Decided], decided: list[Decided], gone: set[str] | None,
-               now: datetime) -> None:
-        """Steering's bookkeeping (``steering``) to the steering lane; the SJs whose routine toggle waits set aside
-        (`_Kept.deferred`) and those ``decided`` in this pass (``gone``: None, every SJ) no longer."""
+    def _steer(self, steering: Sequence[Decided], decided: list[Decided], gone: set[str] | None) -> None:
+        """Steering's bookkeeping (``steering``) to the steering lane. The SJs whose routine toggle waits are set
+        aside (`_Kept.deferred`) until `SET_ASIDE` from now (not from the pass's start: a pass of a burst may take
+        seconds); those ``decided`` in this pass, and those ``gone``, no longer are (``gone`` None: this pass
+        decided every SJ)."""
         kept = self._kept
         if gone is None:
             kept.deferred = set()
@@ -283,8 +286,9 @@ class Controller:
         if steering and (deferred := self.steering_lane.steer(steering)):
             kept.writing.difference_update(deferred)
             kept.deferred.update(deferred)
+            until = self.clock() + SET_ASIDE
             for uid in deferred:
-                self.memo.work.wake(uid, now + SET_ASIDE)
+                self.memo.work.wake(uid, until)
 
     def _forget_gone(self, view: ClusterView) -> None:
         """Forgets what the tables hold of SJs gone, once they hold many more than there are SJs."""

@@ -52,14 +52,16 @@ class Gauges:
         pairs are shared, `_COUNTS`)."""
         self._phases: dict[str, int] = {}
         self._pending: dict[str, int] = {}
+        self._starting = 0
+        """What ``starting`` says."""
         self._capacity: tuple[tuple[NodeInfo, ...], Resources] = ((), EMPTY)
         """The nodes last seen and what they can schedule."""
 
     @property
     def starting(self) -> int:
-        """The SJs the last pass counted as Starting (launched, their pods not all running), the launches then
-        under way not included."""
-        return self._phases.get("Starting", 0)
+        """The SJs the last report counted as Starting (launched, their pods not all running), the launches then
+        queued or under way included (each once)."""
+        return self._starting
 
     async def report(self, view: ClusterView, decided: list[Decided], launching: Set[str], *,
                      gone: Iterable[str] | None = None) -> None:
@@ -87,6 +89,7 @@ class Gauges:
                     _move(phases, counted[0], -1)
                     _move(pending, counted[1], -1)
                     _move(phases, "Starting", 1)
+        self._starting = phases.get("Starting", 0)
         if self._capacity[0] != view.nodes:
             self._capacity = (view.nodes, total(n.allocatable for n in view.nodes if n.ready and not n.unschedulable))
         schedulable = self._capacity[1]

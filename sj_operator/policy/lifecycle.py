@@ -687,8 +687,9 @@ def _running_priority(b: _Builder, spec: ScavengerJobSpec, run: Run, cfg: Lifecy
                                               cfg.max_protection)
     protect = by_level and not exempt and not draining and not expired
     if not run.carries(protect):
-        _toggle(b, spec, cfg, protect, start, level, exempt=exempt and by_level, draining=draining and by_level,
-                expired=expired)
+        # A drain's and an exemption's unprotect say so, and are never routine (they never wait for the starts),
+        # even when the run's period began meanwhile.
+        _toggle(b, spec, cfg, protect, start, level, exempt=exempt, draining=draining, expired=expired)
         return b.done(kind="steers")
     if period_start != st.priority_start_over_timestamp or level != st.running_priority:
         b.update(priority_start_over_timestamp=period_start, running_priority=level, protected=protect)

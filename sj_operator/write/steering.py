@@ -27,8 +27,9 @@ runs that pass counted (`SteeringLane.starting`).
 The SJs left out for room are decided again by the next passes, which top the toggles up. Those whose routine
 toggle waits are not: at 10,000 SJs that would be thousands of decisions made again at every pass of a burst, each
 to the same end. They are set aside (`steer` returns them): decided again once the starts are fewer (the lane asks
-for a pass then), at once when they change, and otherwise every `SET_ASIDE`, so that what their clock brings
-meanwhile (the protection's bound) is at most that late.
+for a pass then), at once when they change, and otherwise at the first pass `SET_ASIDE` after the last look, so
+that what their clock brings meanwhile (the protection's bound) is about that late (a pass comes at least every
+tick). A drain's or an exemption's unprotect is never routine, so it never waits.
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ of new SJs, or a drained node's runs starting again elsewhere, are above it."""
 
 SET_ASIDE = timedelta(seconds=5)
 """How long an SJ whose routine toggle waits for the starts goes without being decided again, unless it changes or
-the starts become fewer (the decision loop's default tick)."""
+the starts become fewer (the decision loop's default tick): at 10,000 SJs, a few passes of a burst at most."""
 
 
 def _toggles(d: Decided) -> bool:

@@ -1105,6 +1105,24 @@ def test_a_run_past_its_period_loses_its_protection_with_a_reason() -> None:
     assert after.status.protected is False and after.status.running_priority == 0 and after.actions == ()
 
 
+@pytest.mark.parametrize(("exempt", "draining", "message"), [
+    (False, True, f"run {RUN1} runs on a node being drained or removed: no protection, so the drain does not wait "
+                  "on it"),
+    (True, False, f"run {RUN1} has the least unsaved work on its node(s): left unprotected so that a preemption "
+                  "there loses the least"),
+], ids=["drain", "exemption"])
+def test_a_drains_or_an_exemptions_unprotect_is_never_routine_even_once_the_period_began(
+        exempt: bool, draining: bool, message: str) -> None:
+    """The run's period began 10 s ago while its pod still carries the protection (its routine unprotect waited for
+    the starts); its node is then drained, or steering exempts it: the unprotect is the drain's or the exemption's,
+    with no ``due`` (it never waits for the starts) and an Event saying why, posted each time."""
+    before = running(NOW - 30 * M - 10 * S, level=2, protected=True)
+    result = step(spec(duration="30m"), before, run_of(job(), pod(0, protected=True)), NOW, CFG, sj_name=SJ,
+                  exempt=exempt, draining=draining)
+    assert result.actions == (SetProtection(RUN1, False),)
+    assert result.events == (Event("Normal", "Unprotected", message),)
+
+
 # ----------------------------------------------------------------------------- launch-time transitions
 
 
