@@ -82,14 +82,21 @@ def create_namespace(core: client.CoreV1Api, prefix: str) -> str:
 
 
 def delete_namespace(api: client.ApiClient, name: str, timeout: float = 120, collections: bool = True) -> None:
-    """Deletes the namespace, its SJs, Jobs and pods first (``collections``: each a call that may take minutes
-    at 10,000 objects; without them the namespace controller deletes them in the background)."""
-    core = client.CoreV1Api(api)
+    """Deletes the namespace, its SJs, Jobs and pods first (``collections``), each object by a call of its own, 16
+    at a time: a call deleting a collection of 10,000 objects outlasts the API server's request timeout, fails
+    part way, and left the namespace controller retrying for minutes; without them the namespace controller
+    deletes them in the background."""
+    core, batch, custom = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
     first = (
-        lambda: client.CustomObjectsApi(api).delete_collection_namespaced_custom_object(GROUP, VERSION, name, PLURAL),
-        lambda: client.BatchV1Api(api).delete_collection_namespaced_job(name, propagation_policy="Background"),
-        lambda: core.delete_collection_namespaced_pod(name, grace_period_seconds=0),
+        lambda: each(lambda: [o["metadata"]["name"] for o in custom.list_namespaced_custom_object(
+            GROUP, VERSION, name, PLURAL)["items"]],
+            lambda sj: custom.delete_namespaced_custom_object(GROUP, VERSION, name, PLURAL, sj), "SJs deleted"),
+        lambda: each(lambda: [j.metadata.name for j in batch.list_namespaced_job(name).items],
+                     lambda job: batch.delete_namespaced_job(job, name, propagation_policy="Background"),
+                     "Jobs deleted"),
         lambda: release_pods(core, name),
+        lambda: each(lambda: [p.metadata.name for p in core.list_namespaced_pod(name).items],
+                     lambda pod: core.delete_namespaced_pod(pod, name, grace_period_seconds=0), "pods deleted"),
     ) if collections else ()
     for cleanup in (*first, lambda: core.delete_namespace(name, propagation_policy="Background")):
         try:
@@ -110,18 +117,27 @@ def delete_namespace(api: client.ApiClient, name: str, timeout: float = 120, col
     print(f"namespace {name} still terminating after {timeout:.0f}s", file=sys.stderr)
 
 
-def release_pods(core: client.CoreV1Api, namespace: str, threads: int = 8) -> None:
+def each(names: Callable[[], list[str]], delete: Callable[[str], object], what: str, threads: int = 16) -> None:
+    """``delete(name)`` for each of ``names()``, ``threads`` at a time, its progress printed as ``what``; an object
+    gone already, or a call the API server dropped, is passed over (the namespace controller deletes what is
+    left)."""
+    listed = names()
+
+    def one(i: int) -> None:
+        with suppress(ApiException, HTTPError):
+            delete(listed[i])
+
+    if listed:
+        in_parallel(one, len(listed), threads, what)
+
+
+def release_pods(core: client.CoreV1Api, namespace: str, threads: int = 16) -> None:
     """Takes the finalizers off the namespace's pods, as the Job controller takes its tracking finalizer off once
     it reaches their Jobs: with thousands of pods it does so behind its queue, a pod per call, and the
     namespace took 5 to 15 minutes to go at 2,000 units (the next run waits for it)."""
-    names = [p.metadata.name for p in core.list_namespaced_pod(namespace).items if p.metadata.finalizers]
-
-    def release(i: int) -> None:
-        with suppress(ApiException, HTTPError):
-            core.patch_namespaced_pod(names[i], namespace, {"metadata": {"finalizers": None}})
-
-    if names:
-        in_parallel(release, len(names), threads, "pods' finalizers taken off")
+    each(lambda: [p.metadata.name for p in core.list_namespaced_pod(namespace).items if p.metadata.finalizers],
+         lambda pod: core.patch_namespaced_pod(pod, namespace, {"metadata": {"finalizers": None}}),
+         "pods' finalizers taken off", threads)
 
 
 @contextmanager
