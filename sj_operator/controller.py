@@ -46,7 +46,7 @@ from sj_operator.write.launcher import Candidate, Launcher
 from sj_operator.write.ledger import Launching, Ledger
 from sj_operator.write.plan import Launches, WritePlan, joined, plan_writes, writes
 from sj_operator.write.pool import Pool, concurrently, idle
-from sj_operator.write.steering import SET_ASIDE, SteeringLane
+from sj_operator.write.steering import SteeringLane, set_aside_until
 from sj_operator.write.writer import Writer
 
 __all__ = ["ClusterView", "Controller", "utcnow"]
@@ -81,8 +81,8 @@ class _Kept:
     ``deferred``."""
     deferred: set[str] = field(default_factory=set)
     """The SJs whose routine protection toggle waits for the runs starting (`write.steering`): looked at again
-    once the steering lane no longer yields, when they change, and at the first pass `write.steering.SET_ASIDE`
-    after each look."""
+    once the steering lane no longer yields, when they change, and (an unprotection) at the first pass
+    `write.steering.SET_ASIDE` after each look."""
     faulted: set[str] = field(default_factory=set)
     """The SJs a step of the last pass could not handle (tried again)."""
     busy: set[str] = field(default_factory=set)
@@ -274,9 +274,9 @@ class Controller:
 
     def _steer(self, steering: Sequence[Decided], decided: list[Decided], gone: set[str] | None) -> None:
         """Steering's bookkeeping (``steering``) to the steering lane. The SJs whose routine toggle waits are set
-        aside (`_Kept.deferred`) until `SET_ASIDE` from now (not from the pass's start: a pass of a burst may take
-        seconds); those ``decided`` in this pass, and those ``gone``, no longer are (``gone`` None: this pass
-        decided every SJ)."""
+        aside (`_Kept.deferred`) until `write.steering.set_aside_until` from now (not from the pass's start: a pass
+        of a burst may take seconds); those ``decided`` in this pass, and those ``gone``, no longer are (``gone``
+        None: this pass decided every SJ)."""
         kept = self._kept
         if gone is None:
             kept.deferred = set()
@@ -284,11 +284,12 @@ class Controller:
             kept.deferred.difference_update(gone)
             kept.deferred.difference_update(d.observed.sj.uid for d in decided)
         if steering and (deferred := self.steering_lane.steer(steering)):
-            kept.writing.difference_update(deferred)
-            kept.deferred.update(deferred)
-            until = self.clock() + SET_ASIDE
-            for uid in deferred:
-                self.memo.work.wake(uid, until)
+            now, work = self.clock(), self.memo.work
+            for d in deferred:
+                uid = d.observed.sj.uid
+                kept.writing.discard(uid)
+                kept.deferred.add(uid)
+                work.wake(uid, set_aside_until(d, now))
 
     def _forget_gone(self, view: ClusterView) -> None:
         """Forgets what the tables hold of SJs gone, once they hold many more than there are SJs."""

@@ -27,24 +27,26 @@ runs that pass counted (`SteeringLane.starting`).
 The SJs left out for room are decided again by the next passes, which top the toggles up. Those whose routine
 toggle waits are not: at 10,000 SJs that would be thousands of decisions made again at every pass of a burst, each
 to the same end. They are set aside (`steer` returns them): decided again once the starts are fewer (the lane asks
-for a pass then), at once when they change, and otherwise at the first pass `SET_ASIDE` after the last look, so
-that what their clock brings meanwhile (the protection's bound) is about that late (a pass comes at least every
-tick). A drain's or an exemption's unprotect is never routine, so it never waits.
+for a pass then) and at once when they change. A run waiting to be protected is not protected yet, so its clock
+brings nothing that cannot wait with it (`set_aside_until`); one waiting to be unprotected is also decided again at
+the first pass `SET_ASIDE` after the last look, so that the protection's bound is about that late at most (a pass
+comes at least every tick). A drain's or an exemption's unprotect is never routine, so it never waits.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sj_operator.decide import Decided
 from sj_operator.kube import in_background
+from sj_operator.policy.lifecycle import FOREVER
 from sj_operator.policy.outcomes import SetProtection
 from sj_operator.write.pool import Pool
 
 __all__ = ["LEVEL_WRITES_IN_FLIGHT", "SET_ASIDE", "STEERING_IN_FLIGHT", "STEERING_YIELDS_AT", "SteeringLane",
-           "steering_order"]
+           "set_aside_until", "steering_order"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,15 @@ of new SJs, or a drained node's runs starting again elsewhere, are above it."""
 SET_ASIDE = timedelta(seconds=5)
 """How long an SJ whose routine toggle waits for the starts goes without being decided again, unless it changes or
 the starts become fewer (the decision loop's default tick): at 10,000 SJs, a few passes of a burst at most."""
+
+
+def set_aside_until(d: Decided, now: datetime) -> datetime:
+    """Until when the SJ of ``d``, whose routine toggle waits for the starts, need not be decided again unless it
+    changes or the starts become fewer: a protection it waits for, for ever (an unprotected run's clock brings no
+    toggle that does not wait too; a drain or an exemption has it decided again); an unprotection, `SET_ASIDE`
+    from ``now`` (its protection's bound does not wait)."""
+    protects = all(a.protected for a in d.step.actions if isinstance(a, SetProtection))
+    return FOREVER if protects else now + SET_ASIDE
 
 
 def _toggles(d: Decided) -> bool:
@@ -123,10 +134,10 @@ class SteeringLane:
             log.info("victim steering's routine toggles go on: %d runs are starting", runs)
             self._wake()
 
-    def steer(self, due: Iterable[Decided]) -> set[str]:
+    def steer(self, due: Iterable[Decided]) -> list[Decided]:
         """Carries out as many of ``due`` as there is room for, toggles first, no routine one while the lane yields
-        (`steering_order`); an SJ under way already is left as it is (the plan leaves them out). The uids of the SJs
-        whose routine toggle waits: to be set aside until the lane no longer yields."""
+        (`steering_order`); an SJ under way already is left as it is (the plan leaves them out). The decisions whose
+        routine toggle waits: to be set aside until the lane no longer yields."""
         under_way, toggling = self.under_way, len(self.under_way) - self._leveling
         due = [d for d in due if d.observed.sj.uid not in under_way]
         starting = STEERING_YIELDS_AT if self.yielding else 0
@@ -138,7 +149,7 @@ class SteeringLane:
         self._leveling += len(taken) - len(toggles)
         self.pool.submit(toggles)
         self.levels.submit(d for d in taken if not _toggles(d))
-        return {d.observed.sj.uid for d in due if _routine(d)} if self.yielding else set()
+        return [d for d in due if _routine(d)] if self.yielding else []
 
     def holding(self, decided: list[Decided]) -> list[Decided]:
         """``decided`` with the SJs under way kept as they were decided when their writes began."""

@@ -1,6 +1,8 @@
 """The write plan: which lane each decision of a pass takes, read from what the state machine says it is."""
 from __future__ import annotations
 
+import asyncio
+
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -78,15 +80,15 @@ def test_the_plans_of_a_passs_slices_join_in_order() -> None:
 
 # --- the steering lane: toggles first, level writes with the room left --------------------------------------
 
-def steered(name: str, toggle: bool, *, routine: bool = False) -> Decided:
+def steered(name: str, toggle: bool, *, routine: bool = False, protect: bool = True) -> Decided:
     """A running SJ's steering decision: a protection toggle (its label and Event, no status; ``routine``: one its
-    run's clock asked for), or a level write."""
+    run's clock asked for; ``protect``: the protection given, else taken away), or a level write."""
     sj = SJObject(namespace="ns", name=name, uid=f"u-{name}", generation=1, resource_version="7", created=NOW,
                   deleting=False, spec={"image": "busybox"}, status={})
     running = ScavengerJobStatus(phase=Phase.RUNNING, job_name=f"{name}-r1", running_priority=0)
     observed = Observed(sj, "7", {}, running, parse_spec({"image": "busybox"}), Run(job=None))
     if toggle:
-        return Decided(observed, Step(running, (SetProtection(f"{name}-r1", True, NOW if routine else None),),
+        return Decided(observed, Step(running, (SetProtection(f"{name}-r1", protect, NOW if routine else None),),
                                       (Event("Normal", "Protected", "protected", routine=True),), kind="steers"))
     return Decided(observed, Step(running.model_copy(update={"running_priority": 1}), kind="steers"))
 
@@ -131,6 +133,44 @@ def test_routine_toggles_yield_to_many_runs_starting(due: str, starting: int, ta
     chosen = steering_order(decisions, toggles_room=room, levels_room=4, starting=starting)
     kinds = {id(d): kind for d, kind in zip(decisions, due, strict=True)}
     assert "".join(kinds[id(d)] for d in chosen) == taken
+
+
+@pytest.mark.parametrize(("protect", "until"), [
+    (True, "forever"),  # not protected yet: nothing its clock brings would not wait too
+    (False, "set-aside"),  # protected: its protection's bound does not wait
+], ids=["protect", "unprotect"])
+def test_a_run_set_aside_is_decided_again_in_time_for_what_does_not_wait(protect: bool, until: str) -> None:
+    from sj_operator.policy.lifecycle import FOREVER
+    from sj_operator.write.steering import SET_ASIDE, set_aside_until
+    expected = {"forever": FOREVER, "set-aside": NOW + SET_ASIDE}[until]
+    assert set_aside_until(steered("s", True, routine=True, protect=protect), NOW) == expected
+
+
+def test_the_lane_returns_the_routine_toggles_that_wait_while_it_yields() -> None:
+    """Not yielding, every decision is taken; yielding (and the wake asked for once it stops), the routine toggle
+    is returned, to be set aside, and the others are taken."""
+    from sj_operator.write import steering
+    woken: list[None] = []
+
+    async def passes() -> tuple[list[Decided], set[str], list[Decided], set[str]]:
+        lane = steering.SteeringLane(lambda d: asyncio.sleep(0), lambda: woken.append(None))
+        due = [steered("r", True, routine=True), steered("t", True), steered("l", False)]
+        first, taken = lane.steer(due), set(lane.under_way)
+        await asyncio.gather(*lane.tasks)
+        lane.starting(steering.STEERING_YIELDS_AT)
+        second = lane.steer(due)
+        assert second == [due[0]]
+        again = set(lane.under_way)
+        await asyncio.gather(*lane.tasks)
+        woken.clear()  # (the lane also asks for a pass as its toggles are done)
+        lane.starting(steering.STEERING_YIELDS_AT)
+        assert not woken, "still yielding"
+        lane.starting(steering.STEERING_YIELDS_AT - 1)
+        return first, taken, second, again
+
+    first, taken, second, again = asyncio.run(passes())
+    assert first == [] and taken == {"u-r", "u-t", "u-l"}
+    assert again == {"u-t", "u-l"} and woken
 
 
 def test_level_writes_under_way_never_take_a_toggles_room(monkeypatch: pytest.MonkeyPatch) -> None:
