@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -168,7 +167,7 @@ def test_the_lane_returns_the_routine_toggles_that_wait_while_it_yields() -> Non
         lane.starting(steering.STEERING_YIELDS_AT - 1)
         return first, taken, second, again
 
-    first, taken, second, again = asyncio.run(passes())
+    first, taken, _, again = asyncio.run(passes())
     assert first == [] and taken == {"u-r", "u-t", "u-l"}
     assert again == {"u-t", "u-l"} and woken
 
