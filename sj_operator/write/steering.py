@@ -109,8 +109,8 @@ class SteeringLane:
         """By SJ uid: the decisions being carried out."""
         self._leveling = 0
         """How many of ``under_way`` are level writes."""
-        self.yielding = False
-        """Whether routine toggles wait for the runs starting (`STEERING_YIELDS_AT`)."""
+        self._starting = 0
+        """The runs starting as the last pass counted them (`starting`)."""
         self.pool: Pool[Decided] = Pool("steering", STEERING_IN_FLIGHT, self._steer_one)
         self.levels: Pool[Decided] = Pool("steering-levels", LEVEL_WRITES_IN_FLIGHT, self._steer_one)
 
@@ -119,15 +119,19 @@ class SteeringLane:
         """The workers of both pools."""
         return (*self.pool.tasks, *self.levels.tasks)
 
+    @property
+    def yielding(self) -> bool:
+        """Whether routine toggles wait for the runs starting (`STEERING_YIELDS_AT`)."""
+        return self._starting >= STEERING_YIELDS_AT
+
     def starting(self, runs: int) -> None:
         """Settles whether routine toggles wait, from the ``runs`` starting (launched, their pods not all running)
         as the pass just ended counted them; once they no longer wait, a pass is asked for, to decide again the
         SJs set aside meanwhile."""
-        yielding = runs >= STEERING_YIELDS_AT
-        if yielding == self.yielding:
+        was, self._starting = self.yielding, runs
+        if self.yielding == was:
             return
-        self.yielding = yielding
-        if yielding:
+        if self.yielding:
             log.info("victim steering's routine toggles wait: %d runs are starting (from %d they yield to them)",
                      runs, STEERING_YIELDS_AT)
         else:
@@ -140,9 +144,8 @@ class SteeringLane:
         routine toggle waits: to be set aside until the lane no longer yields."""
         under_way, toggling = self.under_way, len(self.under_way) - self._leveling
         due = [d for d in due if d.observed.sj.uid not in under_way]
-        starting = STEERING_YIELDS_AT if self.yielding else 0
         taken = steering_order(due, toggles_room=STEERING_IN_FLIGHT - toggling,
-                               levels_room=LEVEL_WRITES_IN_FLIGHT - self._leveling, starting=starting)
+                               levels_room=LEVEL_WRITES_IN_FLIGHT - self._leveling, starting=self._starting)
         for d in taken:
             self.under_way[d.observed.sj.uid] = d
         toggles = [d for d in taken if _toggles(d)]
