@@ -41,14 +41,16 @@ def _refusal(api: client.ApiClient, namespace: str, name: str, spec: dict[str, A
         return str(json.loads(exc.body)["message"])
 
 
+def _answering(api: client.ApiClient) -> bool:
+    """Whether the API server calls the operator's webhook (a dry run of a too-short SJ is refused by it)."""
+    message = _refusal(api, "default", "probe", sj_spec(duration="5s"), dry_run=True)
+    return message is not None and "admission webhook" in message
+
+
 @pytest.fixture(scope="module")
 def webhook(api: client.ApiClient, operator: Any) -> Iterator[None]:
     """The operator's webhook is registered and answering (its first refusal seen)."""
-    def answering() -> bool:
-        message = _refusal(api, "default", "probe", sj_spec(duration="5s"), dry_run=True)
-        return message is not None and "admission webhook" in message
-
-    wait_for("the validating webhook answers", answering, timeout=60)
+    wait_for("the validating webhook answers", lambda: _answering(api), timeout=60)
     yield  # the operator fixture deletes the configurations it made
 
 
@@ -143,10 +145,14 @@ def test_an_invalid_spec_stored_while_no_webhook_answered_is_failed_by_the_loop(
     saved = admission.read_validating_webhook_configuration(CONFIGURATION_NAME)
     admission.delete_validating_webhook_configuration(CONFIGURATION_NAME)
     try:
+        # The API server drops the webhook from its own cache a moment after the delete: until a dry
+        # run passes, a create would still be refused by the webhook.
+        wait_for("the API server to stop calling the webhook", lambda: not _answering(api), timeout=30)
         create_sj(api, namespace, "slipped", sj_spec(duration="5s"))
     finally:
         saved.metadata.resource_version = None
         admission.create_validating_webhook_configuration(saved)
+        wait_for("the validating webhook answers again", lambda: _answering(api), timeout=60)
     st = wait_phase(api, namespace, "slipped", "Failed")
     assert st["message"].startswith("invalid spec: spec.duration: must be at least 10s")
     assert jobs_of(api, namespace, "slipped") == []
