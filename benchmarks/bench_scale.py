@@ -39,8 +39,10 @@ else lands there). It goes through the same cluster in turn:
    operator running, until 99.5 % of their pods are ready. An operator must at least make the Job of every
    SJ it is given, so this is the most any operator could reach here: the users' SJs plus the floor's Jobs.
    Where the ceiling itself is far from the floor, the cluster (its control plane on the machine's cores) is
-   the limit, not the operator. With ``--standby``, the ceiling again while a replica of the operator
-   watches on standby, as the operator does (another identity holds its Lease, so it decides and writes
+   the limit, not the operator. With ``--ceiling-as-operator``, the ceiling again with each SJ's Job and a
+   gang's Service as the operator builds them in place of the plain Job (`operator_objects`): what the operator's
+   objects cost the cluster, apart from its process. With ``--standby``, the ceiling again while a replica of the
+   operator watches on standby, as the operator does (another identity holds its Lease, so it decides and writes
    nothing): what watching costs, before any decision. Also measured: that replica's CPU while the units
    are created.
 4. **Kueue** (``--kueue``; ``make bench-scale`` passes it): the same burst as plain Jobs through Kueue's
@@ -54,7 +56,8 @@ else lands there). It goes through the same cluster in turn:
 5. Side by side: throughput and the time to 99.5 % running as ratios of the floor's (the mean of its two
    timings), and the work lost per high-priority pod.
 
-Progress is printed as it goes; the result is a table, optionally a PNG plot (matplotlib) and the result as
+Progress is printed as it goes, and the result so far is written after each run (`Keeper`: a benchmark stopped part
+way keeps what its finished runs measured); the result is a table, optionally a PNG plot (matplotlib) and the result as
 data (``--json PATH``, ``--save``: ``benchmarks/harness/results.py``), with the goals beside the figures they
 are set for (``GOALS``: ``benchmarks/harness/scale_report.py``). ``--profile FILE`` samples the operator with py-spy
 while it runs (its collapsed stacks go to FILE; the shares by package, function and API operation are logged); with
@@ -111,10 +114,15 @@ from benchmarks.harness.processes import CpuSince, apiserver_cpu, free_port, pea
 from benchmarks.harness.profiling import profiled  # noqa: E402
 from benchmarks.harness.progress import in_parallel_then, log, timed_creates, wait_until  # noqa: E402
 from benchmarks.harness.recorder import RecorderProcess  # noqa: E402
-from benchmarks.harness.scale_report import RUNNING, Result, conclude, creation_figures  # noqa: E402
+from benchmarks.harness.scale_report import RUNNING, Keeper, Result, creation_figures  # noqa: E402
 from benchmarks.harness.stats import percentile  # noqa: E402
 from sj_operator.api.fields import parse_duration  # noqa: E402
-from sj_operator.names import GROUP, PLURAL, VERSION  # noqa: E402
+from sj_operator.api.parse import parse_spec  # noqa: E402
+from sj_operator.builders.job import build_run_job  # noqa: E402
+from sj_operator.builders.priority_classes import priority_class_objects  # noqa: E402
+from sj_operator.builders.service import build_gang_service  # noqa: E402
+from sj_operator.names import GROUP, LABEL_PROTECTED, PLURAL, VERSION, run_job_name  # noqa: E402
+from sj_operator.policy.priority import launch_class  # noqa: E402
 from tests.e2e.kube import unique  # noqa: E402
 
 BENCH_LABEL = "scavenger.dev/bench"
@@ -261,8 +269,23 @@ def floor_means(figures: dict[str, float]) -> None:
             figures[f"floor_mean_{figure}"] = sum(floors) / len(floors)
 
 
+def operator_objects(sj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """What the operator writes to start a created SJ's first run, as it builds them: a gang's headless Service and
+    the run's Job (its pod failure policy, labels, environment, owner reference, the band's PriorityClass), each as
+    (kind, body)."""
+    meta = sj["metadata"]
+    spec = parse_spec(sj["spec"])
+    job_name = run_job_name(meta["name"], 1)
+    job = build_run_job(sj_name=meta["name"], namespace=meta["namespace"], sj_uid=meta["uid"], spec=spec,
+                        status_interrupted_count=0, attempt=1, priority_class_name=launch_class(0),
+                        extra_pod_labels={LABEL_PROTECTED: "false"})
+    service = ([("Service", build_gang_service(job_name=job_name, namespace=meta["namespace"], sj_name=meta["name"],
+                                               sj_uid=meta["uid"]))] if spec.is_gang else [])
+    return [*service, ("Job", job)]
+
+
 def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result, *,
-                standby: bool = False) -> None:
+                standby: bool = False, as_operator: bool = False) -> None:
     """The most any operator could do on this cluster: the SJs created as in the operator's run (``threads``
     at a time), and each one's plain Job created as soon as its SJ exists, by as many threads again, with no
     operator running: an operator that costs nothing and writes nothing but the Jobs. The API server's work
@@ -271,12 +294,24 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
 
     ``standby``: the same with a replica of the operator watching as the operator does and deciding
     nothing (`scavenger.standby`): what watching alone costs an operator, before any decision or
-    write of its own."""
-    batch, custom = client.BatchV1Api(api), client.CustomObjectsApi(api)
-    run, what = ("ceiling_watched", "the ceiling watched") if standby else ("ceiling", "the ceiling")
-    created = result.ceiling_created if not standby else []
+    write of its own.
+
+    ``as_operator``: the same with each SJ's Job and a gang's Service as the operator builds them
+    (`operator_objects`) in place of the plain Job: what the objects an operator must write cost this cluster,
+    apart from the operator's process."""
+    batch, core, custom = client.BatchV1Api(api), client.CoreV1Api(api), client.CustomObjectsApi(api)
+    run, what = (("ceiling_watched", "the ceiling watched") if standby
+                 else ("ceiling_shaped", "the ceiling of the operator's objects") if as_operator
+                 else ("ceiling", "the ceiling"))
+    created = result.ceiling_created if run == "ceiling" else []
+    made: dict[int, dict[str, Any]] = {}
+    if as_operator:
+        for body in priority_class_objects():  # as the operator makes them when it starts
+            with suppress(ApiException):
+                client.SchedulingV1Api(api).create_priority_class(body)
     with run_namespace(api, NAMESPACES, f"{what}'s", followed=True) as namespace:
-        log(f"{what}: {len(work.gangs)} SJs, each one's plain Job made once it exists, in {namespace} "
+        made_as = "run as the operator builds it" if as_operator else "plain Job"
+        log(f"{what}: {len(work.gangs)} SJs, each one's {made_as} made once it exists, in {namespace} "
             f"({'a standby replica of the operator watching' if standby else 'no operator'})")
         standby_log = scratch(f"bench-scale-standby-{namespace}.log")
         with scavenger.standby(api, namespace, standby_log) if standby else nullcontext() as replica:
@@ -285,11 +320,15 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
             start = time.monotonic()
 
             def create_sj(i: int) -> None:
-                retrying(lambda: custom.create_namespaced_custom_object(
+                made[i] = retrying(lambda: custom.create_namespaced_custom_object(
                     GROUP, VERSION, namespace, PLURAL, scavenger_job(f"sj-{i:05d}", work.gangs[i], period)))
 
             def create_job(i: int) -> None:
-                retrying(lambda: batch.create_namespaced_job(namespace, plain_job(f"sj-{i:05d}-r1", work.gangs[i])))
+                objects = (operator_objects(made.pop(i)) if as_operator
+                           else [("Job", plain_job(f"sj-{i:05d}-r1", work.gangs[i]))])
+                for kind, body in objects:
+                    create = core.create_namespaced_service if kind == "Service" else batch.create_namespaced_job
+                    retrying(lambda: create(namespace, body))  # noqa: B023 (called here, in this iteration)
                 created.append(time.monotonic() - start)
 
             in_parallel_then(create_sj, create_job, len(work.gangs), threads, "SJs created")
@@ -410,7 +449,9 @@ def sjs_running(api: client.ApiClient, namespace: str, units: int, port: int, st
     scavenger.wait_running(port, units, RUNNING, timeout=RUN_TIMEOUT, every=POLL)
     result.figures["operator_running_seconds"] = time.monotonic() - start
     result.figures.update({f"operator_{k}": v for k, v in job_sync_lag(client.BatchV1Api(api), namespace).items()})
-    result.figures["writes_per_sj_to_running"] = sum(writes(calls_by_operation(scrape(port))).values()) / units
+    calls = calls_by_operation(scrape(port))
+    result.figures["writes_per_sj_to_running"] = sum(writes(calls).values()) / units
+    result.figures["writes_per_sj_to_running_by"] = {op: n / units for op, n in sorted(writes(calls).items())}
     log(f"  {RUNNING:.1%} of the SJs Running {result.figures['operator_running_seconds']:.0f}s after the first create")
 
 
@@ -466,6 +507,30 @@ def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
             core.delete_namespace(namespace)
 
 
+def runs(api: client.ApiClient, args: argparse.Namespace, work: Workload, result: Result, keeper: Keeper) -> None:
+    """The runs ``args`` asks for, in order, the result so far written after each (`Keeper.ran`)."""
+    if not args.no_floor:
+        floor_run(api, work, args.threads, result, args.settle)
+        keeper.ran("the floor")
+    for asked, run, kinds in ((args.ceiling, "the ceiling", {}), (args.ceiling_as_operator,
+                              "the ceiling of the operator's objects", {"as_operator": True}),
+                              (args.standby, "the ceiling watched", {"standby": True})):
+        if asked:
+            ceiling_run(api, work, args.threads, args.period, result, **kinds)
+            keeper.ran(run)
+    operator_run(api, work, args.threads, args.period, result, args.settle,
+                 followed=args.kueue or not (args.no_floor or args.floor_once), profile=args.profile,
+                 profile_burst=args.profile_burst)
+    floor_means(result.figures)  # of the first floor alone until the second runs
+    keeper.ran("the operator")
+    if not args.no_floor and not args.floor_once:
+        floor_again(api, work, args.threads, result, followed=args.kueue)
+        keeper.ran("the floor again")
+    if args.kueue:
+        kueue_run(api, work, args.threads, result, args.nodes, args.node_cpu)
+        keeper.ran("Kueue")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sjs", type=int, default=10_000, help="units of work (default 10000)")
@@ -488,6 +553,9 @@ def main() -> int:
     parser.add_argument("--ceiling", action="store_true",
                         help="after the floor, each unit's SJ and its Job created by the benchmark with no operator: "
                              "the most any operator could reach on this cluster")
+    parser.add_argument("--ceiling-as-operator", action="store_true",
+                        help="after the floor, the ceiling with each SJ's Job (and a gang's Service) as the operator "
+                             "builds them: what the operator's objects cost the cluster, apart from its process")
     parser.add_argument("--standby", action="store_true",
                         help="then the ceiling again with a standby replica of the operator watching (deciding "
                              "nothing): what watching alone costs")
@@ -512,6 +580,7 @@ def main() -> int:
     ensure_crd(api)
     work = workload(args.sjs, args.gang_share, args.rate, args.stream, args.node_cpu, args.seed)
     result = Result()
+    keeper = Keeper(args, result, pods=work.pods, high_pods=len(work.arrivals))
     core = client.CoreV1Api(api)
     log(f"{args.nodes} kwok nodes of {args.node_cpu} CPU for the run")
     try:
@@ -522,24 +591,10 @@ def main() -> int:
         make_kwok_nodes(core, [f"{prefix}-{i:04d}" for i in range(args.nodes)], allocatable, SELECTOR, [TAINT],
                         args.threads)
         with priority_classes(client.SchedulingV1Api(api), {LOW: -100, HIGH: 1000}):
-            if not args.no_floor:
-                floor_run(api, work, args.threads, result, args.settle)
-            if args.ceiling:
-                ceiling_run(api, work, args.threads, args.period, result)
-            if args.standby:
-                ceiling_run(api, work, args.threads, args.period, result, standby=True)
-            operator_run(api, work, args.threads, args.period, result, args.settle,
-                         followed=args.kueue or not (args.no_floor or args.floor_once), profile=args.profile,
-                         profile_burst=args.profile_burst)
-            if args.floor_once:
-                floor_means(result.figures)
-            elif not args.no_floor:
-                floor_again(api, work, args.threads, result, followed=args.kueue)
-            if args.kueue:
-                kueue_run(api, work, args.threads, result, args.nodes, args.node_cpu)
+            runs(api, args, work, result, keeper)
     finally:
         delete_nodes(core, SELECTOR)
-    conclude(args, result, units=len(work.gangs), pods=work.pods, high_pods=len(work.arrivals))
+    keeper.conclude(units=len(work.gangs))
     return 0
 
 

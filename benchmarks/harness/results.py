@@ -166,10 +166,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the result to benchmarks/results/<benchmark>-<date>-<commit>.json")
 
 
-def save(args: argparse.Namespace, data: Mapping[str, Any]) -> list[Path]:
-    """Writes ``data`` where ``--json`` and ``--save`` say; the paths written."""
-    paths = [*([args.json] if getattr(args, "json", None) else []),
-             *([default_path(data)] if getattr(args, "save", False) else [])]
+def targets(args: argparse.Namespace, data: Mapping[str, Any]) -> list[Path]:
+    """Where ``--json`` and ``--save`` say ``data`` goes."""
+    return [*([args.json] if getattr(args, "json", None) else []),
+            *([default_path(data)] if getattr(args, "save", False) else [])]
+
+
+def save(args: argparse.Namespace, data: Mapping[str, Any], paths: Sequence[Path] | None = None) -> list[Path]:
+    """Writes ``data`` to ``paths``, or where ``--json`` and ``--save`` say (`targets`); the paths written. A run
+    that writes what it has so far more than once passes the same ``paths`` each time, so the last replaces the
+    rest."""
+    paths = targets(args, data) if paths is None else list(paths)
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dumps(data))

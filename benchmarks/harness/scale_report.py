@@ -46,21 +46,47 @@ def creation_figures(result: Result, run: str, units: int, took: float, apiserve
         result.figures[f"{run}_apiserver_cores"] = cpu / took
 
 
-def conclude(args: argparse.Namespace, result: Result, *, units: int, pods: int, high_pods: int) -> None:
-    """The end of a run of ``args`` (bench_scale's arguments): the table printed (`report`), the work lost added to
-    the figures, the result written where ``--json`` and ``--save`` say, the plot where ``--plot`` says."""
-    result.figures["work_lost_operator_pod_seconds"] = sum(result.lost_operator)
-    if not args.no_floor:
-        result.figures["pods_preempted_plain"] = len(result.lost_plain)
-        result.figures["work_lost_plain_pod_seconds"] = sum(result.lost_plain)
-    report(result, units=units, pods=pods, high_pods=high_pods, nodes=args.nodes)
-    params = results.parameters(args, units_pods=pods, high_priority_pods=high_pods,
-                                **{k: v for k, v in result.figures.items() if isinstance(v, str)})
-    once = ("The floor ran once, before the operator's run (--floor-once: A-B, not A-B-A); the operator's ratios "
-            "are taken against it alone." if getattr(args, "floor_once", False) else None)
-    results.save(args, results.result("bench_scale", params, scale_figures(result.figures, args.sjs), note=once))
-    if args.plot:
-        plot(result, args.plot, units=units, high_pods=high_pods)
+class Keeper:
+    """Writes a run's result where ``--json`` and ``--save`` say, to the same files each time: after each of its
+    runs (`ran`: what it has so far, the runs named in its note), then whole (`conclude`). A benchmark stopped part
+    way (at 10,000 units a whole run takes hours) keeps what its finished runs measured."""
+
+    def __init__(self, args: argparse.Namespace, result: Result, *, pods: int, high_pods: int) -> None:
+        self.args, self.result, self.pods, self.high_pods = args, result, pods, high_pods
+        self.done: list[str] = []
+        self.paths: list[Path] | None = None
+
+    def data(self, note: str | None) -> dict[str, Any]:
+        figures = self.result.figures
+        figures["work_lost_operator_pod_seconds"] = sum(self.result.lost_operator)
+        if not self.args.no_floor:
+            figures["pods_preempted_plain"] = len(self.result.lost_plain)
+            figures["work_lost_plain_pod_seconds"] = sum(self.result.lost_plain)
+        params = results.parameters(self.args, units_pods=self.pods, high_priority_pods=self.high_pods,
+                                    **{k: v for k, v in figures.items() if isinstance(v, str)})
+        once = ("The floor ran once, before the operator's run (--floor-once: A-B, not A-B-A); the operator's "
+                "ratios are taken against it alone." if getattr(self.args, "floor_once", False) else None)
+        return results.result("bench_scale", params, scale_figures(figures, self.args.sjs),
+                              note=" ".join(n for n in (note, once) if n) or None)
+
+    def write(self, note: str | None) -> None:
+        data = self.data(note)
+        if self.paths is None:
+            self.paths = results.targets(self.args, data)
+        results.save(self.args, data, self.paths)
+
+    def ran(self, run: str) -> None:
+        """``run`` ended: the result so far is written, its note naming the runs that ended."""
+        self.done.append(run)
+        self.write(f"Part of a run: it stopped after {', '.join(self.done)}; what it had not run is missing.")
+
+    def conclude(self, units: int) -> None:
+        """The end of the run: the table printed (`report`), the result written whole, the plot where ``--plot``
+        says."""
+        report(self.result, units=units, pods=self.pods, high_pods=self.high_pods, nodes=self.args.nodes)
+        self.write(None)
+        if self.args.plot:
+            plot(self.result, self.args.plot, units=units, high_pods=self.high_pods)
 
 
 # --- the result's figures and their goals ---------------------------------------------------------
@@ -90,6 +116,8 @@ RATIOS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("kueue_to_floor", "kueue_per_second", ("floor_mean_per_second",)),
     ("operator_running_to_floor", "operator_running_seconds", ("floor_mean_running_seconds", "floor_running_seconds")),
     ("ceiling_running_to_floor", "ceiling_running_seconds", ("floor_mean_running_seconds", "floor_running_seconds")),
+    ("ceiling_shaped_running_to_floor", "ceiling_shaped_running_seconds",
+     ("floor_mean_running_seconds", "floor_running_seconds")),
     ("kueue_running_to_floor", "kueue_running_seconds", ("floor_mean_running_seconds", "floor_running_seconds")),
 )
 """The side-by-side figures: each a figure of a run over the floor's (the first of those measured: the mean of
@@ -159,6 +187,9 @@ def report(result: Result, *, units: int, pods: int, high_pods: int, nodes: int)
         print("  ".join([*cells, row[4]]).rstrip())
     if "calls_per_sj" in f:
         print("operator API calls per SJ: " + ", ".join(f"{op} {n:.2f}" for op, n in f["calls_per_sj"].items()))
+    if "writes_per_sj_to_running_by" in f:
+        print("operator writes per SJ to 99.5% Running: "
+              + ", ".join(f"{op} {n:.2f}" for op, n in f["writes_per_sj_to_running_by"].items()))
     if kueue:
         print(f"Kueue {f.get('kueue_version', '')}: the same burst as suspended Jobs, admitted by a ClusterQueue "
               f"holding the operator's threshold of the nodes; no stream")
@@ -236,11 +267,13 @@ def rows(result: Result) -> list[Row]:
 
 
 def _ceiling_rows(f: Mapping[str, Any]) -> list[Row]:
-    """The ceiling (``--ceiling``) and the ceiling watched by a standby replica (``--standby``), when they ran: the
-    units per second, and the time to 99.5 % of their pods running."""
+    """The ceiling (``--ceiling``), the ceiling of the operator's objects (``--ceiling-as-operator``) and the
+    ceiling watched by a standby replica (``--standby``), when they ran: the units per second, and the time to
+    99.5 % of their pods running."""
     out: list[Row] = []
     floor, floor_running = f.get("floor_mean_per_second"), f.get("floor_mean_running_seconds")
     for run, what in (("ceiling", "the ceiling: SJ + its Job, no operator"),
+                      ("ceiling_shaped", "the ceiling of the operator's objects (SJ, its Job and Service)"),
                       ("ceiling_watched", "the ceiling watched by a standby replica")):
         if f"{run}_per_second" not in f:
             continue

@@ -251,10 +251,12 @@ def test_the_scale_benchmark_judges_the_goals_of_issue_42(changed: dict[str, flo
 
 
 def test_the_running_ratios_are_taken_against_the_mean_of_the_two_floors() -> None:
-    figures = {**FLOOR, **OPERATOR, **KUEUE, "ceiling_per_second": 100.0, "ceiling_running_seconds": 336.0}
+    figures = {**FLOOR, **OPERATOR, **KUEUE, "ceiling_per_second": 100.0, "ceiling_running_seconds": 336.0,
+               "ceiling_shaped_running_seconds": 352.0}
     assert scale_report.ratios(figures) == pytest.approx({
         "operator_to_floor": 0.5, "kueue_to_floor": 0.25, "operator_running_to_floor": 1.1,
-        "ceiling_running_to_floor": 1.05, "kueue_running_to_floor": 1.5, "work_lost_to_plain": 0.1})
+        "ceiling_running_to_floor": 1.05, "ceiling_shaped_running_to_floor": 1.1, "kueue_running_to_floor": 1.5,
+        "work_lost_to_plain": 0.1})
     by_metric = {f["metric"]: f for f in scale_report.scale_figures(figures, 10_000)}
     assert by_metric["operator_running_to_floor"]["goal"] == {"max": 1.2}
     assert "goal" not in by_metric["kueue_running_to_floor"] and "goal" not in by_metric["ceiling_running_to_floor"]
@@ -305,9 +307,57 @@ def test_the_table_notes_the_ratios_and_the_goals_it_is_judged_on(capsys: pytest
     assert "the operator at 1.10 of the floor's (goal <= 1.2; the floor 300 s before and 340 s after); Kueue 1.50" in (
         _row(result, "99.5% running after (s)")[3])
     assert _row(result, "  99.5% of its pods running after") == ("-", "336 s", "-", "1.05 of the floor's")
+    shaped = scale_report.Result(figures={**figures, "ceiling_shaped_per_second": 90.0,
+                                          "ceiling_shaped_running_seconds": 352.0})
+    assert _row(shaped, "the ceiling of the operator's objects (SJ, its Job and Service)")[1:] == (
+        "90.0 units/s", "-", "0.64 of the floor; the operator reached 0.78 of it")
     scale_report.report(result, units=10_000, pods=18_000, high_pods=60, nodes=1_000)
     out = capsys.readouterr().out
     assert "Kueue" in out.splitlines()[2]  # the header has a column for Kueue
     assert "  operator_events_dropped 2 (<= 0) NOT MET" in out
     assert "  operator_running_to_floor 1.1 (<= 1.2) met" in out
     assert "  operator_peak_rss_mib 300 (<= 381.5) met" in out
+
+
+def test_a_run_writes_what_it_has_after_each_part_to_the_same_file_then_the_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run stopped part way keeps what its finished parts measured; the whole result replaces it."""
+    stamps = iter(["2026-11-28T10:00:00Z", "2026-11-28T11:00:00Z", "2026-11-28T12:00:00Z"])
+    real_result = scale_report.results.result
+    monkeypatch.setattr(scale_report.results, "result", lambda *a, **k: {**real_result(*a, **k), "date": next(stamps)})
+    monkeypatch.setattr(scale_report.results, "RESULTS", tmp_path)
+    monkeypatch.setattr(scale_report.results, "default_path",
+                        lambda data, directory=None: tmp_path / f"r-{data['date']}.json")
+    args = SimpleNamespace(json=None, save=True, no_floor=False, floor_once=True, sjs=10_000, nodes=1_000, plot=None)
+    result = scale_report.Result(figures={k: FLOOR[k] for k in ("floor_per_second", "floor_running_seconds")})
+    keeper = scale_report.Keeper(args, result, pods=18_000, high_pods=60)  # type: ignore[arg-type]
+    keeper.ran("the floor")
+    result.figures.update(OPERATOR)
+    keeper.ran("the operator")
+    [path] = list(tmp_path.glob("*.json"))
+    assert path.name == "r-2026-11-28T10:00:00Z.json"  # named when first written, then written over
+    part = json.loads(path.read_text())
+    assert part["note"].startswith("Part of a run: it stopped after the floor, the operator;")
+    assert "--floor-once" in part["note"]
+    assert "operator_running_seconds" in {f["metric"] for f in part["figures"]}
+    keeper.conclude(units=10_000)
+    whole = json.loads(path.read_text())
+    assert list(tmp_path.glob("*.json")) == [path] and "Part of a run" not in whole["note"]
+    assert "99.5% running after" in capsys.readouterr().out  # the table is printed once, at the end
+
+
+def test_the_ceiling_of_the_operators_objects_makes_what_the_operator_would() -> None:
+    """``--ceiling-as-operator``: each SJ's run as the operator builds it, owned by the SJ, and a gang's Service."""
+    def created(name: str, pods: int) -> dict[str, Any]:
+        sj = bench_scale.scavenger_job(name, pods, "60s")
+        sj["metadata"].update(namespace="ns", uid=f"uid-{name}")
+        return sj
+
+    [(kind, job)] = bench_scale.operator_objects(created("sj-00001", 1))
+    assert kind == "Job" and job["metadata"]["name"] == "sj-00001-r1"
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-sj-00001"
+    assert job["spec"]["podFailurePolicy"] and job["spec"]["template"]["spec"]["priorityClassName"].startswith(
+        "scavenger-band-")
+    gang = bench_scale.operator_objects(created("sj-00002", 4))
+    assert [kind for kind, _ in gang] == ["Service", "Job"]
+    assert gang[1][1]["spec"]["completionMode"] == "Indexed" and gang[1][1]["spec"]["parallelism"] == 4
