@@ -140,7 +140,9 @@ CATALOG: tuple[Benchmark, ...] = (
         "A-B-A, and the operator's figures taken against the mean of the two; with `--floor-once`, A-B: the first "
         "alone); with `--ceiling`, each SJ and its "
         "Job created by the benchmark with no operator (the most any operator could reach: where it is itself far "
-        "from the floor, the cluster on its cores is the limit, not the operator); as ScavengerJobs with the "
+        "from the floor, the cluster on its cores is the limit, not the operator); with `--ceiling-as-operator`, "
+        "the same with each SJ's Job and a gang's Service as the operator builds them (what its objects cost the "
+        "cluster, apart from its process); as ScavengerJobs with the "
         "operator as its own process at its defaults; with `--kueue`, as suspended Jobs through Kueue's manager "
         "with a ClusterQueue holding the operator's 70 % of the nodes. Of each: the time from the first create to "
         "the last Job (Kueue's: to the last it started) and to 99.5 % running (pods ready as their Jobs count "
@@ -157,8 +159,8 @@ CATALOG: tuple[Benchmark, ...] = (
         "counted is one the goal forbids), no lag of the loop over a second, no Event dropped; it loses at most "
         "0.3 of the work plain Jobs lose; its peak RSS stays under 400 MB at 10,000 units.",
         shown=("operator_to_floor", "operator_per_second", "floor_mean_per_second", "operator_running_to_floor",
-               "operator_running_seconds", "floor_mean_running_seconds", "latency_p50", "latency_p99",
-               "operator_start_timeouts", "loop_lag_over_1s", "operator_events_dropped", "operator_cpu_seconds",
+               "operator_running_seconds", "floor_mean_running_seconds", "ceiling_running_to_floor",
+               "ceiling_shaped_running_to_floor", "latency_p50", "latency_p99", "operator_start_timeouts", "loop_lag_over_1s", "operator_events_dropped", "operator_cpu_seconds",
                "writes_per_sj", "operator_peak_rss_mib", "operator_interruptions", "work_lost_to_plain",
                "kueue_per_second", "kueue_running_seconds", "kueue_peak_rss_mib"),
     ),
