@@ -229,7 +229,8 @@ class Controller:
         kept.decided.update((d.observed.sj.uid, d) for d in decided)
         # 3. The runs in flight, whose room is spoken for.
         runs = self.ledger.in_flight(decided, lambda sj, exc: self.quarantine.fault(sj, "admission", exc),
-                                     gone=None if full else gone, position=None if full else work.position)
+                                     gone=None if full else gone, position=None if full else work.position,
+                                     layout=work.layout)
         self.ledger.add_launched(view, runs)
         # 4. Admission, on the statuses about to be written: a waiting SJ's reason (Admitted=False) goes out
         #    in the same write as its transition, and only the admitted ones are written twice.

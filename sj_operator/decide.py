@@ -10,9 +10,11 @@ below make the admission snapshot's entries (a waiting SJ, a run in flight, the 
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from itertools import compress
+from operator import is_not
+from typing import Any, TypeVar, cast
 
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus
 from sj_operator.names import run_job_name
@@ -40,6 +42,8 @@ from sj_operator.policy.tenancy import NO_DEFAULTS, EffectiveQuotas, QuotaDefaul
 from sj_operator.resources import freeze, resources_milli
 
 RunKey = tuple[str, str]
+K = TypeVar("K")
+V = TypeVar("V")
 OwnedRun = tuple[str, RunKey]
 """A run as an SJ points at it: the SJ's uid, and the run's (namespace, name)."""
 
@@ -123,13 +127,58 @@ def observe_one(sj: SJObject, rv: str, raw_status: Mapping[str, Any], status: Sc
     return Observed(sj, rv, raw_status, status, spec, run)
 
 
+def changed_keys(mapping: Mapping[K, V], last: Mapping[K, V]) -> set[K]:
+    """The keys whose entry differs between the two mappings: added, removed, or replaced by an unequal value.
+    When both hold the same keys in the same order (watch events replaced some entries in place, the usual case
+    between two passes), the entries are compared by identity at C speed and only the replaced ones by value: at
+    10,000 Jobs a walk in Python over every entry took a tenth of the operator's CPU in a burst."""
+    if len(mapping) == len(last) and list(mapping) == list(last):
+        replaced = compress(mapping, map(is_not, mapping.values(), last.values()))
+        return {key for key in replaced if mapping[key] != last[key]}
+    changed = {key for key, value in mapping.items() if (before := last.get(key)) is not value and before != value}
+    changed.update(last.keys() - mapping.keys())
+    return changed
+
+
 def stray_runs(jobs: Mapping[RunKey, JobView], known: Container[OwnedRun], *,
                keep: Container[RunKey] = ()) -> list[JobView]:
     """The runs to delete: Jobs an SJ controls (`JobView.owner`) that it no longer points at, or whose SJ is
     gone. Never a Job no SJ controls (whatever its name and labels say), one being deleted already, or one
     of ``keep`` (runs this process just launched, which the SJs' statuses may not name yet)."""
-    return [job for key, job in jobs.items()
-            if job.owner is not None and not job.deleting and (job.owner, key) not in known and key not in keep]
+    return [job for key, job in jobs.items() if _stray(key, job, known, keep)]
+
+
+def _stray(key: RunKey, job: JobView | None, known: Container[OwnedRun], keep: Container[RunKey]) -> bool:
+    return (job is not None and job.owner is not None and not job.deleting and (job.owner, key) not in known
+            and key not in keep)
+
+
+@dataclass
+class Strays:
+    """`stray_runs`, kept from pass to pass: a pass looks again only at the Jobs whose entry changed
+    (`changed_keys`) and the runs whose being known or kept changed (set differences, at C speed), not at every
+    Job of the cluster."""
+
+    jobs: dict[RunKey, JobView] = field(default_factory=dict)
+    known: frozenset[OwnedRun] = frozenset()
+    keep: frozenset[RunKey] = frozenset()
+    found: dict[RunKey, JobView] = field(default_factory=dict)
+
+    def update(self, jobs: Mapping[RunKey, JobView], known: frozenset[OwnedRun],
+               keep: frozenset[RunKey]) -> list[JobView]:
+        """The strays of ``jobs`` (`stray_runs` with these arguments)."""
+        touched = changed_keys(jobs, self.jobs)
+        if known is not self.known:
+            touched.update(key for _, key in known ^ self.known)
+        if keep != self.keep:
+            touched.update(keep ^ self.keep)
+        for key in touched:
+            if _stray(key, job := jobs.get(key), known, keep):
+                self.found[key] = cast(JobView, job)
+            else:
+                self.found.pop(key, None)
+        self.jobs, self.known, self.keep = dict(jobs), known, keep
+        return list(self.found.values())
 
 
 def decide(observed: Iterable[Observed], now: datetime, cfg: LifecycleConfig,

@@ -62,6 +62,7 @@ from sj_operator.decide import (
     OwnedRun,
     QueueShape,
     RunKey,
+    changed_keys,
     decide,
     exemptions,
     observe_one,
@@ -183,6 +184,9 @@ class Worklist:
     _sjs: tuple[SJObject, ...] = ()
     _position: dict[int, int] = field(default_factory=dict)
     """By the ``id`` of each SJ object of ``_sjs`` (which keeps them alive): its index in the view."""
+    layout: int = 0
+    """Moves whenever the SJs are indexed anew (their order in the view may have changed, e.g. after a relisting);
+    not when SJs are replaced in place, which keeps the order of the others."""
     objects: dict[str, SJObject] = field(default_factory=dict)
     """The view's SJs by uid."""
     uids: dict[str, str] = field(default_factory=dict)
@@ -205,6 +209,7 @@ class Worklist:
     def reset(self) -> None:
         """Forgets every SJ: the next `changes` finds them all new (a pass that looks at every SJ)."""
         self._sjs, self._position, self.objects, self.uids = (), {}, {}, {}
+        self.layout += 1
         self._jobs, self._run_pods, self._on_run = {}, {}, {}
         self._owned, self._known, self._frozen, self.running = {}, set(), None, {}
         self.every, self._deadlines, self._until = set(), [], {}
@@ -232,6 +237,7 @@ class Worklist:
                 changed.add(sj.uid)
             gone -= changed
             self._sjs, self._position = sjs, position
+            self.layout += 1
         # Copies: a mapping the view was given may be changed in place afterwards.
         if view.jobs != self._jobs:
             changed.update(self._moved(view.jobs, self._jobs))
@@ -264,9 +270,8 @@ class Worklist:
 
     def _moved(self, mapping: Mapping[RunKey, Any], last: Mapping[RunKey, Any]) -> set[str]:
         """The SJs whose current run's entry differs between the two mappings."""
-        moved = {key for key, value in mapping.items() if (before := last.get(key)) is not value and before != value}
-        moved.update(last.keys() - mapping.keys())
-        return {uid for key in moved for uid in self._on_run.get(key, ())}
+        on_run = self._on_run
+        return {uid for key in changed_keys(mapping, last) for uid in on_run.get(key, ())}
 
     def in_order(self, uids: Iterable[str]) -> list[SJObject]:
         """The SJs of ``uids`` that are in the view, in its order."""

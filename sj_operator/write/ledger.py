@@ -92,6 +92,10 @@ class Ledger:
     launched."""
     _starting: dict[str, _Starting] = field(default_factory=dict)
     """By SJ uid."""
+    _in_flight: tuple[int | None, dict[RunKey, InFlightRun]] | None = None
+    """The runs in flight `in_flight` last found, in order, and the layout of the SJs they were ordered by: the
+    same while no entry changed and the layout is the same (a pass of a burst does not sort thousands of them
+    again)."""
     _scheduled: dict[RunKey, tuple[tuple[PodView, ...], int]] = field(default_factory=dict)
     """The pods of each launched run as last seen, and how many of them are scheduled."""
     _version: int = 0
@@ -208,44 +212,53 @@ class Ledger:
 
     def in_flight(self, decided: list[Decided], on_fault: Callable[[SJObject, Exception], None], *,
                   gone: Iterable[str] | None = None,
-                  position: Callable[[str], int] | None = None) -> dict[RunKey, InFlightRun]:
+                  position: Callable[[str], int] | None = None, layout: int | None = None
+                  ) -> dict[RunKey, InFlightRun]:
         """Runs that are Starting and not fully scheduled, and new runs not written into their SJs' statuses yet
         (`lifecycle.record_from`: a controller-manager behind may take minutes to take a Job up): their pods'
         room is spoken for. A run's entry is
         the last pass's while its spec and scheduled pods are. ``gone``: the SJs no longer decided, when
         ``decided`` are only the SJs decided in this pass (the others keep their runs), then in the order of
-        ``position`` (of an SJ uid); None: ``decided`` is every SJ, in its order."""
+        ``position`` (of an SJ uid; ``layout`` moves whenever the positions may have changed otherwise than by SJs
+        coming and going); None: ``decided`` is every SJ, in its order."""
         made = before = self._starting
+        changed = gone is None or self._in_flight is None or self._in_flight[0] != layout
         if gone is None:
             made = self._starting = {}
         else:
             for uid in gone:
-                made.pop(uid, None)
+                changed = made.pop(uid, None) is not None or changed
         last_of = before.get
         starting = Phase.STARTING
         for d in decided:
             st, uid, o = d.step.status, d.observed.sj.uid, d.observed
             job_name = st.job_name if st.phase is starting else _unrecorded_run(d)
             if not job_name or isinstance(o.spec, InvalidSpec):
-                made.pop(uid, None)
+                changed = made.pop(uid, None) is not None or changed
                 continue
             spec = o.spec if st.phase is starting or o.run.job is None else o.spec.launched_config(
                 o.run.job.config_index)
             scheduled = sum(1 for p in o.run.pods if p.node)
             if scheduled >= spec.parallelism:
-                made.pop(uid, None)
+                changed = made.pop(uid, None) is not None or changed
                 continue
-            last = last_of(uid)
+            last, key = last_of(uid), (o.sj.namespace, job_name)
+            same = last is not None and last.spec is spec and last.scheduled == scheduled
+            if same and last is not None and last.key == key:
+                made[uid] = last
+                continue
             try:
-                run = (last.run if last is not None and last.spec is spec and last.scheduled == scheduled
-                       else in_flight(o.sj, spec, scheduled))
+                run = last.run if same and last is not None else in_flight(o.sj, spec, scheduled)
             except Exception as exc:
-                made.pop(uid, None)
+                changed = made.pop(uid, None) is not None or changed
                 on_fault(o.sj, exc)
                 continue
-            made[uid] = _Starting(spec, scheduled, run, (o.sj.namespace, job_name))
-        entries = made.values() if position is None else (made[uid] for uid in sorted(made, key=position))
-        return {entry.key: entry.run for entry in entries}
+            made[uid] = _Starting(spec, scheduled, run, key)
+            changed = True
+        if changed or self._in_flight is None:
+            entries = made.values() if position is None else (made[uid] for uid in sorted(made, key=position))
+            self._in_flight = (layout, {entry.key: entry.run for entry in entries})
+        return dict(self._in_flight[1])  # the caller adds to it (`add_launched`)
 
     def add_launched(self, view: ClusterView, runs: dict[RunKey, InFlightRun]) -> None:
         """Adds to ``runs`` those this process launched that the cache does not show as Starting yet, and those

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec, ScavengerJobStatus
 from sj_operator.builders.budget import protection_budget
-from sj_operator.decide import ClusterView, Observed, OwnedRun, RunKey, stray_runs
+from sj_operator.decide import ClusterView, Observed, OwnedRun, Strays
 from sj_operator.faults import CONDITION, Fault
 from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NameTaken, NotFound
 from sj_operator.metrics import Metrics
@@ -41,9 +41,6 @@ whose budget's name was someone else's is left unprotected for as long (`Writer.
 again."""
 
 
-_Strays = tuple[Mapping[RunKey, JobView], frozenset[OwnedRun], tuple[RunKey, ...], list[JobView]]
-
-
 class Budget(NamedTuple):
     """When this process last applied an SJ's PodDisruptionBudget (monotonic seconds), and for how many pods."""
     at: float
@@ -66,8 +63,8 @@ class Writer:
         self.refused: dict[str, tuple[str, float]] = {}
         """By SJ uid: the SJs whose budget's name is someone else's object, by key, and until when (monotonic) they
         are left unprotected."""
-        self._strays: _Strays | None = None
-        """The Jobs, runs pointed at and launches the strays were last found in, and those strays."""
+        self._strays = Strays()
+        """The strays, kept from pass to pass (`decide.Strays`)."""
 
     async def apply(self, o: Observed, result: Step) -> bool:
         """Writes the new status (if any), then records Events and runs actions. False on conflict."""
@@ -158,13 +155,7 @@ class Writer:
     async def delete_strays(self, view: ClusterView, known: frozenset[OwnedRun]) -> None:
         """Runs an SJ controls that it no longer points at, or whose SJ is gone (e.g. left by a launch whose SJ
         then changed), are removed (`decide.stray_runs`); a Job no SJ controls is never touched."""
-        launched = tuple(self.ledger.launched)
-        last = self._strays
-        if last is None or not (last[1] is known and last[2] == launched and last[0] == view.jobs):
-            # The same Jobs, runs pointed at and launches find the same strays: no walk over every Job.
-            last = self._strays = (dict(view.jobs), known, launched,
-                                   stray_runs(view.jobs, known, keep=self.ledger.launched))
-        for job in last[3]:
+        for job in self._strays.update(view.jobs, known, frozenset(self.ledger.launched)):
             if job.owner is not None and self.handles(job.namespace):
                 await self.delete_run(job.namespace, job.name, "its ScavengerJob no longer refers to this run",
                                       sj_uid=job.owner, job=job)

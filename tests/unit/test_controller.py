@@ -1393,6 +1393,41 @@ def test_a_starting_runs_room_in_flight_follows_its_scheduled_pods_and_is_the_sa
     assert in_flight(3) is None, "every pod scheduled: its room is counted on its node"
 
 
+def test_the_runs_in_flight_keep_the_views_order_and_are_sorted_again_only_when_an_entry_or_the_layout_changed(
+        controller):
+    """Incremental passes: the runs in flight in the order of their SJs in the view (`Worklist.position`), kept
+    from pass to pass while no entry changed and the layout is the same; each pass gets its own copy."""
+    def starting(name: str) -> tuple[SJObject, JobView]:
+        status = {"phase": "Starting", "attempt": 1, "jobName": f"{name}-r1", "launchedTimestamp": NOW.isoformat()}
+        job = job_view({"metadata": {"namespace": "ns", "name": f"{name}-r1", "uid": f"j-{name}",
+                                     "creationTimestamp": NOW.isoformat(),
+                                     "labels": {"scavenger.dev/job-name": name}, "ownerReferences": owned_by(name)}})
+        return sj(status, name=name), job
+
+    (a, job_a), (b, job_b) = starting("a"), starting("b")
+    v = view(a, b, jobs={("ns", "a-r1"): job_a, ("ns", "b-r1"): job_b})
+    observation = controller.memo.observe(v, handles=None, fresh=lambda s: (s.resource_version, s.status))
+    decided = controller.memo.decide(observation.sjs, NOW, controller.lifecycle_config, on_error=None,
+                                     draining=frozenset())
+    by_uid = {d.observed.sj.uid: d for d in decided}
+    order = {"u-a": 0, "u-b": 1}
+
+    def in_flight(pass_decided: list[Any], layout: int) -> list[str]:
+        runs = controller.ledger.in_flight(pass_decided, lambda s, exc: None, gone=set(), position=order.__getitem__,
+                                           layout=layout)
+        keys = [name for _, name in runs]
+        runs.clear()  # the caller's to change (`add_launched` adds to it)
+        return keys
+
+    assert in_flight([by_uid["u-b"], by_uid["u-a"]], layout=1) == ["a-r1", "b-r1"]
+    order.update({"u-a": 1, "u-b": 0})
+    assert in_flight([], layout=1) == ["a-r1", "b-r1"], "nothing changed: the last order, not sorted again"
+    assert in_flight([], layout=2) == ["b-r1", "a-r1"], "the SJs indexed anew: sorted again"
+    order.update({"u-a": 0, "u-b": 1})
+    assert in_flight([by_uid["u-a"]], layout=2) == ["b-r1", "a-r1"], "the same entry again: nothing changed"
+    assert in_flight([], layout=2) == ["b-r1", "a-r1"]
+
+
 def _starting_sj(name: str, *, running: bool) -> tuple[SJObject, JobView, PodView]:
     """An SJ whose run was launched a minute ago; its pod pending, or ``running``."""
     job_name = f"{name}-r1"

@@ -6,9 +6,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sj_operator.api import parse_status
-from sj_operator.decide import ClusterView, observe_one, stray_runs
+from sj_operator.decide import ClusterView, Strays, changed_keys, observe_one, stray_runs
 from sj_operator.names import controlled_by, controller_uid, owner_reference
 from sj_operator.observed import JobView, PodView, SJObject, job_view
 from sj_operator.policy.lifecycle import LifecycleConfig, capped_doubling, refusal_reason, retry_delay, thrash_delay
@@ -73,6 +75,55 @@ def job(name: str, owner: str | None, *, deleting: bool = False) -> JobView:
         "being-deleted", "just-launched", "mixed"])
 def test_a_stray_is_a_run_its_controlling_sj_no_longer_points_at_never_someone_elses_job(jobs, known, keep, strays):
     assert [j.name for j in stray_runs({("ns", j.name): j for j in jobs}, known, keep=keep)] == strays
+
+
+A, B, C = ("ns", "a"), ("ns", "b"), ("ns", "c")
+
+
+@pytest.mark.parametrize(("before", "after", "changed"), [
+    ({A: 1, B: 2}, {A: 1, B: 2}, set()),
+    ({A: 1, B: 2}, {A: 1, B: 3}, {B}),
+    ({A: 1, B: 2}, {A: 1}, {B}),
+    ({A: 1}, {A: 1, C: 5}, {C}),
+    ({A: 1, B: 2}, {B: 2, A: 1}, set()),
+    ({A: 1, B: 2}, {B: 3, A: 1}, {B}),
+    ({A: 1, B: 2}, {A: 1, C: 2}, {B, C}),
+    ({}, {A: 1}, {A}),
+], ids=["same", "one-replaced", "one-removed", "one-added", "same-in-another-order", "replaced-in-another-order",
+        "same-length-other-keys", "from-nothing"])
+def test_the_keys_changed_between_two_mappings_are_those_added_removed_or_unequal(before, after, changed):
+    assert changed_keys(after, before) == changed
+
+
+def test_an_entry_replaced_by_an_equal_value_is_not_a_change() -> None:
+    assert changed_keys({A: job("a-r1", "u-a")}, {A: job("a-r1", "u-a")}) == set()
+
+
+_KEYS = [("ns", f"s{i}-r1") for i in range(3)]
+_OWNERS = [None, "u-s0", "u-s1"]
+
+
+@given(st.data())
+def test_the_strays_kept_from_pass_to_pass_are_those_a_walk_over_every_job_finds(data: st.DataObject) -> None:
+    """`Strays` looks again only at what changed; after any sequence of passes it finds what `stray_runs` finds.
+    Each pass changes a few of the Jobs (a changed one is a new object, an unchanged one keeps its object, as the
+    watch cache keeps it), and which runs the SJs point at or were just launched."""
+    kept, jobs = Strays(), {}
+    known: frozenset[tuple[str, tuple[str, str]]] = frozenset()
+    keep: frozenset[tuple[str, str]] = frozenset()
+    for _ in range(data.draw(st.integers(1, 8))):
+        for key in data.draw(st.lists(st.sampled_from(_KEYS), max_size=2)):
+            if data.draw(st.booleans()):
+                jobs.pop(key, None)
+            else:
+                jobs[key] = job(key[1], data.draw(st.sampled_from(_OWNERS)), deleting=data.draw(st.booleans()))
+        pairs = [(job.owner, key) for key, job in jobs.items() if job.owner] or [("u-s0", _KEYS[0])]
+        if data.draw(st.booleans()):
+            known = known ^ frozenset(data.draw(st.lists(st.sampled_from(pairs), max_size=2)))
+        if data.draw(st.booleans()):
+            keep = keep ^ frozenset(data.draw(st.lists(st.sampled_from(_KEYS), max_size=2)))
+        found = kept.update(dict(jobs), known, keep)
+        assert sorted(j.name for j in found) == sorted(j.name for j in stray_runs(jobs, known, keep=keep))
 
 
 def _view(*jobs: JobView, pods: tuple[PodView, ...] = ()) -> ClusterView:
