@@ -182,6 +182,13 @@ class PodCache(WatchCache):
     """Told of every view of a run member (`observed.remember_disrupted` keeps the disrupted ones)."""
     _pods: dict[str, PodView] = field(default_factory=dict)
     _runs: dict[RunKey, dict[str, PodView]] = field(default_factory=dict)
+    _run_tuples: dict[RunKey, tuple[PodView, ...]] = field(default_factory=dict)
+    """Each run's members as `runs` gives them: the same tuple, at the same place (a run whose only member changed
+    keeps its place), until one of them changes, so that a pass finds the runs that changed by identity
+    (`decide.changed_keys`)."""
+    _stale: dict[RunKey, None] = field(default_factory=dict)
+    """The runs whose members changed since `runs` last made their tuples, in the order they changed (a new run
+    comes after the others)."""
     _active: dict[str, PodView] = field(default_factory=dict)
     _active_tuple: tuple[PodView, ...] | None = None
 
@@ -194,8 +201,16 @@ class PodCache(WatchCache):
         return self._active_tuple
 
     def runs(self) -> dict[RunKey, tuple[PodView, ...]]:
-        """Each run's members, by (namespace, Job name)."""
-        return {key: tuple(members.values()) for key, members in self._runs.items()}
+        """Each run's members, by (namespace, Job name): a copy, in which an unchanged run's tuple is the one the
+        last call gave."""
+        tuples = self._run_tuples
+        for key in self._stale:
+            if members := self._runs.get(key):
+                tuples[key] = tuple(members.values())
+            else:
+                tuples.pop(key, None)
+        self._stale.clear()
+        return dict(tuples)
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -214,6 +229,7 @@ class PodCache(WatchCache):
             self._active_tuple = None
         if pod.run is not None:
             self._runs.setdefault((pod.namespace, pod.run), {})[pod.uid] = pod
+            self._stale[(pod.namespace, pod.run)] = None
             self.remember(pod)
             self.on_change()
         elif pod.terminal or pod.deleting:
@@ -245,11 +261,13 @@ class PodCache(WatchCache):
         if self._active.pop(pod.uid, None) is not None:
             self._active_tuple = None
         if pod.run is not None:
-            members = self._runs.get((pod.namespace, pod.run))
+            key = (pod.namespace, pod.run)
+            members = self._runs.get(key)
             if members is not None:
                 members.pop(pod.uid, None)
+                self._stale[key] = None
                 if not members:
-                    del self._runs[(pod.namespace, pod.run)]
+                    del self._runs[key]
 
 
 class _Named(Protocol):

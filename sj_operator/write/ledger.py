@@ -92,10 +92,10 @@ class Ledger:
     launched."""
     _starting: dict[str, _Starting] = field(default_factory=dict)
     """By SJ uid."""
-    _in_flight: tuple[int | None, dict[RunKey, InFlightRun]] | None = None
-    """The runs in flight `in_flight` last found, in order, and the layout of the SJs they were ordered by: the
-    same while no entry changed and the layout is the same (a pass of a burst does not sort thousands of them
-    again)."""
+    _in_flight: tuple[int | None, list[str], dict[RunKey, InFlightRun]] | None = None
+    """The runs in flight `in_flight` last found, in order, with the layout of the SJs they were ordered by and
+    their SJs (uids) in that order: the same while no entry changed and the layout is the same, and not sorted
+    again while no SJ came (a pass of a burst does not sort thousands of them again)."""
     _scheduled: dict[RunKey, tuple[tuple[PodView, ...], int]] = field(default_factory=dict)
     """The pods of each launched run as last seen, and how many of them are scheduled."""
     _version: int = 0
@@ -256,9 +256,21 @@ class Ledger:
             made[uid] = _Starting(spec, scheduled, run, key)
             changed = True
         if changed or self._in_flight is None:
-            entries = made.values() if position is None else (made[uid] for uid in sorted(made, key=position))
-            self._in_flight = (layout, {entry.key: entry.run for entry in entries})
-        return dict(self._in_flight[1])  # the caller adds to it (`add_launched`)
+            order = self._order(made, position, layout)
+            self._in_flight = (layout, order, {made[uid].key: made[uid].run for uid in order})
+        return dict(self._in_flight[2])  # the caller adds to it (`add_launched`)
+
+    def _order(self, made: dict[str, _Starting], position: Callable[[str], int] | None, layout: int | None
+               ) -> list[str]:
+        """The SJs of the runs in flight in the view's order: as they were decided in a pass over every SJ
+        (``position`` None); else the last order less the SJs gone while none came and the layout is the same,
+        sorted by ``position`` otherwise."""
+        if position is None:
+            return list(made)
+        last = self._in_flight
+        if last is not None and last[0] == layout and made.keys() <= set(last[1]):
+            return [uid for uid in last[1] if uid in made]
+        return sorted(made, key=position)
 
     def add_launched(self, view: ClusterView, runs: dict[RunKey, InFlightRun]) -> None:
         """Adds to ``runs`` those this process launched that the cache does not show as Starting yet, and those

@@ -89,6 +89,29 @@ def test_events(events: list[tuple[str, dict[str, Any]]], active: list[str], run
     assert cache.resource_version == events[-1][1]["metadata"]["resourceVersion"]
 
 
+def test_the_runs_keep_their_place_and_an_unchanged_runs_members_are_the_same_tuple() -> None:
+    """What a pass reads of the runs' members between two watch events: a run whose only member changed keeps its
+    place among the runs (a pass compares the two passes' runs by identity, `decide.changed_keys`), an unchanged
+    run is the same tuple, a changed one a new tuple, an emptied one gone; each call gives its own copy."""
+    cache = Recorder().cache()
+    for name, run in (("a-0", "a-r1"), ("b-0", "b-r1"), ("c-0", "c-r1")):
+        cache.apply("ADDED", raw(name, run=run, phase="Pending"))
+    first = cache.runs()
+    cache.apply("MODIFIED", raw("a-0", run="a-r1", rv="2"))
+    second = cache.runs()
+    assert list(second) == list(first) == [("ns", "a-r1"), ("ns", "b-r1"), ("ns", "c-r1")]
+    assert second[("ns", "b-r1")] is first[("ns", "b-r1")] and second[("ns", "c-r1")] is first[("ns", "c-r1")]
+    assert [p.phase for p in second[("ns", "a-r1")]] == ["Running"] and second is not first
+    cache.apply("DELETED", raw("b-0", run="b-r1", rv="3"))
+    cache.apply("ADDED", raw("b-1", run="b-r2", rv="4"))
+    third = cache.runs()
+    assert list(third) == [("ns", "a-r1"), ("ns", "c-r1"), ("ns", "b-r2")]
+    assert third[("ns", "a-r1")] is second[("ns", "a-r1")]
+    cache.apply("MODIFIED", raw("a-0", run="a-r2", rv="5"))  # moved to another run by its labels
+    assert {run: names(members) for (_, run), members in cache.runs().items()} == {
+        "c-r1": ["c-0"], "b-r2": ["b-1"], "a-r2": ["a-0"]}
+
+
 def test_a_disrupted_member_is_remembered_even_when_only_its_deletion_is_seen() -> None:
     rec = Recorder()
     cache = rec.cache()

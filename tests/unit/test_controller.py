@@ -1393,10 +1393,11 @@ def test_a_starting_runs_room_in_flight_follows_its_scheduled_pods_and_is_the_sa
     assert in_flight(3) is None, "every pod scheduled: its room is counted on its node"
 
 
-def test_the_runs_in_flight_keep_the_views_order_and_are_sorted_again_only_when_an_entry_or_the_layout_changed(
+def test_the_runs_in_flight_keep_the_views_order_and_are_sorted_again_only_when_an_sj_came_or_the_layout_changed(
         controller):
     """Incremental passes: the runs in flight in the order of their SJs in the view (`Worklist.position`), kept
-    from pass to pass while no entry changed and the layout is the same; each pass gets its own copy."""
+    from pass to pass while no entry changed and the layout is the same, the last order less the SJs gone while
+    none came; each pass gets its own copy."""
     def starting(name: str) -> tuple[SJObject, JobView]:
         status = {"phase": "Starting", "attempt": 1, "jobName": f"{name}-r1", "launchedTimestamp": NOW.isoformat()}
         job = job_view({"metadata": {"namespace": "ns", "name": f"{name}-r1", "uid": f"j-{name}",
@@ -1404,28 +1405,29 @@ def test_the_runs_in_flight_keep_the_views_order_and_are_sorted_again_only_when_
                                      "labels": {"scavenger.dev/job-name": name}, "ownerReferences": owned_by(name)}})
         return sj(status, name=name), job
 
-    (a, job_a), (b, job_b) = starting("a"), starting("b")
-    v = view(a, b, jobs={("ns", "a-r1"): job_a, ("ns", "b-r1"): job_b})
+    made = [starting(name) for name in ("a", "b", "c")]
+    v = view(*(s for s, _ in made), jobs={("ns", j.name): j for _, j in made})
     observation = controller.memo.observe(v, handles=None, fresh=lambda s: (s.resource_version, s.status))
     decided = controller.memo.decide(observation.sjs, NOW, controller.lifecycle_config, on_error=None,
                                      draining=frozenset())
     by_uid = {d.observed.sj.uid: d for d in decided}
-    order = {"u-a": 0, "u-b": 1}
+    order = {"u-a": 0, "u-b": 1, "u-c": 2}
 
-    def in_flight(pass_decided: list[Any], layout: int) -> list[str]:
-        runs = controller.ledger.in_flight(pass_decided, lambda s, exc: None, gone=set(), position=order.__getitem__,
-                                           layout=layout)
-        keys = [name for _, name in runs]
+    def in_flight(names: str, layout: int, gone: tuple[str, ...] = ()) -> str:
+        runs = controller.ledger.in_flight([by_uid[f"u-{n}"] for n in names], lambda s, exc: None,
+                                           gone={f"u-{n}" for n in gone}, position=order.__getitem__, layout=layout)
+        keys = "".join(name.removesuffix("-r1") for _, name in runs)
         runs.clear()  # the caller's to change (`add_launched` adds to it)
         return keys
 
-    assert in_flight([by_uid["u-b"], by_uid["u-a"]], layout=1) == ["a-r1", "b-r1"]
-    order.update({"u-a": 1, "u-b": 0})
-    assert in_flight([], layout=1) == ["a-r1", "b-r1"], "nothing changed: the last order, not sorted again"
-    assert in_flight([], layout=2) == ["b-r1", "a-r1"], "the SJs indexed anew: sorted again"
-    order.update({"u-a": 0, "u-b": 1})
-    assert in_flight([by_uid["u-a"]], layout=2) == ["b-r1", "a-r1"], "the same entry again: nothing changed"
-    assert in_flight([], layout=2) == ["b-r1", "a-r1"]
+    assert in_flight("cab", layout=1) == "abc"
+    order.update({"u-a": 2, "u-b": 1, "u-c": 0})  # (the positions move only with the layout; here to show it)
+    assert in_flight("", layout=1) == "abc", "nothing changed: the last order, not sorted again"
+    assert in_flight("", layout=1, gone=("b",)) == "ac", "an SJ gone: the last order less it"
+    assert in_flight("b", layout=1) == "cba", "an SJ came: sorted again"
+    assert in_flight("", layout=2) == "cba"
+    order.update({"u-a": 0, "u-b": 1, "u-c": 2})
+    assert in_flight("", layout=3) == "abc", "the SJs indexed anew: sorted again"
 
 
 def _starting_sj(name: str, *, running: bool) -> tuple[SJObject, JobView, PodView]:
