@@ -129,12 +129,17 @@ def observe_one(sj: SJObject, rv: str, raw_status: Mapping[str, Any], status: Sc
 
 def changed_keys(mapping: Mapping[K, V], last: Mapping[K, V]) -> set[K]:
     """The keys whose entry differs between the two mappings: added, removed, or replaced by an unequal value.
-    When both hold the same keys in the same order (watch events replaced some entries in place, the usual case
-    between two passes), the entries are compared by identity at C speed and only the replaced ones by value: at
-    10,000 Jobs a walk in Python over every entry took a tenth of the operator's CPU in a burst."""
-    if len(mapping) == len(last) and list(mapping) == list(last):
-        replaced = compress(mapping, map(is_not, mapping.values(), last.values()))
-        return {key for key in replaced if mapping[key] != last[key]}
+    When ``mapping`` holds the keys of ``last`` in the same order, maybe with more after them (watch events replaced
+    some entries in place and added some, the usual case between two passes), the entries are compared by identity
+    at C speed and only the replaced ones by value: at 10,000 Jobs a walk in Python over every entry took a tenth
+    of the operator's CPU in a burst."""
+    held = list(last)
+    if len(mapping) >= len(held) and (keys := list(mapping))[:len(held)] == held:
+        # (and maybe more keys after them: runs whose first pods came)
+        replaced = compress(held, map(is_not, mapping.values(), last.values()))
+        changed = {key for key in replaced if mapping[key] != last[key]}
+        changed.update(keys[len(held):])
+        return changed
     changed = {key for key, value in mapping.items() if (before := last.get(key)) is not value and before != value}
     changed.update(last.keys() - mapping.keys())
     return changed

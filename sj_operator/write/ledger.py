@@ -92,10 +92,10 @@ class Ledger:
     launched."""
     _starting: dict[str, _Starting] = field(default_factory=dict)
     """By SJ uid."""
-    _in_flight: tuple[int | None, list[str], dict[RunKey, InFlightRun]] | None = None
-    """The runs in flight `in_flight` last found, in order, with the layout of the SJs they were ordered by and
-    their SJs (uids) in that order: the same while no entry changed and the layout is the same, and not sorted
-    again while no SJ came (a pass of a burst does not sort thousands of them again)."""
+    _in_flight: tuple[int | None, dict[RunKey, InFlightRun]] | None = None
+    """The runs in flight `in_flight` last found, in order, with the layout of the SJs they were ordered by: sorted
+    again only when an SJ came or the layout moved; otherwise the entries that changed or went are changed in
+    place (a pass of a burst neither sorts thousands of them again nor walks them)."""
     _scheduled: dict[RunKey, tuple[tuple[PodView, ...], int]] = field(default_factory=dict)
     """The pods of each launched run as last seen, and how many of them are scheduled."""
     _version: int = 0
@@ -222,55 +222,50 @@ class Ledger:
         ``position`` (of an SJ uid; ``layout`` moves whenever the positions may have changed otherwise than by SJs
         coming and going); None: ``decided`` is every SJ, in its order."""
         made = before = self._starting
-        changed = gone is None or self._in_flight is None or self._in_flight[0] != layout
-        if gone is None:
+        full = gone is None
+        if full:
             made = self._starting = {}
-        else:
-            for uid in gone:
-                changed = made.pop(uid, None) is not None or changed
-        last_of = before.get
-        starting = Phase.STARTING
-        for d in decided:
-            st, uid, o = d.step.status, d.observed.sj.uid, d.observed
-            job_name = st.job_name if st.phase is starting else _unrecorded_run(d)
-            if not job_name or isinstance(o.spec, InvalidSpec):
-                changed = made.pop(uid, None) is not None or changed
-                continue
-            spec = o.spec if st.phase is starting or o.run.job is None else o.spec.launched_config(
-                o.run.job.config_index)
-            scheduled = sum(1 for p in o.run.pods if p.node)
-            if scheduled >= spec.parallelism:
-                changed = made.pop(uid, None) is not None or changed
-                continue
-            last, key = last_of(uid), (o.sj.namespace, job_name)
-            same = last is not None and last.spec is spec and last.scheduled == scheduled
-            if same and last is not None and last.key == key:
-                made[uid] = last
-                continue
-            try:
-                run = last.run if same and last is not None else in_flight(o.sj, spec, scheduled)
-            except Exception as exc:
-                changed = made.pop(uid, None) is not None or changed
-                on_fault(o.sj, exc)
-                continue
-            made[uid] = _Starting(spec, scheduled, run, key)
-            changed = True
-        if changed or self._in_flight is None:
-            order = self._order(made, position, layout)
-            self._in_flight = (layout, order, {made[uid].key: made[uid].run for uid in order})
-        return dict(self._in_flight[2])  # the caller adds to it (`add_launched`)
+        removed: list[RunKey] = []
+        updated: list[str] = []
+        came = False
 
-    def _order(self, made: dict[str, _Starting], position: Callable[[str], int] | None, layout: int | None
-               ) -> list[str]:
-        """The SJs of the runs in flight in the view's order: as they were decided in a pass over every SJ
-        (``position`` None); else the last order less the SJs gone while none came and the layout is the same,
-        sorted by ``position`` otherwise."""
-        if position is None:
-            return list(made)
-        last = self._in_flight
-        if last is not None and last[0] == layout and made.keys() <= set(last[1]):
-            return [uid for uid in last[1] if uid in made]
-        return sorted(made, key=position)
+        def drop(uid: str) -> None:
+            if (entry := made.pop(uid, None)) is not None:
+                removed.append(entry.key)
+
+        for uid in gone or ():
+            drop(uid)
+        for d in decided:
+            uid = d.observed.sj.uid
+            last = before.get(uid)
+            entry = _in_flight_entry(d, last, on_fault)
+            if entry is None:
+                drop(uid)
+                continue
+            made[uid] = entry
+            if entry is not last:
+                if last is not None and last.key == entry.key:
+                    updated.append(uid)
+                else:
+                    came = True
+        return dict(self._in_order(made, position, layout, again=full or came, removed=removed, updated=updated))
+
+    def _in_order(self, made: dict[str, _Starting], position: Callable[[str], int] | None, layout: int | None, *,
+                  again: bool, removed: list[RunKey], updated: list[str]) -> dict[RunKey, InFlightRun]:
+        """The runs in flight in the view's order (``made``'s with ``position`` None), sorted ``again`` or when the
+        layout moved; otherwise the last ones less those ``removed`` and with the entries of the SJs ``updated``
+        changed in place."""
+        kept = self._in_flight
+        if again or kept is None or kept[0] != layout:
+            order = made if position is None else sorted(made, key=position)
+            self._in_flight = kept = (layout, {made[uid].key: made[uid].run for uid in order})
+            return kept[1]
+        runs = kept[1]
+        for key in removed:
+            runs.pop(key, None)
+        for uid in updated:
+            runs[made[uid].key] = made[uid].run
+        return runs
 
     def add_launched(self, view: ClusterView, runs: dict[RunKey, InFlightRun]) -> None:
         """Adds to ``runs`` those this process launched that the cache does not show as Starting yet, and those
@@ -296,6 +291,32 @@ class Ledger:
                                  else replace(entry.run, scheduled_pods=scheduled))
         self._added = (self._version, frozenset(before), dict(view.run_pods),
                        {key: run for key, run in runs.items() if key not in before})
+
+
+def _in_flight_entry(d: Decided, last: _Starting | None,
+                     on_fault: Callable[[SJObject, Exception], None]) -> _Starting | None:
+    """The decided SJ's run in flight (`Ledger.in_flight`): ``last`` while its spec, scheduled pods and name are
+    the same; None when it has none (no run, an invalid spec, every pod scheduled, or its room could not be
+    worked out: ``on_fault``)."""
+    st, o = d.step.status, d.observed
+    starting = st.phase is Phase.STARTING
+    job_name = st.job_name if starting else _unrecorded_run(d)
+    if not job_name or isinstance(o.spec, InvalidSpec):
+        return None
+    spec = o.spec if starting or o.run.job is None else o.spec.launched_config(o.run.job.config_index)
+    scheduled = sum(1 for p in o.run.pods if p.node)
+    if scheduled >= spec.parallelism:
+        return None
+    key = (o.sj.namespace, job_name)
+    same = last is not None and last.spec is spec and last.scheduled == scheduled
+    if same and last is not None and last.key == key:
+        return last
+    try:
+        run = last.run if same and last is not None else in_flight(o.sj, spec, scheduled)
+    except Exception as exc:
+        on_fault(o.sj, exc)
+        return None
+    return _Starting(spec, scheduled, run, key)
 
 
 def _unrecorded_run(d: Decided) -> str | None:

@@ -89,8 +89,11 @@ A, B, C = ("ns", "a"), ("ns", "b"), ("ns", "c")
     ({A: 1, B: 2}, {B: 3, A: 1}, {B}),
     ({A: 1, B: 2}, {A: 1, C: 2}, {B, C}),
     ({}, {A: 1}, {A}),
+    ({A: 1, B: 2}, {A: 1, B: 4, C: 5}, {B, C}),
+    ({A: 1, B: 2}, {A: 1, C: 5, B: 2}, {C}),
+    ({A: 1, B: 2, C: 3}, {A: 1, C: 3}, {B}),
 ], ids=["same", "one-replaced", "one-removed", "one-added", "same-in-another-order", "replaced-in-another-order",
-        "same-length-other-keys", "from-nothing"])
+        "same-length-other-keys", "from-nothing", "replaced-and-added-after", "added-between", "removed-between"])
 def test_the_keys_changed_between_two_mappings_are_those_added_removed_or_unequal(before, after, changed):
     assert changed_keys(after, before) == changed
 
