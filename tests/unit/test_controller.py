@@ -1425,9 +1425,44 @@ def test_the_runs_in_flight_keep_the_views_order_and_are_sorted_again_only_when_
     assert in_flight("", layout=1) == "abc", "nothing changed: the last order, not sorted again"
     assert in_flight("", layout=1, gone=("b",)) == "ac", "an SJ gone: the last order less it"
     assert in_flight("b", layout=1) == "cba", "an SJ came: sorted again"
-    assert in_flight("", layout=2) == "cba"
+    order.update({"u-a": 0, "u-b": 2, "u-c": 1})
+    assert in_flight("", layout=2) == "acb", "the layout moved: sorted again"
     order.update({"u-a": 0, "u-b": 1, "u-c": 2})
     assert in_flight("", layout=3) == "abc", "the SJs indexed anew: sorted again"
+
+
+def test_an_incremental_pass_changes_a_run_in_flight_where_it_is_and_drops_the_run_an_sj_left(controller):
+    """Between passes that sort nothing: a gang whose second pod was scheduled keeps its place with its new count;
+    an SJ whose run is another (its next attempt) loses the old run's entry and gets the new one."""
+    def decided_for(name: str, *, attempt: int = 1, parallelism: int = 1, scheduled: int = 0) -> Any:
+        job_name = f"{name}-r{attempt}"
+        status = {"phase": "Starting", "attempt": attempt, "jobName": job_name, "launchedTimestamp": NOW.isoformat()}
+        job = job_view({"metadata": {"namespace": "ns", "name": job_name, "uid": f"j-{job_name}",
+                                     "creationTimestamp": NOW.isoformat(),
+                                     "labels": {"scavenger.dev/job-name": name}, "ownerReferences": owned_by(name)}})
+        pods = tuple(PodView(namespace="ns", name=f"{job_name}-{i}", uid=f"p-{job_name}-{i}", sj=name, run=job_name,
+                             node="n1" if i < scheduled else None, phase="Pending", deleting=False,
+                             requests={"cpu": 1000}, all_running=False, index=i) for i in range(parallelism))
+        v = view(sj(status, rv=f"{attempt}.{scheduled}", name=name, parallelism=parallelism),
+                 jobs={("ns", job_name): job},
+                 run_pods={("ns", job_name): pods})
+        observation = controller.memo.observe(v, handles=None, fresh=lambda s: (s.resource_version, s.status))
+        [d] = controller.memo.decide(observation.sjs, NOW, controller.lifecycle_config, on_error=None,
+                                     draining=frozenset())
+        return d
+
+    order = {"u-a": 0, "u-b": 1}
+
+    def in_flight(*decided: Any) -> dict[Any, Any]:
+        return controller.ledger.in_flight(list(decided), lambda s, exc: None, gone=set(),
+                                           position=order.__getitem__, layout=1)
+
+    first = in_flight(decided_for("b"), decided_for("a", parallelism=3))
+    assert [(name, run.scheduled_pods) for (_, name), run in first.items()] == [("a-r1", 0), ("b-r1", 0)]
+    second = in_flight(decided_for("a", parallelism=3, scheduled=1))
+    assert [(name, run.scheduled_pods) for (_, name), run in second.items()] == [("a-r1", 1), ("b-r1", 0)]
+    third = in_flight(decided_for("b", attempt=2))
+    assert [name for _, name in third] == ["a-r1", "b-r2"]
 
 
 def _starting_sj(name: str, *, running: bool) -> tuple[SJObject, JobView, PodView]:

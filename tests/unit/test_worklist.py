@@ -273,6 +273,25 @@ def test_changes_finds_the_sjs_replaced_added_and_gone_and_nothing_in_an_equal_v
     assert work.position("u9") == 4 and work.position("u2") == -1
 
 
+def test_the_layout_moves_when_the_sjs_are_indexed_anew_and_not_when_one_is_replaced_in_place() -> None:
+    """`Worklist.layout` tells the runs in flight (`Ledger.in_flight`) when to sort again: after SJs came or went
+    or a relisting reordered them, not after a watch event replaced an SJ where it was."""
+    work = Worklist()
+    sjs = tuple(an_sj(i) for i in range(3))
+    view = ClusterView(sjs=sjs, jobs={}, run_pods={}, active_pods=(), nodes=())
+    work.changes(view)
+    first = work.layout
+    work.changes(replace(view, sjs=(sjs[0], an_sj(1, rv=2), sjs[2])))
+    assert work.layout == first, "replaced in place: the others keep their order"
+    work.changes(replace(view, sjs=(sjs[2], sjs[0], an_sj(1, rv=2))))
+    assert work.layout > first and work.position("u2") == 0, "reordered (a relisting)"
+    moved = work.layout
+    work.changes(replace(view, sjs=(sjs[2], sjs[0], an_sj(1, rv=2), an_sj(3))))
+    assert work.layout > moved
+    work.reset()
+    assert work.layout > moved + 1
+
+
 def test_due_pops_each_deadline_once_and_only_the_current_one() -> None:
     work = Worklist()
     work.wake("a", NOW + timedelta(minutes=5))
