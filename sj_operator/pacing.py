@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-__all__ = ["BATCH_WINDOW", "EVENT_DEFERRAL", "EVENT_QUIET", "GC_PAUSE_LIMIT", "GC_THRESHOLDS", "HOLD_BUDGET", "SLICE",
-           "Pacer", "Timer", "batch_window", "collector_paused", "event_wait", "in_slices", "tune_gc", "watch_gc",
-           "watch_lag"]
+__all__ = ["BATCH_WINDOW", "EVENT_DEFERRAL", "EVENT_QUIET", "GC_PAUSE_LIMIT", "GC_THRESHOLDS", "HOLD_BUDGET",
+           "PASS_SHARE", "SLICE", "Pacer", "Timer", "batch_window", "collector_paused", "event_wait", "in_slices",
+           "tune_gc", "watch_gc", "watch_lag"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -40,6 +40,9 @@ GC_PAUSE_LIMIT = 5.0
 about 0.1 s and a burst's about a second; one that waits longer on the API server collects again."""
 BATCH_WINDOW = (0.05, 1.0)
 """Seconds the loop lets watch events gather before a pass, at least and at most (``batch_window``)."""
+PASS_SHARE = 0.25
+"""The share of the loop's time passes take at most in a burst (``batch_window``): on a control plane's cores the
+operator's CPU is CPU its API server does not get."""
 EVENT_QUIET = 1.0
 """Seconds without a launch after which waiting Events, and new runs' records in their SJs' statuses, are
 written (``event_wait``)."""
@@ -146,14 +149,16 @@ def collector_paused(limit: float = GC_PAUSE_LIMIT, *,
         gc.enable()
 
 
-def batch_window(last_pass: float, bounds: tuple[float, float] = BATCH_WINDOW) -> float:
-    """How long the loop lets watch events gather before its next pass: as long as the last pass took,
-    within ``bounds``. A quiet cluster gets a pass 50 ms after an event; in a burst, when every pass has
-    hundreds of changed SJs to step again, the loop spends at most about half its time in passes, and
-    an SJ whose Job and pods change many times in a second is stepped once for all of them, not once
-    per change. The cost is at most a second more from an event to the pass that acts on it."""
+def batch_window(last_pass: float, bounds: tuple[float, float] = BATCH_WINDOW, share: float = PASS_SHARE) -> float:
+    """How long the loop lets watch events gather before its next pass: long enough that passes as long as the
+    last one take ``share`` of the loop's time, within ``bounds``. A quiet cluster gets a pass 50 ms after an
+    event; in a burst, when every pass has hundreds of changed SJs to step again, the loop spends at most
+    about a quarter of its time in passes (the rest of the core is left to the API server, on a small control
+    plane the same cores), and an SJ whose Job and pods change many times in a second is stepped once for
+    all of them, not once per change. The cost is at most a second more from an event to the pass that acts
+    on it."""
     low, high = bounds
-    return min(high, max(low, last_pass))
+    return min(high, max(low, last_pass * (1 - share) / share))
 
 
 def event_wait(now: float, happened: float, last_launch: float | None, *, quiet: float = EVENT_QUIET,

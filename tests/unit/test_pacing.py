@@ -218,15 +218,24 @@ def test_the_limit_is_kept_by_the_running_loop():
 
 @pytest.mark.parametrize(("last_pass", "window"), [
     (0.0, 0.05),    # the first pass, or a quiet one: events still gather for 50 ms
-    (0.02, 0.05),
-    (0.3, 0.3),     # a burst: as long as the last pass took
-    (0.999, 0.999),
-    (4.0, 1.0),     # never more than a second
+    (0.01, 0.05),
+    (0.02, 0.06),   # a pass of 20 ms and 60 ms of waiting: a quarter of the loop's time
+    (0.1, 0.3),     # a burst: three times as long as the last pass took
+    (0.333, 0.999),
+    (0.4, 1.0),     # never more than a second
+    (4.0, 1.0),
 ])
-def test_the_loop_waits_as_long_as_its_last_pass_took_within_bounds(last_pass, window):
+def test_the_loop_waits_for_passes_to_take_a_quarter_of_its_time_within_bounds(last_pass, window):
     from sj_operator.pacing import batch_window
 
     assert batch_window(last_pass) == pytest.approx(window)
+
+
+def test_a_passes_share_of_the_loop_sets_the_window():
+    from sj_operator.pacing import batch_window
+
+    assert batch_window(0.1, share=0.5) == pytest.approx(0.1)  # half: as long as the pass took
+    assert batch_window(0.1, share=1.0) == pytest.approx(0.05)  # all of it: the least window
 
 
 @pytest.mark.parametrize(("now", "happened", "last_launch", "wait"), [
