@@ -148,7 +148,7 @@ class Controller:
         self.gate = Gate(self.kube, self.monotonic, lambda: self.lifecycle_config,
                          lambda namespace: self.resource_quotas(namespace))
         self.recorder = Recorder(self.kube, self.metrics, self.clock, self.monotonic,
-                                 lambda: self.ledger.last_launch)
+                                 lambda: self.ledger.last_launch, lambda: self.ledger.behind)
         self.writer = Writer(self.kube, self.ledger, self.recorder, self.metrics, self.clock, self.handles)
         self.steering_lane = SteeringLane(lambda d: self.writer.apply(d.observed, d.step), wake)
         self.launcher = Launcher(self.kube, self.config, ledger=self.ledger, gate=self.gate, metrics=self.metrics,
@@ -232,6 +232,8 @@ class Controller:
                                      gone=None if full else gone, position=None if full else work.position,
                                      layout=work.layout)
         self.ledger.add_launched(view, runs)
+        if not self.ledger.behind:
+            self.recorder.caught_up()  # the Events waiting for the control plane go now
         # 4. Admission, on the statuses about to be written: a waiting SJ's reason (Admitted=False) goes out
         #    in the same write as its transition, and only the admitted ones are written twice.
         admission = self._admission(view, decided, gone, tuple(runs.values()), now, full=full)

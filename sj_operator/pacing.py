@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-__all__ = ["BATCH_WINDOW", "EVENT_DEFERRAL", "EVENT_QUIET", "GC_PAUSE_LIMIT", "GC_THRESHOLDS", "HOLD_BUDGET",
-           "PASS_SHARE", "SLICE", "Pacer", "Timer", "batch_window", "collector_paused", "event_wait", "in_slices",
-           "tune_gc", "watch_gc", "watch_lag"]
+__all__ = ["BATCH_WINDOW", "BEHIND_RECHECK", "EVENT_BEHIND_DEFERRAL", "EVENT_DEFERRAL", "EVENT_QUIET",
+           "GC_PAUSE_LIMIT", "GC_THRESHOLDS", "HOLD_BUDGET", "PASS_SHARE", "SLICE", "Pacer", "Timer", "batch_window",
+           "collector_paused", "event_wait", "in_slices", "tune_gc", "watch_gc", "watch_lag"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -49,6 +49,11 @@ written (``event_wait``)."""
 EVENT_DEFERRAL = 30.0
 """Seconds an Event waits for launches at most, from when it happened (a new run's record: from when its Job
 was made) (``event_wait``)."""
+EVENT_BEHIND_DEFERRAL = 300.0
+"""Seconds an Event waits at most, from when it happened, while the control plane is behind on the runs this
+process launched: their pods not all made, or not all looked at by the scheduler (``event_wait``)."""
+BEHIND_RECHECK = 1.0
+"""Seconds between two looks at whether the control plane is still behind, for an Event waiting for it."""
 LAG_PERIOD = 0.5
 """Seconds ``watch_lag`` sleeps between two measurements."""
 
@@ -161,15 +166,20 @@ def batch_window(last_pass: float, bounds: tuple[float, float] = BATCH_WINDOW, s
     return min(high, max(low, last_pass * (1 - share) / share))
 
 
-def event_wait(now: float, happened: float, last_launch: float | None, *, quiet: float = EVENT_QUIET,
-               most: float = EVENT_DEFERRAL) -> float:
+def event_wait(now: float, happened: float, last_launch: float | None, *, behind: bool = False,
+               quiet: float = EVENT_QUIET, most: float = EVENT_DEFERRAL,
+               most_behind: float = EVENT_BEHIND_DEFERRAL) -> float:
     """Seconds an Event that ``happened`` (monotonic) should still wait before it is recorded; 0 when it goes
     now. Nothing waits for an Event, while every launch is work that waits for its Job: when runs are being
     launched (the last one less than ``quiet`` seconds ago), Events hold back and leave the API server to
-    the launches; none waits more than ``most`` seconds after it happened. In a burst of thousands of new
-    SJs their Events are recorded after the burst's Jobs instead of between them; on a quiet cluster an
-    Event waits at most ``quiet`` seconds after the launch before it."""
-    if last_launch is None:
-        return 0.0
-    return max(0.0, min(last_launch + quiet, happened + most) - now)
+    the launches; none waits more than ``most`` seconds after it happened. While the control plane is
+    ``behind`` on the runs launched (pods not made yet, or not looked at by the scheduler yet), they hold back
+    too, at most ``most_behind`` seconds after they happened: its controllers' and scheduler's writes are what
+    those runs wait for. In a burst of thousands of new SJs their Events are recorded after the burst's Jobs
+    and pods instead of between them; on a quiet cluster an Event waits at most ``quiet`` seconds after the
+    launch before it, and for the moment its pods take to be made and scheduled."""
+    until = None if last_launch is None else min(last_launch + quiet, happened + most)
+    if behind:
+        until = happened + most_behind if until is None else max(until, happened + most_behind)
+    return 0.0 if until is None else max(0.0, until - now)
 

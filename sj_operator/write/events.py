@@ -2,9 +2,11 @@
 
 Each step's Events are logged and queued, stamped with the time they happened (the injected clock), so they
 keep their order whenever they are recorded. A few workers record them, one step's Events after another,
-each once no run has been launched for a moment (`pacing.event_wait`: in a burst the API server serves the
-launches first). Past `EVENT_BACKLOG` steps waiting, new ones are dropped and counted, as client-go's
-recorder drops on overflow; an SJ's waiting protection toggle is replaced by its next one.
+each once no run has been launched for a moment and the control plane has made and scheduled the pods of the
+runs launched (`pacing.event_wait`, `Ledger.behind`: in a burst the API server serves the launches and their
+pods first; an Event waits 5 minutes at most). Past `EVENT_BACKLOG` steps waiting, new ones are dropped and
+counted, as client-go's recorder drops on overflow; an SJ's waiting protection toggle is replaced by its next
+one.
 
 Victim steering's routine toggles (`Event.routine`: a run's ``Protected``, a period's ``Unprotected``) recur
 every checkpoint period of every running SJ. They are aggregated as client-go aggregates repeated Events (its
@@ -30,7 +32,7 @@ from sj_operator.kube import EventRef, Kube, KubeError, in_background
 from sj_operator.metrics import Metrics
 from sj_operator.names import API_VERSION, KIND
 from sj_operator.observed import SJObject
-from sj_operator.pacing import event_wait
+from sj_operator.pacing import BEHIND_RECHECK, event_wait
 from sj_operator.policy.lifecycle import Event
 from sj_operator.write.pool import Pool
 
@@ -104,10 +106,12 @@ class Unrecorded:
 
 class Recorder:
     def __init__(self, kube: Kube, metrics: Metrics, clock: Callable[[], datetime], monotonic: Callable[[], float],
-                 last_launch: Callable[[], float | None]) -> None:
+                 last_launch: Callable[[], float | None], behind: Callable[[], bool] = lambda: False) -> None:
         self.kube, self.metrics, self.clock, self.monotonic = kube, metrics, clock, monotonic
         self.last_launch = last_launch
         """When (monotonic) a run was last made (the ledger's): Events wait while runs are being launched."""
+        self.behind = behind
+        """Whether the control plane is behind on the runs launched (`Ledger.behind`): Events wait for it too."""
         self.pool: Pool[Unrecorded] = Pool("events", EVENT_WORKERS, self._post, ready=self._quiet)
         self.steering_unrecorded: dict[str, Unrecorded] = {}
         """By SJ uid: its waiting step of steering Events only (`STEERING_REASONS`), which a newer one
@@ -250,25 +254,35 @@ class Recorder:
         """While inside: Events are recorded at once, whatever is being launched (the ones waiting are let
         go)."""
         self._flushing = True
-        for held in self._held:
-            if not held.done():
-                held.set_result(None)
+        self.caught_up()
         try:
             yield
         finally:
             self._flushing = False
+
+    def caught_up(self) -> None:
+        """The control plane is no longer behind (`Ledger.behind`): the workers waiting for it look again now."""
+        for held in self._held:
+            if not held.done():
+                held.set_result(None)
 
     async def _quiet(self) -> bool:
         """Waits until the next Event may go: no run launched for a moment, or it has waited long enough;
         False when the queue was emptied meanwhile."""
         in_background()
         queue = self.pool.queue
-        while not self._flushing and (wait := event_wait(self.monotonic(), queue[0].queued, self.last_launch())) > 0:
+        while not self._flushing:
+            behind = self.behind()
+            wait = event_wait(self.monotonic(), queue[0].queued, self.last_launch(), behind=behind)
+            if wait <= 0:
+                break
             held = asyncio.get_running_loop().create_future()
             self._held.add(held)
             try:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(held, timeout=wait)
+                    # (while behind, looked at again every moment too: a pass says when it caught up, `caught_up`,
+                    # but a launch that ended without a pass after it does not)
+                    await asyncio.wait_for(held, timeout=min(wait, BEHIND_RECHECK) if behind else wait)
             finally:
                 self._held.discard(held)
             if not queue:

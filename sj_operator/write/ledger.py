@@ -75,6 +75,8 @@ class _Starting:
     scheduled: int
     run: InFlightRun
     key: RunKey
+    behind: bool = False
+    """Its pods not all made yet, or not all looked at by the scheduler yet (`Ledger.behind`)."""
 
 
 @dataclass
@@ -92,6 +94,8 @@ class Ledger:
     launched."""
     _starting: dict[str, _Starting] = field(default_factory=dict)
     """By SJ uid."""
+    _behind: set[str] = field(default_factory=set)
+    """The SJs (uids) of ``_starting`` whose entry is `_Starting.behind`."""
     _in_flight: tuple[int | None, dict[RunKey, InFlightRun]] | None = None
     """The runs in flight `in_flight` last found, in order, with the layout of the SJs they were ordered by: sorted
     again only when an SJ came or the layout moved; otherwise the entries that changed or went are changed in
@@ -182,6 +186,14 @@ class Ledger:
         """Now while a launch is under way, else when the last run was made (None: never)."""
         return self.monotonic() if self.launching else self.last_launch
 
+    @property
+    def behind(self) -> bool:
+        """Whether the control plane is behind on the runs in flight, as the last pass found them: a launch under
+        way, a run made that the watch does not show yet, or a run whose pods are not all made yet or not all
+        looked at by the scheduler yet (pods it found no room for are not behind: its decision is made).
+        Events wait for it (`pacing.event_wait`)."""
+        return bool(self.launching or self._behind or (self._unseen is not None and self._unseen[2]))
+
     # --- the view ---------------------------------------------------------------------
     def with_launched(self, view: ClusterView) -> ClusterView:
         """The view with the Jobs this process made that the watch does not show yet (a launch writes no
@@ -223,13 +235,16 @@ class Ledger:
         coming and going); None: ``decided`` is every SJ, in its order."""
         made = before = self._starting
         full = gone is None
+        behind = self._behind
         if full:
             made = self._starting = {}
+            behind = self._behind = set()
         removed: list[RunKey] = []
         updated: list[str] = []
         came = False
 
         def drop(uid: str) -> None:
+            behind.discard(uid)
             if (entry := made.pop(uid, None)) is not None:
                 removed.append(entry.key)
 
@@ -243,6 +258,10 @@ class Ledger:
                 drop(uid)
                 continue
             made[uid] = entry
+            if entry.behind:
+                behind.add(uid)
+            else:
+                behind.discard(uid)
             if entry is not last:
                 if last is not None and last.key == entry.key:
                     updated.append(uid)
@@ -308,15 +327,17 @@ def _in_flight_entry(d: Decided, last: _Starting | None,
     if scheduled >= spec.parallelism:
         return None
     key = (o.sj.namespace, job_name)
+    live = [p for p in o.run.pods if not p.deleting]
+    behind = len(live) < spec.parallelism or any(p.placed is None for p in live)
     same = last is not None and last.spec is spec and last.scheduled == scheduled
-    if same and last is not None and last.key == key:
+    if same and last is not None and last.key == key and last.behind == behind:
         return last
     try:
         run = last.run if same and last is not None else in_flight(o.sj, spec, scheduled)
     except Exception as exc:
         on_fault(o.sj, exc)
         return None
-    return _Starting(spec, scheduled, run, key)
+    return _Starting(spec, scheduled, run, key, behind)
 
 
 def _unrecorded_run(d: Decided) -> str | None:

@@ -871,24 +871,30 @@ def test_a_pass_does_not_wait_for_its_launches_and_the_next_one_leaves_them_and_
     """"big" (2 of the node's 8 CPU, 5.6 usable) is admitted and its Job is slow to make: the pass returns
     meanwhile. The next pass, which sees no Job yet, neither launches "big" again (there would be room for
     it twice), nor writes it as queued, nor gives its room to "later" (4 more CPU would pass the threshold).
-    Once made, the loop is woken."""
+    Once made, the loop is woken. "later"'s Queued Event, recorded while the launch was under way (the control
+    plane behind on it), waits; shutting down records it."""
     kube, woken = Gated("job"), []
     controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, wake=lambda: woken.append(1))  # type: ignore[arg-type]
     v = view(sj(name="big", cpu="2", created=NOW - timedelta(minutes=1)), sj(name="later", cpu="4"))
 
-    async def passes() -> tuple[set[str], list[str]]:
+    async def passes() -> tuple[set[str], list[str], list[tuple[str, str]]]:
         await controller.reconcile(v)
         under_way = {entry.key for entry in controller.launching.values()}
         await controller.reconcile(v)
         during = launched(kube)
         kube.gate.set()
         await controller.launches_done()
-        return under_way, during
+        for _ in range(5):
+            await asyncio.sleep(0)
+        held = list(kube.events)
+        await asyncio.wait_for(controller.settle(), timeout=0.5)
+        return under_way, during, held
 
-    under_way, during = asyncio.run(passes())
+    under_way, during, held = asyncio.run(passes())
     assert under_way == {"ns/big"} and during == []
     assert launched(kube) == ["big-r1"] and not controller.launching and woken
-    assert [name for kind, name in kube.calls if kind == "event"] == ["Queued"] and ("later", "Queued") in kube.events
+    assert held == []
+    assert kube.events == [("later", "Queued"), ("big", "Launched")], "in the order they happened"
     assert controller.metrics.launched._value.get() == 1
 
 
@@ -1463,6 +1469,60 @@ def test_an_incremental_pass_changes_a_run_in_flight_where_it_is_and_drops_the_r
     assert [(name, run.scheduled_pods) for (_, name), run in second.items()] == [("a-r1", 1), ("b-r1", 0)]
     third = in_flight(decided_for("b", attempt=2))
     assert [name for _, name in third] == ["a-r1", "b-r2"]
+
+
+def _gang_decided(controller: Controller, pods: str, *, rv: str = "1") -> Decided:
+    """A Starting gang of three whose pods are, one letter each: ``-`` not made yet, ``u`` made and not looked at
+    by the scheduler yet, ``n`` found no room by it (placed, unbound), ``b`` bound to a node."""
+    status = {"phase": "Starting", "attempt": 1, "jobName": "work-r1", "launchedTimestamp": NOW.isoformat()}
+    job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j-work",
+                                 "creationTimestamp": NOW.isoformat(), "labels": {"scavenger.dev/job-name": "work"},
+                                 "ownerReferences": owned_by("work")}})
+    members = tuple(PodView(namespace="ns", name=f"work-r1-{i}", uid=f"p{i}", sj="work", run="work-r1",
+                            node="n1" if state == "b" else None, phase="Pending", deleting=False,
+                            requests={"cpu": 1000}, all_running=False, index=i,
+                            placed=None if state == "u" else NOW)
+                    for i, state in enumerate(pods) if state != "-")
+    v = view(sj(status, rv=rv, parallelism=3), jobs={("ns", "work-r1"): job}, run_pods={("ns", "work-r1"): members})
+    observation = controller.memo.observe(v, handles=None, fresh=lambda s: (s.resource_version, s.status))
+    [d] = controller.memo.decide(observation.sjs, NOW, controller.lifecycle_config, on_error=None,
+                                 draining=frozenset())
+    return d
+
+
+@pytest.mark.parametrize(("pods", "behind"), [
+    ("---", True),   # the Job controller has not made its pods yet
+    ("uu-", True),   # nor all of them
+    ("uuu", True),   # made, and the scheduler has not looked at them yet
+    ("bbu", True),   # ... one of them
+    ("nnn", False),  # the scheduler found no room for any: decided, the run waits for room, not for it
+    ("bnn", False),
+    ("bbb", False),  # every pod scheduled: not in flight at all
+])
+def test_the_control_plane_is_behind_while_a_run_in_flight_has_pods_not_made_or_not_looked_at(controller, pods,
+                                                                                                behind):
+    """`Ledger.behind`, which Events wait for: a run in flight whose pods the Job controller has not all made or the
+    scheduler has not all looked at; whatever the pass before found."""
+    assert not controller.ledger.behind
+    controller.ledger.in_flight([_gang_decided(controller, "bbb")], lambda s, exc: None)
+    controller.ledger.in_flight([_gang_decided(controller, pods, rv="2")], lambda s, exc: None)
+    assert controller.ledger.behind is behind
+
+
+def test_the_control_plane_is_no_longer_behind_once_an_incremental_pass_finds_the_pods_looked_at_or_the_sj_gone(
+        controller):
+    """Incremental passes (``gone`` given) change what the last pass found for the SJs they decide and those gone."""
+    ledger = controller.ledger
+
+    def in_flight(*decided: Decided, gone: tuple[str, ...] = ()) -> bool:
+        ledger.in_flight(list(decided), lambda s, exc: None, gone=set(gone), position=lambda uid: 0, layout=1)
+        return ledger.behind
+
+    assert in_flight(_gang_decided(controller, "uu-"))
+    assert in_flight(), "nothing decided: the last pass's finding stands"
+    assert not in_flight(_gang_decided(controller, "bnn", rv="2")), "its pods looked at"
+    assert in_flight(_gang_decided(controller, "bnu", rv="3"))
+    assert not in_flight(gone=("u-work",)), "the SJ gone"
 
 
 def _starting_sj(name: str, *, running: bool) -> tuple[SJObject, JobView, PodView]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from sj_operator.kube import EventRef
 from sj_operator.metrics import Metrics
 from sj_operator.observed import SJObject
+from sj_operator.pacing import EVENT_BEHIND_DEFERRAL
 from sj_operator.policy.outcomes import Event
 from sj_operator.write.events import EVENT_SERIES_INTERVAL, Recorder
 
@@ -58,12 +60,12 @@ def sj(name: str = "a") -> SJObject:
                     deleting=False)
 
 
-def recorder() -> tuple[Recorder, Sink, list[float]]:
+def recorder(behind: Callable[[], bool] = lambda: False) -> tuple[Recorder, Sink, list[float]]:
     """A recorder at a monotonic clock the test moves (the wall clock moves with it)."""
     clock = [1000.0]
     sink = Sink(clock)
     rec = Recorder(sink, Metrics(), clock=lambda: NOW + timedelta(seconds=clock[0] - 1000.0),  # type: ignore[arg-type]
-                   monotonic=lambda: clock[0], last_launch=lambda: None)
+                   monotonic=lambda: clock[0], last_launch=lambda: None, behind=behind)
     return rec, sink, clock
 
 
@@ -219,3 +221,37 @@ def test_a_routine_event_not_recorded_begins_its_series_again_at_the_next_toggle
 
     asyncio.run(toggle())
     assert len(sink.made) == 1 and sink.made[0]["count"] == 1 and sink.updated == []
+
+
+LAUNCHED = Event("Normal", "Launched", "launched run a-r1 (attempt 1, 1 pod)")
+
+
+@pytest.mark.parametrize(("catches_up", "recheck"), [(True, 0.001), (True, 60.0), (False, 0.001)])
+def test_events_wait_while_the_control_plane_is_behind_and_go_once_it_caught_up_or_five_minutes_passed(
+        monkeypatch: pytest.MonkeyPatch, catches_up: bool, recheck: float) -> None:
+    """An Event recorded while the control plane is behind on the runs launched is not written while it stays
+    behind; it is once it caught up (seen by the worker looking again, or told by a pass: `caught_up`), or (it
+    never does) five minutes after it happened, by the injected clock."""
+    monkeypatch.setattr("sj_operator.write.events.BEHIND_RECHECK", recheck)  # how often the worker looks again
+    behind = [True]
+    rec, sink, clock = recorder(lambda: behind[0])
+
+    async def turns(n: int = 50) -> None:
+        for _ in range(n):
+            await asyncio.sleep(0.001)
+
+    async def go() -> None:
+        rec.record(sj(), (LAUNCHED,))
+        await turns()
+        clock[0] += EVENT_BEHIND_DEFERRAL - 100  # (a worker waiting the 100 s left would outlast the test)
+        await turns()
+        assert sink.made == [], "behind: it waits"
+        if catches_up:
+            behind[0] = False
+            rec.caught_up()  # what a pass that finds it so does
+        else:
+            clock[0] += 100
+        await asyncio.wait_for(rec.pool.idle(), timeout=5)
+
+    asyncio.run(go())
+    assert [(m["reason"], m["at"]) for m in sink.made] == [("Launched", NOW)], "stamped when it happened"

@@ -250,3 +250,17 @@ def test_events_wait_while_runs_are_launched_for_at_most_thirty_seconds(now, hap
     from sj_operator.pacing import event_wait
 
     assert event_wait(now, happened, last_launch) == pytest.approx(wait)
+
+
+@pytest.mark.parametrize(("now", "happened", "last_launch", "wait"), [
+    (10.0, 9.0, None, 299.0),     # nothing launched by this process yet (a new leader), its runs' pods still made
+    (10.0, 9.0, 5.0, 299.0),      # the launches are over; their pods are not all made or scheduled yet
+    (10.0, 9.9, 10.0, 299.9),     # a launch just now too: the longer of the two
+    (308.0, 9.0, None, 1.0),      # behind for five minutes on end: until five minutes after it happened
+    (309.0, 9.0, 309.0, 0.0),     # ... and no longer, whatever is launched
+])
+def test_events_wait_while_the_control_plane_is_behind_for_at_most_five_minutes(now, happened, last_launch, wait):
+    from sj_operator.pacing import event_wait
+
+    assert event_wait(now, happened, last_launch, behind=True) == pytest.approx(wait)
+    assert event_wait(now, happened, last_launch, behind=False) <= wait, "behind never waits less"
