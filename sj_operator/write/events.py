@@ -2,9 +2,9 @@
 
 Each step's Events are logged and queued, stamped with the time they happened (the injected clock), so they
 keep their order whenever they are recorded. A few workers record them, one step's Events after another,
-each once no run has been launched for a moment and the control plane has made and scheduled the pods of the
-runs launched (`pacing.event_wait`, `Ledger.behind`: in a burst the API server serves the launches and their
-pods first; an Event waits 5 minutes at most). Past `EVENT_BACKLOG` steps waiting, new ones are dropped and
+each once no run has been launched for a moment and the control plane is not behind on the pods of the runs
+launched (`pacing.event_wait`, `Ledger.behind`: in a burst the API server serves the launches and their pods
+first; an Event waits 5 minutes at most). Past `EVENT_BACKLOG` steps waiting, new ones are dropped and
 counted, as client-go's recorder drops on overflow; an SJ's waiting protection toggle is replaced by its next
 one.
 

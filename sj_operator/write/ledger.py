@@ -20,7 +20,7 @@ from sj_operator.observed import JobView, PodView, SJObject
 from sj_operator.policy.lifecycle import WAITING, next_run
 from sj_operator.policy.snapshot import InFlightRun
 
-__all__ = ["LAUNCHED_TTL", "WRITTEN_TTL", "Labelled", "Launched", "Launching", "Ledger", "Written"]
+__all__ = ["BEHIND_AT", "LAUNCHED_TTL", "WRITTEN_TTL", "Labelled", "Launched", "Launching", "Ledger", "Written"]
 
 WRITTEN_TTL = 30.0
 """Seconds a status (or a pod's protection label) this process wrote is preferred over a watch that has not shown
@@ -56,6 +56,12 @@ class Launched:
     at: float
     job: JobView
     """The Job as made, standing in for it until the watch shows it."""
+
+
+BEHIND_AT = 16
+"""Runs under way to their pods (`Ledger.behind`) from which the control plane counts as behind on them and Events
+wait: a burst's hundreds, or a drained node's runs starting again elsewhere; not a few runs starting, nor a few
+whose pods cannot be made (a namespace's policy refusing them), which would hold every SJ's Events back."""
 
 
 @dataclass(frozen=True)
@@ -188,11 +194,12 @@ class Ledger:
 
     @property
     def behind(self) -> bool:
-        """Whether the control plane is behind on the runs in flight, as the last pass found them: a launch under
-        way, a run made that the watch does not show yet, or a run whose pods are not all made yet or not all
-        looked at by the scheduler yet (pods it found no room for are not behind: its decision is made).
-        Events wait for it (`pacing.event_wait`)."""
-        return bool(self.launching or self._behind or (self._unseen is not None and self._unseen[2]))
+        """Whether the control plane is behind on the runs in flight, as the last pass found them: `BEHIND_AT` runs
+        or more under way to their pods, each a launch under way, a run made that the watch does not show yet, or
+        a run whose pods are not all made yet or not all looked at by the scheduler yet (pods it found no room
+        for are not behind: its decision is made). Events wait for it (`pacing.event_wait`)."""
+        unseen = 0 if self._unseen is None else len(self._unseen[2])
+        return len(self.launching) + len(self._behind) + unseen >= BEHIND_AT
 
     # --- the view ---------------------------------------------------------------------
     def with_launched(self, view: ClusterView) -> ClusterView:
