@@ -538,6 +538,7 @@ class Controller:
     def drop_launches(self) -> None:
         """Forgets the launches not begun yet (this process no longer decides: another replica leads)."""
         self.launcher.drop()
+        self.ledger.not_leading()
 
     async def settle(self) -> None:
         """Waits until no launch is queued or under way and the background lanes are idle: no steering write

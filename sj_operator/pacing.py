@@ -50,8 +50,8 @@ EVENT_DEFERRAL = 30.0
 """Seconds an Event waits for launches at most, from when it happened (a new run's record: from when its Job
 was made) (``event_wait``)."""
 EVENT_BEHIND_DEFERRAL = 300.0
-"""Seconds an Event waits at most, from when it happened, while the control plane is behind on the runs this
-process launched: their pods not all made, or not all looked at by the scheduler (``event_wait``)."""
+"""Seconds an Event waits at most, from when it happened, while the control plane is behind on the runs in flight
+(`write.ledger.Ledger.behind`) (``event_wait``)."""
 BEHIND_RECHECK = 1.0
 """Seconds between two looks at whether the control plane is still behind, for an Event waiting for it."""
 LAG_PERIOD = 0.5
@@ -157,11 +157,11 @@ def collector_paused(limit: float = GC_PAUSE_LIMIT, *,
 def batch_window(last_pass: float, bounds: tuple[float, float] = BATCH_WINDOW, share: float = PASS_SHARE) -> float:
     """How long the loop lets watch events gather before its next pass: long enough that passes as long as the
     last one take ``share`` of the loop's time, within ``bounds``. A quiet cluster gets a pass 50 ms after an
-    event; in a burst, when every pass has hundreds of changed SJs to step again, the loop spends at most
-    about a quarter of its time in passes (the rest of the core is left to the API server, on a small control
-    plane the same cores), and an SJ whose Job and pods change many times in a second is stepped once for
-    all of them, not once per change. The cost is at most a second more from an event to the pass that acts
-    on it."""
+    event; in a burst, when every pass has hundreds of changed SJs to step again, the loop spends about a quarter
+    of its time in passes (the rest of the core is left to the API server, on a small control plane the same
+    cores; passes longer than a third of a second get the longest window and take more), and an SJ whose Job
+    and pods change many times in a second is stepped once for all of them, not once per change. The cost is
+    at most a second more from an event to the pass that acts on it."""
     low, high = bounds
     return min(high, max(low, last_pass * (1 - share) / share))
 
@@ -173,11 +173,11 @@ def event_wait(now: float, happened: float, last_launch: float | None, *, behind
     now. Nothing waits for an Event, while every launch is work that waits for its Job: when runs are being
     launched (the last one less than ``quiet`` seconds ago), Events hold back and leave the API server to
     the launches; none waits more than ``most`` seconds after it happened. While the control plane is
-    ``behind`` on the runs launched (pods not made yet, or not looked at by the scheduler yet), they hold back
-    too, at most ``most_behind`` seconds after they happened: its controllers' and scheduler's writes are what
-    those runs wait for. In a burst of thousands of new SJs their Events are recorded after the burst's Jobs
-    and pods instead of between them; on a quiet cluster an Event waits at most ``quiet`` seconds after the
-    launch before it, and for the moment its pods take to be made and scheduled."""
+    ``behind`` on the runs in flight (many of them with Jobs not taken up yet, or pods not looked at by the
+    scheduler yet), they hold back too, at most ``most_behind`` seconds after they happened: its controllers'
+    and scheduler's writes are what those runs wait for. In a burst of thousands of new SJs their Events are
+    recorded after the burst's Jobs and pods instead of between them; on a quiet cluster an Event waits at most
+    ``quiet`` seconds after the launch before it."""
     until = None if last_launch is None else min(last_launch + quiet, happened + most)
     if behind:
         until = happened + most_behind if until is None else max(until, happened + most_behind)

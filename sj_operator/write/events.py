@@ -272,7 +272,8 @@ class Recorder:
         in_background()
         queue = self.pool.queue
         while not self._flushing:
-            behind = self.behind()
+            # (not past half the backlog: the Events waiting for the control plane are not dropped for it)
+            behind = len(queue) < EVENT_BACKLOG // 2 and self.behind()
             wait = event_wait(self.monotonic(), queue[0].queued, self.last_launch(), behind=behind)
             if wait <= 0:
                 break

@@ -82,7 +82,8 @@ class _Starting:
     run: InFlightRun
     key: RunKey
     behind: bool = False
-    """Its pods not all made yet, or not all looked at by the scheduler yet (`Ledger.behind`)."""
+    """Its Job not taken up by the Job controller yet, or its pods not all looked at by the scheduler yet
+    (`Ledger.behind`)."""
 
 
 @dataclass
@@ -100,8 +101,8 @@ class Ledger:
     launched."""
     _starting: dict[str, _Starting] = field(default_factory=dict)
     """By SJ uid."""
-    _behind: set[str] = field(default_factory=set)
-    """The SJs (uids) of ``_starting`` whose entry is `_Starting.behind`."""
+    _behind: dict[str, RunKey] = field(default_factory=dict)
+    """The SJs (uids) of ``_starting`` whose entry is `_Starting.behind`, and its run."""
     _in_flight: tuple[int | None, dict[RunKey, InFlightRun]] | None = None
     """The runs in flight `in_flight` last found, in order, with the layout of the SJs they were ordered by: sorted
     again only when an SJ came or the layout moved; otherwise the entries that changed or went are changed in
@@ -195,11 +196,24 @@ class Ledger:
     @property
     def behind(self) -> bool:
         """Whether the control plane is behind on the runs in flight, as the last pass found them: `BEHIND_AT` runs
-        or more under way to their pods, each a launch under way, a run made that the watch does not show yet, or
-        a run whose pods are not all made yet or not all looked at by the scheduler yet (pods it found no room
-        for are not behind: its decision is made). Events wait for it (`pacing.event_wait`)."""
-        unseen = 0 if self._unseen is None else len(self._unseen[2])
-        return len(self.launching) + len(self._behind) + unseen >= BEHIND_AT
+        or more under way to their pods, each a launch under way, a run made that the watch does not show yet, a
+        run whose Job the Job controller has not taken up yet, or one whose pods the scheduler has not all looked
+        at yet. Not behind: pods the scheduler found no room for (its decision is made), nor pods the Job
+        controller took the Job up and could not make (a namespace's policy refusing them: no backlog, and a
+        tenant's runs that never start must not hold every SJ's Events). Events wait for it
+        (`pacing.event_wait`)."""
+        if len(self._behind) >= BEHIND_AT:
+            return True
+        unseen = () if self._unseen is None else self._unseen[2].keys()
+        if len(self._behind) + len(self.launching) + len(unseen) < BEHIND_AT:
+            return False
+        runs = {*self._behind.values(), *(launching.run_key for launching in self.launching.values()), *unseen}
+        return len(runs) >= BEHIND_AT  # (each once: a run launched is also an SJ's run in flight)
+
+    def not_leading(self) -> None:
+        """Another replica decides: what the last pass found behind is no longer looked at again."""
+        self._behind = {}
+        self._unseen = None
 
     # --- the view ---------------------------------------------------------------------
     def with_launched(self, view: ClusterView) -> ClusterView:
@@ -245,13 +259,13 @@ class Ledger:
         behind = self._behind
         if full:
             made = self._starting = {}
-            behind = self._behind = set()
+            behind = self._behind = {}
         removed: list[RunKey] = []
         updated: list[str] = []
         came = False
 
         def drop(uid: str) -> None:
-            behind.discard(uid)
+            behind.pop(uid, None)
             if (entry := made.pop(uid, None)) is not None:
                 removed.append(entry.key)
 
@@ -266,9 +280,9 @@ class Ledger:
                 continue
             made[uid] = entry
             if entry.behind:
-                behind.add(uid)
+                behind[uid] = entry.key
             else:
-                behind.discard(uid)
+                behind.pop(uid, None)
             if entry is not last:
                 if last is not None and last.key == entry.key:
                     updated.append(uid)
@@ -335,7 +349,11 @@ def _in_flight_entry(d: Decided, last: _Starting | None,
         return None
     key = (o.sj.namespace, job_name)
     live = [p for p in o.run.pods if not p.deleting]
-    behind = len(live) < spec.parallelism or any(p.placed is None for p in live)
+    # Behind: the Job controller has not taken the Job up (pods it took it up and did not make, it could not), or
+    # the scheduler has not looked at every pod made.
+    job = o.run.job
+    behind = ((len(live) < spec.parallelism and (job is None or job.started is None))
+              or any(p.placed is None for p in live))
     same = last is not None and last.spec is spec and last.scheduled == scheduled
     if same and last is not None and last.key == key and last.behind == behind:
         return last

@@ -1465,42 +1465,50 @@ def test_an_incremental_pass_changes_a_run_in_flight_where_it_is_and_drops_the_r
     assert [name for _, name in third] == ["a-r1", "b-r2"]
 
 
-def _gang_decided(controller: Controller, pods: str, *, rv: str = "1") -> Decided:
+def _gang_decided(controller: Controller, pods: str, *, rv: str = "1", taken_up: bool = False,
+                  name: str = "work") -> Decided:
     """A Starting gang of three whose pods are, one letter each: ``-`` not made yet, ``u`` made and not looked at
-    by the scheduler yet, ``n`` found no room by it (placed, unbound), ``b`` bound to a node."""
-    status = {"phase": "Starting", "attempt": 1, "jobName": "work-r1", "launchedTimestamp": NOW.isoformat()}
-    job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j-work",
-                                 "creationTimestamp": NOW.isoformat(), "labels": {"scavenger.dev/job-name": "work"},
-                                 "ownerReferences": owned_by("work")}})
-    members = tuple(PodView(namespace="ns", name=f"work-r1-{i}", uid=f"p{i}", sj="work", run="work-r1",
+    by the scheduler yet, ``n`` found no room by it (placed, unbound), ``b`` bound to a node; its Job ``taken_up``
+    by the Job controller (its startTime) or not yet."""
+    status = {"phase": "Starting", "attempt": 1, "jobName": f"{name}-r1", "launchedTimestamp": NOW.isoformat()}
+    job = job_view({"metadata": {"namespace": "ns", "name": f"{name}-r1", "uid": f"j-{name}",
+                                 "creationTimestamp": NOW.isoformat(), "labels": {"scavenger.dev/job-name": name},
+                                 "ownerReferences": owned_by(name)},
+                    "status": {"startTime": NOW.isoformat()} if taken_up else {}})
+    members = tuple(PodView(namespace="ns", name=f"{name}-r1-{i}", uid=f"p-{name}-{i}", sj=name, run=f"{name}-r1",
                             node="n1" if state == "b" else None, phase="Pending", deleting=False,
                             requests={"cpu": 1000}, all_running=False, index=i,
                             placed=None if state == "u" else NOW)
                     for i, state in enumerate(pods) if state != "-")
-    v = view(sj(status, rv=rv, parallelism=3), jobs={("ns", "work-r1"): job}, run_pods={("ns", "work-r1"): members})
+    v = view(sj(status, rv=rv, name=name, parallelism=3), jobs={("ns", f"{name}-r1"): job},
+             run_pods={("ns", f"{name}-r1"): members})
     observation = controller.memo.observe(v, handles=None, fresh=lambda s: (s.resource_version, s.status))
     [d] = controller.memo.decide(observation.sjs, NOW, controller.lifecycle_config, on_error=None,
                                  draining=frozenset())
     return d
 
 
-@pytest.mark.parametrize(("pods", "behind"), [
-    ("---", True),   # the Job controller has not made its pods yet
-    ("uu-", True),   # nor all of them
-    ("uuu", True),   # made, and the scheduler has not looked at them yet
-    ("bbu", True),   # ... one of them
-    ("nnn", False),  # the scheduler found no room for any: decided, the run waits for room, not for it
-    ("bnn", False),
-    ("bbb", False),  # every pod scheduled: not in flight at all
+@pytest.mark.parametrize(("pods", "taken_up", "behind"), [
+    ("---", False, True),   # the Job controller has not taken the Job up yet
+    ("uu-", False, True),   # nor made all its pods
+    ("---", True, False),   # it took it up and made none: it could not (a policy refusing them), no backlog
+    ("nn-", True, False),
+    ("uu-", True, True),    # the scheduler has not looked at the pods made yet
+    ("uuu", True, True),
+    ("bbu", True, True),    # ... one of them
+    ("nnn", True, False),   # the scheduler found no room for any: decided, the run waits for room, not for it
+    ("bnn", True, False),
+    ("bbb", True, False),   # every pod scheduled: not in flight at all
 ])
-def test_the_control_plane_is_behind_while_a_run_in_flight_has_pods_not_made_or_not_looked_at(controller, pods,
-                                                                                                behind, monkeypatch):
-    """`Ledger.behind`, which Events wait for (here from one run behind): a run in flight whose pods the Job
-    controller has not all made or the scheduler has not all looked at; whatever the pass before found."""
+def test_the_control_plane_is_behind_while_a_run_in_flight_has_its_job_not_taken_up_or_pods_not_looked_at(
+        controller, pods, taken_up, behind, monkeypatch):
+    """`Ledger.behind`, which Events wait for (here from one run behind): a run in flight whose Job the Job
+    controller has not taken up, or whose pods the scheduler has not all looked at; whatever the pass before
+    found."""
     monkeypatch.setattr("sj_operator.write.ledger.BEHIND_AT", 1)
     assert not controller.ledger.behind
-    controller.ledger.in_flight([_gang_decided(controller, "bbb")], lambda s, exc: None)
-    controller.ledger.in_flight([_gang_decided(controller, pods, rv="2")], lambda s, exc: None)
+    controller.ledger.in_flight([_gang_decided(controller, "bbb", taken_up=True)], lambda s, exc: None)
+    controller.ledger.in_flight([_gang_decided(controller, pods, rv="2", taken_up=taken_up)], lambda s, exc: None)
     assert controller.ledger.behind is behind
 
 
@@ -1519,6 +1527,9 @@ def test_the_control_plane_is_no_longer_behind_once_an_incremental_pass_finds_th
     assert not in_flight(_gang_decided(controller, "bnn", rv="2")), "its pods looked at"
     assert in_flight(_gang_decided(controller, "bnu", rv="3"))
     assert not in_flight(gone=("u-work",)), "the SJ gone"
+    assert in_flight(_gang_decided(controller, "uuu", rv="4"))
+    ledger.in_flight([], lambda s, exc: None)
+    assert not ledger.behind, "a full pass: what it found, none"
 
 
 @pytest.mark.parametrize(("behind_runs", "launching", "behind"), [
@@ -1536,11 +1547,7 @@ def test_the_control_plane_is_behind_from_a_number_of_runs_behind(controller, be
 
     assert BEHIND_AT == 16
     ledger = controller.ledger
-    decided = []
-    for i in range(behind_runs):
-        d = _gang_decided(controller, "uu-")
-        o = d.observed
-        decided.append(replace(d, observed=replace(o, sj=replace(o.sj, uid=f"u-{i}", name=f"w{i}"))))
+    decided = [_gang_decided(controller, "uu-", name=f"w{i}") for i in range(behind_runs)]
     ledger.in_flight(decided, lambda s, exc: None)
     for i in range(launching):
         ledger.begin_launch(f"l-{i}", Launching(f"ns/l{i}", ("ns", f"l{i}-r1"), None))  # type: ignore[arg-type]

@@ -255,3 +255,28 @@ def test_events_wait_while_the_control_plane_is_behind_and_go_once_it_caught_up_
 
     asyncio.run(go())
     assert [(m["reason"], m["at"]) for m in sink.made] == [("Launched", NOW)], "stamped when it happened"
+
+
+def test_events_waiting_for_the_control_plane_go_while_half_the_backlog_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From half of `EVENT_BACKLOG` steps waiting, the oldest no longer wait for the control plane, until fewer
+    wait: a long burst does not fill the backlog until Events are dropped."""
+    monkeypatch.setattr("sj_operator.write.events.EVENT_BACKLOG", 8)
+    monkeypatch.setattr("sj_operator.write.events.BEHIND_RECHECK", 0.001)
+    rec, sink, _ = recorder(lambda: True)
+
+    async def turns() -> None:
+        for _ in range(50):
+            await asyncio.sleep(0.001)
+
+    async def go() -> None:
+        for i in range(3):
+            rec.record(sj(f"s{i}"), (LAUNCHED,))
+        await turns()
+        assert sink.made == [], "3 of 8 waiting: they wait"
+        for i in range(3, 6):
+            rec.record(sj(f"s{i}"), (LAUNCHED,))
+        await turns()
+
+    asyncio.run(go())
+    assert [m["name"] for m in sink.made] == ["s0", "s1", "s2"], "6 waiting: the oldest go until 3 wait"
+    assert rec.metrics.events_dropped._value.get() == 0

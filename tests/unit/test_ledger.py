@@ -90,6 +90,28 @@ def test_the_launches_counted_are_those_of_a_walk_over_every_launch(steps: list[
         assert ledger.launched == mirror
 
 
+def test_the_runs_made_that_the_watch_does_not_show_count_as_behind_each_once_and_not_when_not_leading(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Ledger.behind` counts the runs this process made whose Job the watch does not show yet (as the last pass
+    found them), each once whatever else counts it; another replica leading forgets them."""
+    monkeypatch.setattr("sj_operator.write.ledger.BEHIND_AT", 2)
+    ledger = Ledger(lambda: 0.0)
+    empty = ClusterView(sjs=(), jobs={}, run_pods={}, active_pods=(), nodes=())
+    ledger.made(KEYS[0], InFlightRun("ns/run-0", 1, {"cpu": 1000}, 0), job(KEYS[0]))
+    ledger.with_launched(empty)
+    assert not ledger.behind, "one run: below BEHIND_AT"
+    ledger._behind["u-0"] = KEYS[0]  # the same run, as its SJ's run in flight too
+    assert not ledger.behind, "counted once"
+    ledger.made(KEYS[1], InFlightRun("ns/run-1", 1, {"cpu": 1000}, 0), job(KEYS[1]))
+    ledger.with_launched(empty)
+    assert ledger.behind
+    ledger.with_launched(replace(empty, jobs={KEYS[1]: job(KEYS[1])}))
+    assert not ledger.behind, "the watch shows one of them"
+    ledger.with_launched(empty)
+    ledger.not_leading()
+    assert not ledger.behind
+
+
 # --- the protection labels written, until the watch shows them ---------------------------------------------
 
 def labelled(key: tuple[str, str], i: int, protected: bool) -> PodView:
