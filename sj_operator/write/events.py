@@ -123,7 +123,9 @@ class Recorder:
         self._tickets = itertools.count()
         self._flushing = False
         self._held: set[asyncio.Future[None]] = set()
-        """Workers waiting for launches: `flushing` lets them go."""
+        """Workers waiting for launches or the control plane: `flushing` lets them go."""
+        self._held_behind: set[asyncio.Future[None]] = set()
+        """Those of them waiting while the control plane is behind: `caught_up` lets them look again."""
         self._drop_warned = 0.0
 
     def record(self, sj: SJObject, events: Iterable[Event]) -> None:
@@ -254,15 +256,18 @@ class Recorder:
         """While inside: Events are recorded at once, whatever is being launched (the ones waiting are let
         go)."""
         self._flushing = True
-        self.caught_up()
+        for held in self._held:
+            if not held.done():
+                held.set_result(None)
         try:
             yield
         finally:
             self._flushing = False
 
     def caught_up(self) -> None:
-        """The control plane is no longer behind (`Ledger.behind`): the workers waiting for it look again now."""
-        for held in self._held:
+        """The control plane is no longer behind (`Ledger.behind`): the workers waiting for it look again now (those
+        waiting only for launches to pause wait on)."""
+        for held in self._held_behind:
             if not held.done():
                 held.set_result(None)
 
@@ -279,6 +284,8 @@ class Recorder:
                 break
             held = asyncio.get_running_loop().create_future()
             self._held.add(held)
+            if behind:
+                self._held_behind.add(held)
             try:
                 with contextlib.suppress(TimeoutError):
                     # (while behind, looked at again every moment too: a pass says when it caught up, `caught_up`,
@@ -286,6 +293,7 @@ class Recorder:
                     await asyncio.wait_for(held, timeout=min(wait, BEHIND_RECHECK) if behind else wait)
             finally:
                 self._held.discard(held)
+                self._held_behind.discard(held)
             if not queue:
                 return False
         return True
