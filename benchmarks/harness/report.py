@@ -131,9 +131,10 @@ CATALOG: tuple[Benchmark, ...] = (
         "make bench-scale BENCH_ARGS='--sjs 2000 --nodes 200 --settle 30 --stream 60' "
         "(python benchmarks/bench_scale.py --kueue --save ...); issue 42's comparison at 10,000 units: "
         "make bench-scale BENCH_ARGS='--sjs 10000 --nodes 1000 --ceiling'",
-        "the local cluster (started when none runs); 45 minutes at 2,000 units with --ceiling, --settle 60 and "
-        "--stream 60 as last timed (28005a2), most of it waiting for each run's namespace to go; 10,000 units "
-        "not timed yet",
+        "the local cluster (started when none runs); 16 minutes at 2,000 units, A-B-A with --settle 30 and "
+        "--stream 30 (33694b1), and 45 with --ceiling, --settle 60 and --stream 60 (28005a2), most of it "
+        "waiting for each run's namespace to go; at 10,000 units on two cores the floor alone ran over an hour "
+        "(its Jobs counted about 4 pods ready a second), so an A-B run needs about three",
         "One seeded workload (most units one pod, a tenth gangs of 2 to 16, 100m CPU each) on kwok nodes made "
         "for the run, sent through the same cluster in turn: as plain low-priority Jobs created directly by 8 "
         "client threads (the floor: the operator can never be faster; done again after the operator's run, "
@@ -161,8 +162,8 @@ CATALOG: tuple[Benchmark, ...] = (
         shown=("operator_to_floor", "operator_per_second", "floor_mean_per_second", "operator_running_to_floor",
                "operator_running_seconds", "floor_mean_running_seconds", "ceiling_running_to_floor",
                "ceiling_shaped_running_to_floor", "latency_p50", "latency_p99", "operator_start_timeouts",
-               "loop_lag_over_1s", "operator_events_dropped", "operator_cpu_seconds",
-               "writes_per_sj", "operator_peak_rss_mib", "operator_interruptions", "work_lost_to_plain",
+               "loop_lag_over_1s", "operator_events_dropped", "operator_cpu_seconds", "writes_per_sj",
+               "writes_per_sj_to_running", "operator_peak_rss_mib", "operator_interruptions", "work_lost_to_plain",
                "kueue_per_second", "kueue_running_seconds", "kueue_peak_rss_mib"),
     ),
 )
