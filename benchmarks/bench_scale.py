@@ -342,6 +342,7 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
                 f"({len(work.gangs) / took:.0f} units/s){note}")
             result.figures[f"{run}_running_seconds"] = pods_running(batch, namespace, work.pods, start,
                                                                     f"{what}'s pods running")
+            result.figures.update({f"{run}_{k}": v for k, v in job_sync_lag(batch, namespace).items()})
 
 
 def operator_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result,
