@@ -269,10 +269,10 @@ def floor_means(figures: dict[str, float]) -> None:
             figures[f"floor_mean_{figure}"] = sum(floors) / len(floors)
 
 
-def operator_objects(sj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """What the operator writes to start a created SJ's first run, as it builds them: a gang's headless Service and
-    the run's Job (its pod failure policy, labels, environment, owner reference, the band's PriorityClass), each as
-    (kind, body)."""
+def operator_objects(sj: dict[str, Any], *, services: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """What the operator writes to start a created SJ's first run, as it builds them: a gang's headless Service
+    (``services``) and the run's Job (its pod failure policy, labels, environment, owner reference, the band's
+    PriorityClass), each as (kind, body)."""
     meta = sj["metadata"]
     spec = parse_spec(sj["spec"])
     job_name = run_job_name(meta["name"], 1)
@@ -280,12 +280,12 @@ def operator_objects(sj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
                         status_interrupted_count=0, attempt=1, priority_class_name=launch_class(0),
                         extra_pod_labels={LABEL_PROTECTED: "false"})
     service = ([("Service", build_gang_service(job_name=job_name, namespace=meta["namespace"], sj_name=meta["name"],
-                                               sj_uid=meta["uid"]))] if spec.is_gang else [])
+                                               sj_uid=meta["uid"]))] if spec.is_gang and services else [])
     return [*service, ("Job", job)]
 
 
 def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result, *,
-                standby: bool = False, as_operator: bool = False) -> None:
+                standby: bool = False, as_operator: bool = False, services: bool = True) -> None:
     """The most any operator could do on this cluster: the SJs created as in the operator's run (``threads``
     at a time), and each one's plain Job created as soon as its SJ exists, by as many threads again, with no
     operator running: an operator that costs nothing and writes nothing but the Jobs. The API server's work
@@ -298,10 +298,12 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
 
     ``as_operator``: the same with each SJ's Job and a gang's Service as the operator builds them
     (`operator_objects`) in place of the plain Job: what the objects an operator must write cost this cluster,
-    apart from the operator's process."""
+    apart from the operator's process; without ``services``, its Jobs alone (what the gangs' Services cost is
+    the difference)."""
     batch, core, custom = client.BatchV1Api(api), client.CoreV1Api(api), client.CustomObjectsApi(api)
     run, what = (("ceiling_watched", "the ceiling watched") if standby
-                 else ("ceiling_shaped", "the ceiling of the operator's objects") if as_operator
+                 else ("ceiling_shaped", "the ceiling of the operator's objects") if as_operator and services
+                 else ("ceiling_shaped_jobs", "the ceiling of the operator's Jobs") if as_operator
                  else ("ceiling", "the ceiling"))
     created = result.ceiling_created if run == "ceiling" else []
     made: dict[int, dict[str, Any]] = {}
@@ -324,7 +326,7 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
                     GROUP, VERSION, namespace, PLURAL, scavenger_job(f"sj-{i:05d}", work.gangs[i], period)))
 
             def create_job(i: int) -> None:
-                objects = (operator_objects(made.pop(i)) if as_operator
+                objects = (operator_objects(made.pop(i), services=services) if as_operator
                            else [("Job", plain_job(f"sj-{i:05d}-r1", work.gangs[i]))])
                 for kind, body in objects:
                     create = core.create_namespaced_service if kind == "Service" else batch.create_namespaced_job
@@ -515,6 +517,8 @@ def runs(api: client.ApiClient, args: argparse.Namespace, work: Workload, result
         keeper.ran("the floor")
     for asked, run, kinds in ((args.ceiling, "the ceiling", {}), (args.ceiling_as_operator,
                               "the ceiling of the operator's objects", {"as_operator": True}),
+                              (args.ceiling_operator_jobs, "the ceiling of the operator's Jobs",
+                               {"as_operator": True, "services": False}),
                               (args.standby, "the ceiling watched", {"standby": True})):
         if asked:
             ceiling_run(api, work, args.threads, args.period, result, **kinds)
@@ -557,6 +561,9 @@ def main() -> int:
     parser.add_argument("--ceiling-as-operator", action="store_true",
                         help="after the floor, the ceiling with each SJ's Job (and a gang's Service) as the operator "
                              "builds them: what the operator's objects cost the cluster, apart from its process")
+    parser.add_argument("--ceiling-operator-jobs", action="store_true",
+                        help="then the ceiling of the operator's objects without the gangs' headless Services: its "
+                             "Jobs alone (what the Services cost is the difference)")
     parser.add_argument("--standby", action="store_true",
                         help="then the ceiling again with a standby replica of the operator watching (deciding "
                              "nothing): what watching alone costs")

@@ -162,6 +162,7 @@ CATALOG: tuple[Benchmark, ...] = (
         shown=("operator_to_floor", "operator_per_second", "floor_mean_per_second", "operator_running_to_floor",
                "operator_running_seconds", "floor_mean_running_seconds", "ceiling_running_to_floor",
                "ceiling_running_seconds", "ceiling_shaped_running_to_floor", "ceiling_shaped_running_seconds",
+               "ceiling_shaped_jobs_running_to_floor", "ceiling_shaped_jobs_running_seconds",
                "ceiling_watched_running_to_floor", "ceiling_watched_running_seconds", "latency_p50", "latency_p99",
                "operator_start_timeouts",
                "loop_lag_over_1s", "operator_events_dropped", "operator_cpu_seconds", "writes_per_sj",

@@ -118,6 +118,8 @@ RATIOS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("ceiling_running_to_floor", "ceiling_running_seconds", ("floor_mean_running_seconds", "floor_running_seconds")),
     ("ceiling_shaped_running_to_floor", "ceiling_shaped_running_seconds",
      ("floor_mean_running_seconds", "floor_running_seconds")),
+    ("ceiling_shaped_jobs_running_to_floor", "ceiling_shaped_jobs_running_seconds",
+     ("floor_mean_running_seconds", "floor_running_seconds")),
     ("ceiling_watched_running_to_floor", "ceiling_watched_running_seconds",
      ("floor_mean_running_seconds", "floor_running_seconds")),
     ("kueue_running_to_floor", "kueue_running_seconds", ("floor_mean_running_seconds", "floor_running_seconds")),

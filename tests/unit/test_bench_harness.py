@@ -252,11 +252,13 @@ def test_the_scale_benchmark_judges_the_goals_of_issue_42(changed: dict[str, flo
 
 def test_the_running_ratios_are_taken_against_the_mean_of_the_two_floors() -> None:
     figures = {**FLOOR, **OPERATOR, **KUEUE, "ceiling_per_second": 100.0, "ceiling_running_seconds": 336.0,
-               "ceiling_shaped_running_seconds": 352.0, "ceiling_watched_running_seconds": 384.0}
+               "ceiling_shaped_running_seconds": 352.0, "ceiling_shaped_jobs_running_seconds": 344.0,
+               "ceiling_watched_running_seconds": 384.0}
     assert scale_report.ratios(figures) == pytest.approx({
         "operator_to_floor": 0.5, "kueue_to_floor": 0.25, "operator_running_to_floor": 1.1,
         "ceiling_running_to_floor": 1.05, "ceiling_shaped_running_to_floor": 1.1,
-        "ceiling_watched_running_to_floor": 1.2, "kueue_running_to_floor": 1.5, "work_lost_to_plain": 0.1})
+        "ceiling_shaped_jobs_running_to_floor": 1.075, "ceiling_watched_running_to_floor": 1.2,
+        "kueue_running_to_floor": 1.5, "work_lost_to_plain": 0.1})
     by_metric = {f["metric"]: f for f in scale_report.scale_figures(figures, 10_000)}
     assert by_metric["operator_running_to_floor"]["goal"] == {"max": 1.2}
     assert "goal" not in by_metric["kueue_running_to_floor"] and "goal" not in by_metric["ceiling_running_to_floor"]
@@ -360,4 +362,5 @@ def test_the_ceiling_of_the_operators_objects_makes_what_the_operator_would() ->
         "scavenger-band-")
     gang = bench_scale.operator_objects(created("sj-00002", 4))
     assert [kind for kind, _ in gang] == ["Service", "Job"]
+    assert [kind for kind, _ in bench_scale.operator_objects(created("sj-00002", 4), services=False)] == ["Job"]
     assert gang[1][1]["spec"]["completionMode"] == "Indexed" and gang[1][1]["spec"]["parallelism"] == 4
