@@ -164,10 +164,9 @@ CATALOG: tuple[Benchmark, ...] = (
                "ceiling_running_seconds", "ceiling_shaped_running_to_floor", "ceiling_shaped_running_seconds",
                "ceiling_shaped_jobs_running_to_floor", "ceiling_shaped_jobs_running_seconds",
                "ceiling_watched_running_to_floor", "ceiling_watched_running_seconds", "latency_p50", "latency_p99",
-               "operator_start_timeouts",
-               "loop_lag_over_1s", "operator_events_dropped", "operator_cpu_seconds", "writes_per_sj",
-               "writes_per_sj_to_running", "operator_peak_rss_mib", "operator_interruptions", "work_lost_to_plain",
-               "kueue_per_second", "kueue_running_seconds", "kueue_peak_rss_mib"),
+               "operator_start_timeouts", "loop_lag_over_1s", "operator_events_dropped", "operator_cpu_seconds",
+               "writes_per_sj", "writes_per_sj_to_running", "operator_peak_rss_mib", "operator_interruptions",
+               "work_lost_to_plain", "kueue_per_second", "kueue_running_seconds", "kueue_peak_rss_mib"),
     ),
 )
 
