@@ -71,6 +71,7 @@ objects, the stream sent and the work its victims lost, and how a run is shown (
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import random
 import sys
@@ -114,7 +115,7 @@ from benchmarks.harness.processes import CpuSince, apiserver_cpu, free_port, pea
 from benchmarks.harness.profiling import profiled  # noqa: E402
 from benchmarks.harness.progress import in_parallel_then, log, timed_creates, wait_until  # noqa: E402
 from benchmarks.harness.recorder import RecorderProcess  # noqa: E402
-from benchmarks.harness.scale_report import RUNNING, Keeper, Result, creation_figures  # noqa: E402
+from benchmarks.harness.scale_report import RUNNING, SHAPE_PARTS, Keeper, Result, creation_figures  # noqa: E402
 from benchmarks.harness.stats import percentile  # noqa: E402
 from sj_operator.api.fields import parse_duration  # noqa: E402
 from sj_operator.api.parse import parse_spec  # noqa: E402
@@ -269,10 +270,34 @@ def floor_means(figures: dict[str, float]) -> None:
             figures[f"floor_mean_{figure}"] = sum(floors) / len(floors)
 
 
-def operator_objects(sj: dict[str, Any], *, services: bool = True) -> list[tuple[str, dict[str, Any]]]:
+def without_part(job: dict[str, Any], part: str) -> dict[str, Any]:
+    """The operator's ``job`` with one of its `SHAPE_PARTS` as the plain Job (`plain_job`) has it: ``owner`` no
+    owner reference to its SJ; ``failure-policy`` no pod failure or replacement policy (the plain Job's backoff
+    limit); ``band`` the floor's PriorityClass in place of the band's; ``env`` no environment, and the plain Job's
+    pod labels and annotations."""
+    job = copy.deepcopy(job)
+    spec = job["spec"]
+    pod = spec["template"]["spec"]
+    if part == "owner":
+        del job["metadata"]["ownerReferences"]
+    elif part == "failure-policy":
+        del spec["podFailurePolicy"], spec["podReplacementPolicy"]
+        spec["backoffLimit"] = plain_job("", 1)["spec"]["backoffLimit"]
+    elif part == "band":
+        pod["priorityClassName"] = LOW
+    elif part == "env":
+        del pod["containers"][0]["env"]
+        spec["template"]["metadata"] = copy.deepcopy(plain_job("", 1)["spec"]["template"]["metadata"])
+    else:
+        raise ValueError(f"not a part of the operator's Job: {part!r} (one of {', '.join(SHAPE_PARTS)})")
+    return job
+
+
+def operator_objects(sj: dict[str, Any], *, services: bool = True,
+                     without: str | None = None) -> list[tuple[str, dict[str, Any]]]:
     """What the operator writes to start a created SJ's first run, as it builds them: a gang's headless Service
     (``services``) and the run's Job (its pod failure policy, labels, environment, owner reference, the band's
-    PriorityClass), each as (kind, body)."""
+    PriorityClass; ``without`` one of those as the plain Job has it: `without_part`), each as (kind, body)."""
     meta = sj["metadata"]
     spec = parse_spec(sj["spec"])
     job_name = run_job_name(meta["name"], 1)
@@ -281,11 +306,12 @@ def operator_objects(sj: dict[str, Any], *, services: bool = True) -> list[tuple
                         extra_pod_labels={LABEL_PROTECTED: "false"})
     service = ([("Service", build_gang_service(job_name=job_name, namespace=meta["namespace"], sj_name=meta["name"],
                                                sj_uid=meta["uid"]))] if spec.is_gang and services else [])
-    return [*service, ("Job", job)]
+    return [*service, ("Job", job if without is None else without_part(job, without))]
 
 
 def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result, *,
-                standby: bool = False, as_operator: bool = False, services: bool = True) -> None:
+                standby: bool = False, as_operator: bool = False, services: bool = True,
+                without: str | None = None) -> None:
     """The most any operator could do on this cluster: the SJs created as in the operator's run (``threads``
     at a time), and each one's plain Job created as soon as its SJ exists, by as many threads again, with no
     operator running: an operator that costs nothing and writes nothing but the Jobs. The API server's work
@@ -299,9 +325,12 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
     ``as_operator``: the same with each SJ's Job and a gang's Service as the operator builds them
     (`operator_objects`) in place of the plain Job: what the objects an operator must write cost this cluster,
     apart from the operator's process; without ``services``, its Jobs alone (what the gangs' Services cost is
-    the difference)."""
+    the difference); with ``without``, those Jobs with one part as the plain Job has it (`without_part`: what
+    that part costs is the difference from the Jobs whole)."""
     batch, core, custom = client.BatchV1Api(api), client.CoreV1Api(api), client.CustomObjectsApi(api)
-    run, what = (("ceiling_watched", "the ceiling watched") if standby
+    run, what = ((f"ceiling_jobs_without_{without.replace('-', '_')}", f"the ceiling of the operator's Jobs without "
+                  f"their {without}") if as_operator and without is not None
+                 else ("ceiling_watched", "the ceiling watched") if standby
                  else ("ceiling_shaped", "the ceiling of the operator's objects") if as_operator and services
                  else ("ceiling_shaped_jobs", "the ceiling of the operator's Jobs") if as_operator
                  else ("ceiling", "the ceiling"))
@@ -326,7 +355,7 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
                     GROUP, VERSION, namespace, PLURAL, scavenger_job(f"sj-{i:05d}", work.gangs[i], period)))
 
             def create_job(i: int) -> None:
-                objects = (operator_objects(made.pop(i), services=services) if as_operator
+                objects = (operator_objects(made.pop(i), services=services, without=without) if as_operator
                            else [("Job", plain_job(f"sj-{i:05d}-r1", work.gangs[i]))])
                 for kind, body in objects:
                     create = core.create_namespaced_service if kind == "Service" else batch.create_namespaced_job
@@ -523,6 +552,9 @@ def runs(api: client.ApiClient, args: argparse.Namespace, work: Workload, result
         if asked:
             ceiling_run(api, work, args.threads, args.period, result, **kinds)
             keeper.ran(run)
+    for part in args.ceiling_jobs_without or ():
+        ceiling_run(api, work, args.threads, args.period, result, as_operator=True, services=False, without=part)
+        keeper.ran(f"the ceiling of the operator's Jobs without their {part}")
     operator_run(api, work, args.threads, args.period, result, args.settle,
                  followed=args.kueue or not (args.no_floor or args.floor_once), profile=args.profile,
                  profile_burst=args.profile_burst)
@@ -564,6 +596,9 @@ def main() -> int:
     parser.add_argument("--ceiling-operator-jobs", action="store_true",
                         help="then the ceiling of the operator's objects without the gangs' headless Services: its "
                              "Jobs alone (what the Services cost is the difference)")
+    parser.add_argument("--ceiling-jobs-without", nargs="+", choices=SHAPE_PARTS, metavar="PART",
+                        help="then the ceiling of the operator's Jobs again for each PART, with that part as the plain "
+                             f"Job has it ({', '.join(SHAPE_PARTS)}): what each part of their shape costs")
     parser.add_argument("--standby", action="store_true",
                         help="then the ceiling again with a standby replica of the operator watching (deciding "
                              "nothing): what watching alone costs")

@@ -111,6 +111,10 @@ RSS_GOAL_UNITS = 10_000
 RUNNING = 0.995
 """The share of the work whose running ends a run's time to running: its pods ready (plain Jobs, the ceiling's,
 Kueue's), or its SJs Running as the operator counts them."""
+SHAPE_PARTS = ("owner", "failure-policy", "band", "env")
+"""The parts of the operator's Job that ``bench_scale --ceiling-jobs-without`` takes out one at a time."""
+WITHOUT_RUNS = tuple(f"ceiling_jobs_without_{part.replace('-', '_')}" for part in SHAPE_PARTS)
+"""Those runs' names, the prefix of their figures."""
 RATIOS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("operator_to_floor", "operator_per_second", ("floor_mean_per_second",)),
     ("kueue_to_floor", "kueue_per_second", ("floor_mean_per_second",)),
@@ -122,6 +126,8 @@ RATIOS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("floor_mean_running_seconds", "floor_running_seconds")),
     ("ceiling_watched_running_to_floor", "ceiling_watched_running_seconds",
      ("floor_mean_running_seconds", "floor_running_seconds")),
+    *((f"{run}_running_to_floor", f"{run}_running_seconds", ("floor_mean_running_seconds", "floor_running_seconds"))
+      for run in WITHOUT_RUNS),
     ("kueue_running_to_floor", "kueue_running_seconds", ("floor_mean_running_seconds", "floor_running_seconds")),
 )
 """The side-by-side figures: each a figure of a run over the floor's (the first of those measured: the mean of

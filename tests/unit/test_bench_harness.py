@@ -10,7 +10,7 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -364,3 +364,39 @@ def test_the_ceiling_of_the_operators_objects_makes_what_the_operator_would() ->
     assert [kind for kind, _ in gang] == ["Service", "Job"]
     assert [kind for kind, _ in bench_scale.operator_objects(created("sj-00002", 4), services=False)] == ["Job"]
     assert gang[1][1]["spec"]["completionMode"] == "Indexed" and gang[1][1]["spec"]["parallelism"] == 4
+
+
+@pytest.mark.parametrize(("part", "changed"), [
+    ("owner", lambda job: "ownerReferences" not in job["metadata"]),
+    ("failure-policy", lambda job: not {"podFailurePolicy", "podReplacementPolicy"} & job["spec"].keys()
+     and job["spec"]["backoffLimit"] == bench_scale.plain_job("x", 1)["spec"]["backoffLimit"]),
+    ("band", lambda job: job["spec"]["template"]["spec"]["priorityClassName"] == bench_scale.LOW),
+    ("env", lambda job: "env" not in job["spec"]["template"]["spec"]["containers"][0]
+     and job["spec"]["template"]["metadata"] == bench_scale.plain_job("x", 1)["spec"]["template"]["metadata"]),
+])
+def test_the_ceiling_without_a_part_of_the_operators_job_takes_out_that_part_alone(
+        part: str, changed: Callable[[dict[str, Any]], bool]) -> None:
+    """``--ceiling-jobs-without PART``: the operator's Job with that one part as the plain Job has it, the rest as
+    the operator builds it."""
+    sj = bench_scale.scavenger_job("sj-00002", 4, "60s")
+    sj["metadata"].update(namespace="ns", uid="uid-sj-00002")
+    [(_, whole)] = bench_scale.operator_objects(sj, services=False)
+    [(kind, job)] = bench_scale.operator_objects(sj, services=False, without=part)
+    assert kind == "Job" and changed(job) and not changed(whole)
+    parts = {"owner": [("metadata", "ownerReferences")],
+             "failure-policy": [("spec", "podFailurePolicy"), ("spec", "podReplacementPolicy"),
+                                ("spec", "backoffLimit")],
+             "band": [("pod", "priorityClassName")], "env": [("container", "env"), ("template", "metadata")]}
+
+    def rest(body: dict[str, Any]) -> dict[str, Any]:
+        body = json.loads(json.dumps(body))
+        places = {"metadata": body["metadata"], "spec": body["spec"], "pod": body["spec"]["template"]["spec"],
+                  "container": body["spec"]["template"]["spec"]["containers"][0], "template": body["spec"]["template"]}
+        for place, key in parts[part]:
+            places[place].pop(key, None)
+        return body
+
+    assert rest(job) == rest(whole)  # nothing else moved
+    assert set(bench_scale.SHAPE_PARTS) == set(parts)
+    with pytest.raises(ValueError, match="not a part"):
+        bench_scale.without_part(whole, "labels")
