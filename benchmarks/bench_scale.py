@@ -115,7 +115,14 @@ from benchmarks.harness.processes import CpuSince, apiserver_cpu, free_port, pea
 from benchmarks.harness.profiling import profiled  # noqa: E402
 from benchmarks.harness.progress import in_parallel_then, log, timed_creates, wait_until  # noqa: E402
 from benchmarks.harness.recorder import RecorderProcess  # noqa: E402
-from benchmarks.harness.scale_report import RUNNING, SHAPE_PARTS, Keeper, Result, creation_figures  # noqa: E402
+from benchmarks.harness.scale_report import (  # noqa: E402
+    RUNNING,
+    SHAPE_PARTS,
+    Keeper,
+    Result,
+    creation_figures,
+    without_run,
+)
 from benchmarks.harness.stats import percentile  # noqa: E402
 from sj_operator.api.fields import parse_duration  # noqa: E402
 from sj_operator.api.parse import parse_spec  # noqa: E402
@@ -328,8 +335,8 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
     the difference); with ``without``, those Jobs with one part as the plain Job has it (`without_part`: what
     that part costs is the difference from the Jobs whole)."""
     batch, core, custom = client.BatchV1Api(api), client.CoreV1Api(api), client.CustomObjectsApi(api)
-    run, what = ((f"ceiling_jobs_without_{without.replace('-', '_')}", f"the ceiling of the operator's Jobs without "
-                  f"their {without}") if as_operator and without is not None
+    run, what = ((without_run(without), f"the ceiling of the operator's Jobs without their {without}")
+                 if as_operator and without is not None
                  else ("ceiling_watched", "the ceiling watched") if standby
                  else ("ceiling_shaped", "the ceiling of the operator's objects") if as_operator and services
                  else ("ceiling_shaped_jobs", "the ceiling of the operator's Jobs") if as_operator
@@ -548,13 +555,13 @@ def runs(api: client.ApiClient, args: argparse.Namespace, work: Workload, result
                               "the ceiling of the operator's objects", {"as_operator": True}),
                               (args.ceiling_operator_jobs, "the ceiling of the operator's Jobs",
                                {"as_operator": True, "services": False}),
-                              (args.standby, "the ceiling watched", {"standby": True})):
+                              (args.standby, "the ceiling watched", {"standby": True}),
+                              *((True, f"the ceiling of the operator's Jobs without their {part}",
+                                 {"as_operator": True, "services": False, "without": part})
+                                for part in args.ceiling_jobs_without or ())):
         if asked:
             ceiling_run(api, work, args.threads, args.period, result, **kinds)
             keeper.ran(run)
-    for part in args.ceiling_jobs_without or ():
-        ceiling_run(api, work, args.threads, args.period, result, as_operator=True, services=False, without=part)
-        keeper.ran(f"the ceiling of the operator's Jobs without their {part}")
     operator_run(api, work, args.threads, args.period, result, args.settle,
                  followed=args.kueue or not (args.no_floor or args.floor_once), profile=args.profile,
                  profile_burst=args.profile_burst)

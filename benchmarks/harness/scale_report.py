@@ -113,8 +113,15 @@ RUNNING = 0.995
 Kueue's), or its SJs Running as the operator counts them."""
 SHAPE_PARTS = ("owner", "failure-policy", "band", "env")
 """The parts of the operator's Job that ``bench_scale --ceiling-jobs-without`` takes out one at a time."""
-WITHOUT_RUNS = tuple(f"ceiling_jobs_without_{part.replace('-', '_')}" for part in SHAPE_PARTS)
-"""Those runs' names, the prefix of their figures."""
+
+
+def without_run(part: str) -> str:
+    """The name of the run without ``part`` (one of `SHAPE_PARTS`), the prefix of its figures."""
+    return f"ceiling_jobs_without_{part.replace('-', '_')}"
+
+
+WITHOUT_RUNS = tuple(without_run(part) for part in SHAPE_PARTS)
+"""Those runs' names."""
 RATIOS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("operator_to_floor", "operator_per_second", ("floor_mean_per_second",)),
     ("kueue_to_floor", "kueue_per_second", ("floor_mean_per_second",)),
