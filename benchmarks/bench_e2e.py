@@ -39,7 +39,7 @@ if str(REPO) not in sys.path:
 from kubernetes import client, config  # noqa: E402
 
 from benchmarks.harness import results  # noqa: E402
-from benchmarks.harness.kube import create_namespace, delete_namespace, ensure_crd  # noqa: E402
+from benchmarks.harness.kube import claimed, create_namespace, delete_namespace, ensure_crd  # noqa: E402
 from benchmarks.harness.recorder import Recorder  # noqa: E402
 from benchmarks.harness.stats import percentile  # noqa: E402
 from sj_operator.names import GROUP, KIND, PLURAL, VERSION  # noqa: E402
@@ -160,45 +160,46 @@ def main() -> int:
 
     api = client.ApiClient()
     ensure_crd(api)
-    core = client.CoreV1Api(api)
-    custom = client.CustomObjectsApi(api)
-    namespace = create_namespace(core, "bench-e2e")
-    operator = InProcessOperator(test_config(namespaces=(namespace,)))
-    rec = Recorder(namespace)
-    try:
-        operator.start()
-        rec.start()
-        print(f"operator in-process (tick {operator.config.tick.total_seconds():.0f}s), namespace {namespace}, "
-              f"server {api.configuration.host}")
-        warm = "warm-up"
-        t0 = time.monotonic()
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sj_body(warm))
-        rec.wait("the warm-up SJ Running", partial(rec.started_or_ended, warm), args.timeout)
-        print(f"warm-up SJ (operator just started): create -> Job {(rec.job_seen[warm] - t0) * 1000:.0f} ms",
-              flush=True)
-        figures = [results.figure("warm-up SJ: create -> Job", (rec.job_seen[warm] - t0) * 1000, "ms")]
-        if args.burst:
-            created, create_ms, jobs_ms, running_ms = run_burst(custom, namespace, rec, args.count, args.run_for,
-                                                                 args.timeout)
-            print(f"burst of {args.count} SJs (8 client threads): all created after {create_ms:.0f} ms, "
-                  f"all Jobs after {jobs_ms:.0f} ms, all Running after {running_ms:.0f} ms")
-            figures += [results.figure("burst: all created after", create_ms, "ms"),
-                        results.figure("burst: all Jobs after", jobs_ms, "ms"),
-                        results.figure("burst: all Running after", running_ms, "ms")]
-        else:
-            created = run_sequential(custom, namespace, rec, args.count, args.run_for, args.timeout)
-            print(f"{args.count} SJs created one at a time (each Running before the next)")
-        figures += report(created, rec)
-        if operator.error is not None:
-            print(f"the operator stopped with {operator.error!r}", file=sys.stderr)
-            return 1
-        params = results.parameters(args, tick_seconds=operator.config.tick.total_seconds())
-        results.save(args, results.result("bench_e2e", params, figures))
-        return 0
-    finally:
-        rec.stop()
-        operator.stop()
-        delete_namespace(api, namespace)
+    with claimed(api, "bench_e2e"):
+        core = client.CoreV1Api(api)
+        custom = client.CustomObjectsApi(api)
+        namespace = create_namespace(core, "bench-e2e")
+        operator = InProcessOperator(test_config(namespaces=(namespace,)))
+        rec = Recorder(namespace)
+        try:
+            operator.start()
+            rec.start()
+            print(f"operator in-process (tick {operator.config.tick.total_seconds():.0f}s), namespace {namespace}, "
+                  f"server {api.configuration.host}")
+            warm = "warm-up"
+            t0 = time.monotonic()
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, sj_body(warm))
+            rec.wait("the warm-up SJ Running", partial(rec.started_or_ended, warm), args.timeout)
+            print(f"warm-up SJ (operator just started): create -> Job {(rec.job_seen[warm] - t0) * 1000:.0f} ms",
+                  flush=True)
+            figures = [results.figure("warm-up SJ: create -> Job", (rec.job_seen[warm] - t0) * 1000, "ms")]
+            if args.burst:
+                created, create_ms, jobs_ms, running_ms = run_burst(custom, namespace, rec, args.count, args.run_for,
+                                                                     args.timeout)
+                print(f"burst of {args.count} SJs (8 client threads): all created after {create_ms:.0f} ms, "
+                      f"all Jobs after {jobs_ms:.0f} ms, all Running after {running_ms:.0f} ms")
+                figures += [results.figure("burst: all created after", create_ms, "ms"),
+                            results.figure("burst: all Jobs after", jobs_ms, "ms"),
+                            results.figure("burst: all Running after", running_ms, "ms")]
+            else:
+                created = run_sequential(custom, namespace, rec, args.count, args.run_for, args.timeout)
+                print(f"{args.count} SJs created one at a time (each Running before the next)")
+            figures += report(created, rec)
+            if operator.error is not None:
+                print(f"the operator stopped with {operator.error!r}", file=sys.stderr)
+                return 1
+            params = results.parameters(args, tick_seconds=operator.config.tick.total_seconds())
+            results.save(args, results.result("bench_e2e", params, figures))
+            return 0
+        finally:
+            rec.stop()
+            operator.stop()
+            delete_namespace(api, namespace)
 
 
 if __name__ == "__main__":

@@ -92,6 +92,7 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 
 from benchmarks.harness import kueue, results, scavenger  # noqa: E402
 from benchmarks.harness.kube import (  # noqa: E402
+    claimed,
     create_namespace,
     delete_nodes,
     ensure_crd,
@@ -632,18 +633,19 @@ def main() -> int:
     result = Result()
     keeper = Keeper(args, result, pods=work.pods, high_pods=len(work.arrivals))
     core = client.CoreV1Api(api)
-    log(f"{args.nodes} kwok nodes of {args.node_cpu} CPU for the run")
-    try:
-        allocatable = {"cpu": str(args.node_cpu), "memory": f"{NODE_MEMORY_GI}Gi", "pods": "110"}
-        # Named anew for each run: the node controller of a run just before may still be marking the pods of its
-        # deleted nodes not ready, by node name, and would mark this run's pods on nodes of the same names.
-        prefix = unique("scale")
-        make_kwok_nodes(core, [f"{prefix}-{i:04d}" for i in range(args.nodes)], allocatable, SELECTOR, [TAINT],
-                        args.threads)
-        with priority_classes(client.SchedulingV1Api(api), {LOW: -100, HIGH: 1000}):
-            runs(api, args, work, result, keeper)
-    finally:
-        delete_nodes(core, SELECTOR)
+    with claimed(api, "bench_scale"):
+        log(f"{args.nodes} kwok nodes of {args.node_cpu} CPU for the run")
+        try:
+            allocatable = {"cpu": str(args.node_cpu), "memory": f"{NODE_MEMORY_GI}Gi", "pods": "110"}
+            # Named anew for each run: the node controller of a run just before may still be marking the pods of
+            # its deleted nodes not ready, by node name, and would mark this run's pods on nodes of the same names.
+            prefix = unique("scale")
+            make_kwok_nodes(core, [f"{prefix}-{i:04d}" for i in range(args.nodes)], allocatable, SELECTOR, [TAINT],
+                            args.threads)
+            with priority_classes(client.SchedulingV1Api(api), {LOW: -100, HIGH: 1000}):
+                runs(api, args, work, result, keeper)
+        finally:
+            delete_nodes(core, SELECTOR)
     keeper.conclude(units=len(work.gangs))
     return 0
 

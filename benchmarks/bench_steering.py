@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kubernetes import client, config
 
 from benchmarks.harness import results
-from benchmarks.harness.kube import create_namespace
+from benchmarks.harness.kube import claimed, create_namespace
 from tests.e2e.kube import dedicated_node, sim_annotations, sim_container, wait_for
 from tests.e2e.sj import InProcessOperator, create_sj, run_pods, sj_spec, status, test_config
 
@@ -129,11 +129,12 @@ def main() -> int:
     config.load_kube_config(os.environ.get("KUBECONFIG"))
     api = client.ApiClient()
     from tests.e2e.conftest import REPO  # noqa: F401  (the CRD must be applied: kubectl apply -f crds/)
-    lost = {}
-    modes = [("steering on (protect level 1)", 1), ("steering off (never protected)", 4)]
-    for label, level in modes[:1] if args.only_steering else modes:
-        print(f"{label}:", flush=True)
-        lost[label] = run_mode(api, level, args.rounds, args.seed, args.verbose, args.max_delay)
+    with claimed(api, "bench_steering"):
+        lost = {}
+        modes = [("steering on (protect level 1)", 1), ("steering off (never protected)", 4)]
+        for label, level in modes[:1] if args.only_steering else modes:
+            print(f"{label}:", flush=True)
+            lost[label] = run_mode(api, level, args.rounds, args.seed, args.verbose, args.max_delay)
     print(f"\nwork lost per interruption (seconds since the victim's last checkpoint; duration {DURATION:.0f}s, "
           f"{args.rounds} interruptions each, arrivals 2-{args.max_delay:g}s after the node is full, "
           f"seed {args.seed}):")

@@ -7,6 +7,8 @@ a millisecond per object, taken from the threads that create the objects being t
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sys
 import threading
 import time
@@ -40,6 +42,71 @@ def retrying(call: Callable[[], Any]) -> Any:
                 raise
         time.sleep(min(0.2 * 2 ** attempt, 5))
     return None
+
+
+# The Lease that holds the cluster for one benchmark at a time (`claimed`).
+CLAIM_NAMESPACE, CLAIM_NAME = "default", "scavenger-benchmark"
+
+
+def claim_holder(benchmark: str, pid: int, host: str) -> str:
+    """Who holds the claim, as its Lease says: the benchmark, its process and its machine."""
+    return f"{benchmark} pid {pid} on {host}"
+
+
+def claim_gone(holder: str, host: str, alive: Callable[[int], bool]) -> bool:
+    """Whether the claim's holder is known to be gone: a process of this machine (``host``) that is not
+    ``alive``. A holder of another machine, or one this does not name, is taken to be there."""
+    words = holder.split()
+    if len(words) != 5 or words[1:4:2] != ["pid", "on"] or not words[2].isdigit() or words[4] != host:
+        return False
+    return not alive(int(words[2]))
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+@contextmanager
+def claimed(api: client.ApiClient, benchmark: str) -> Iterator[None]:
+    """The cluster held for this benchmark alone for the block, by a Lease (`CLAIM_NAME` in `CLAIM_NAMESPACE`).
+    Two benchmarks on one cluster break each other: they share the nodes' selector and the PriorityClasses, and
+    one's clean-up deletes the nodes and classes the other's pods run on. A claim held by a process of this machine
+    that is gone (killed before its clean-up) is taken over; any other ends this benchmark before it touches the
+    cluster, naming the holder."""
+    leases = client.CoordinationV1Api(api)
+    me = claim_holder(benchmark, os.getpid(), socket.gethostname())
+    body = {"metadata": {"name": CLAIM_NAME}, "spec": {"holderIdentity": me}}
+    try:
+        retrying(lambda: leases.create_namespaced_lease(CLAIM_NAMESPACE, body))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        held = leases.read_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE)
+        holder = held.spec.holder_identity or ""
+        if not claim_gone(holder, socket.gethostname(), process_alive):
+            raise SystemExit(
+                f"the cluster is held by another benchmark ({holder}, since {held.metadata.creation_timestamp}): two "
+                "on one cluster delete each other's nodes and PriorityClasses. Wait for it to end; if it is gone, "
+                f"kubectl -n {CLAIM_NAMESPACE} delete lease {CLAIM_NAME}") from None
+        log(f"the cluster's claim was held by {holder}, which is gone: taken over")
+        # Deleted only as it was read, then made anew: another taking it over meanwhile makes one of these fail.
+        leases.delete_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE, body=client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(resource_version=held.metadata.resource_version)))
+        leases.create_namespaced_lease(CLAIM_NAMESPACE, body)
+    try:
+        yield
+    finally:
+        with suppress(ApiException, HTTPError):
+            held = leases.read_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE)
+            if held.spec.holder_identity == me:
+                leases.delete_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE, body=client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(resource_version=held.metadata.resource_version)))
 
 
 def ensure_crd(api: client.ApiClient) -> None:

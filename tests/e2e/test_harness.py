@@ -13,7 +13,9 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
+from benchmarks.harness import kube as bench_kube
 from tests.e2e.kube import dedicated_node, pod_condition, sim_annotations, sim_container, unique, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,3 +234,33 @@ def test_cluster_up_twice_then_down_leaves_nothing(tmp_path):
     wait_for(f"port {port} closed", lambda: not _listening(port), timeout=15)
     assert not state.exists()
     assert subprocess.run([*cmd, "status"], env=env, capture_output=True).returncode != 0
+
+
+def _claim_holder(leases: client.CoordinationV1Api) -> str | None:
+    try:
+        return leases.read_namespaced_lease(bench_kube.CLAIM_NAME, bench_kube.CLAIM_NAMESPACE).spec.holder_identity
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_a_benchmark_holds_the_cluster_alone_and_takes_over_a_claim_whose_holder_is_gone(api):
+    """Two benchmarks on one cluster delete each other's nodes and PriorityClasses: the second is refused."""
+    leases = client.CoordinationV1Api(api)
+    host = socket.gethostname()
+    with bench_kube.claimed(api, "first"):
+        assert _claim_holder(leases) == bench_kube.claim_holder("first", os.getpid(), host)
+        refused = r"held by another benchmark \(first pid"
+        with pytest.raises(SystemExit, match=refused), bench_kube.claimed(api, "second"):
+            pass
+        assert _claim_holder(leases) == bench_kube.claim_holder("first", os.getpid(), host)
+    assert _claim_holder(leases) is None
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    leases.create_namespaced_lease(bench_kube.CLAIM_NAMESPACE, {
+        "metadata": {"name": bench_kube.CLAIM_NAME},
+        "spec": {"holderIdentity": bench_kube.claim_holder("killed", gone.pid, host)}})
+    with bench_kube.claimed(api, "third"):
+        assert _claim_holder(leases) == bench_kube.claim_holder("third", os.getpid(), host)
+    assert _claim_holder(leases) is None

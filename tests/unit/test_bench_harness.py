@@ -400,3 +400,21 @@ def test_the_ceiling_without_a_part_of_the_operators_job_takes_out_that_part_alo
     assert set(bench_scale.SHAPE_PARTS) == set(parts)
     with pytest.raises(ValueError, match="not a part"):
         bench_scale.without_part(whole, "labels")
+
+
+@pytest.mark.parametrize(("holder", "gone"), [
+    ("bench_scale pid 41 on here", True),     # this machine's process, not alive
+    ("bench_scale pid 42 on here", False),    # this machine's process, alive
+    ("bench_scale pid 41 on there", False),   # another machine's: cannot be told, so taken to be there
+    ("bench_scale pid x41 on here", False),   # not a pid
+    ("someone else", False),                  # not a holder this writes
+    ("", False),
+])
+def test_a_benchmarks_claim_is_taken_over_only_when_its_holder_is_known_to_be_gone(holder: str, gone: bool) -> None:
+    assert kube.claim_gone(holder, "here", alive=lambda pid: pid == 42) is gone
+
+
+def test_a_claims_holder_is_read_back_as_the_process_it_names() -> None:
+    holder = kube.claim_holder("bench_e2e", 41, "here")
+    assert kube.claim_gone(holder, "here", alive=lambda pid: pid != 41)
+    assert not kube.claim_gone(holder, "here", alive=lambda pid: pid == 41)
