@@ -89,16 +89,17 @@ def claimed(api: client.ApiClient, benchmark: str) -> Iterator[None]:
             raise
         held = leases.read_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE)
         holder = held.spec.holder_identity or ""
-        if not claim_gone(holder, socket.gethostname(), process_alive):
-            raise SystemExit(
-                f"the cluster is held by another benchmark ({holder}, since {held.metadata.creation_timestamp}): two "
-                "on one cluster delete each other's nodes and PriorityClasses. Wait for it to end; if it is gone, "
-                f"kubectl -n {CLAIM_NAMESPACE} delete lease {CLAIM_NAME}") from None
-        log(f"the cluster's claim was held by {holder}, which is gone: taken over")
-        # Deleted only as it was read, then made anew: another taking it over meanwhile makes one of these fail.
-        leases.delete_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE, body=client.V1DeleteOptions(
-            preconditions=client.V1Preconditions(resource_version=held.metadata.resource_version)))
-        leases.create_namespaced_lease(CLAIM_NAMESPACE, body)
+        if holder != me:  # me: made by a create whose answer was lost, then retried
+            if not claim_gone(holder, socket.gethostname(), process_alive):
+                raise SystemExit(
+                    f"the cluster is held by another benchmark ({holder}, since {held.metadata.creation_timestamp}): "
+                    "two on one cluster delete each other's nodes and PriorityClasses. Wait for it to end; if it is "
+                    f"gone, kubectl -n {CLAIM_NAMESPACE} delete lease {CLAIM_NAME}") from None
+            log(f"the cluster's claim was held by {holder}, which is gone: taken over")
+            # Deleted only as it was read, then made anew: another taking it over meanwhile makes one of these fail.
+            leases.delete_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE, body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(resource_version=held.metadata.resource_version)))
+            leases.create_namespaced_lease(CLAIM_NAMESPACE, body)
     try:
         yield
     finally:
