@@ -159,8 +159,8 @@ def main() -> int:
         logging.getLogger("kopf").setLevel(logging.ERROR)
 
     api = client.ApiClient()
-    ensure_crd(api)
     with claimed(api, "bench_e2e"):
+        ensure_crd(api)
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
         namespace = create_namespace(core, "bench-e2e")

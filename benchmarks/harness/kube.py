@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import socket
 import sys
 import threading
@@ -46,20 +48,20 @@ def retrying(call: Callable[[], Any]) -> Any:
 
 # The Lease that holds the cluster for one benchmark at a time (`claimed`).
 CLAIM_NAMESPACE, CLAIM_NAME = "default", "scavenger-benchmark"
+_HOLDER = re.compile(r"\S+ pid ([0-9]{1,9}) on (\S+) #[0-9a-f]+", re.ASCII)
 
 
-def claim_holder(benchmark: str, pid: int, host: str) -> str:
-    """Who holds the claim, as its Lease says: the benchmark, its process and its machine."""
-    return f"{benchmark} pid {pid} on {host}"
+def claim_holder(benchmark: str, pid: int, host: str, token: str) -> str:
+    """Who holds the claim, as its Lease says: the benchmark, its process and machine, and a token of its own
+    (two machines of one name, or two processes of one pid in two containers, are still told apart)."""
+    return f"{benchmark} pid {pid} on {host} #{token}"
 
 
 def claim_gone(holder: str, host: str, alive: Callable[[int], bool]) -> bool:
     """Whether the claim's holder is known to be gone: a process of this machine (``host``) that is not
     ``alive``. A holder of another machine, or one this does not name, is taken to be there."""
-    words = holder.split()
-    if len(words) != 5 or words[1:4:2] != ["pid", "on"] or not words[2].isdigit() or words[4] != host:
-        return False
-    return not alive(int(words[2]))
+    named = _HOLDER.fullmatch(holder)
+    return named is not None and named[2] == host and not alive(int(named[1]))
 
 
 def process_alive(pid: int) -> bool:
@@ -73,41 +75,67 @@ def process_alive(pid: int) -> bool:
 
 
 @contextmanager
-def claimed(api: client.ApiClient, benchmark: str) -> Iterator[None]:
+def claimed(api: client.ApiClient, benchmark: str, token: str | None = None) -> Iterator[None]:
     """The cluster held for this benchmark alone for the block, by a Lease (`CLAIM_NAME` in `CLAIM_NAMESPACE`).
     Two benchmarks on one cluster break each other: they share the nodes' selector and the PriorityClasses, and
     one's clean-up deletes the nodes and classes the other's pods run on. A claim held by a process of this machine
-    that is gone (killed before its clean-up) is taken over; any other ends this benchmark before it touches the
-    cluster, naming the holder."""
+    that is gone (killed before its clean-up) is taken over; any other ends this benchmark before it makes
+    anything on the cluster, naming the holder. ``token``: the holder's own (default: a new random one)."""
     leases = client.CoordinationV1Api(api)
-    me = claim_holder(benchmark, os.getpid(), socket.gethostname())
-    body = {"metadata": {"name": CLAIM_NAME}, "spec": {"holderIdentity": me}}
-    try:
-        retrying(lambda: leases.create_namespaced_lease(CLAIM_NAMESPACE, body))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        held = leases.read_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE)
-        holder = held.spec.holder_identity or ""
-        if holder != me:  # me: made by a create whose answer was lost, then retried
-            if not claim_gone(holder, socket.gethostname(), process_alive):
-                raise SystemExit(
-                    f"the cluster is held by another benchmark ({holder}, since {held.metadata.creation_timestamp}): "
-                    "two on one cluster delete each other's nodes and PriorityClasses. Wait for it to end; if it is "
-                    f"gone, kubectl -n {CLAIM_NAMESPACE} delete lease {CLAIM_NAME}") from None
-            log(f"the cluster's claim was held by {holder}, which is gone: taken over")
-            # Deleted only as it was read, then made anew: another taking it over meanwhile makes one of these fail.
-            leases.delete_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE, body=client.V1DeleteOptions(
-                preconditions=client.V1Preconditions(resource_version=held.metadata.resource_version)))
-            leases.create_namespaced_lease(CLAIM_NAMESPACE, body)
+    me = claim_holder(benchmark, os.getpid(), socket.gethostname(), token or secrets.token_hex(4))
+    if not any(_claim_round(leases, me) for _ in range(5)):
+        raise SystemExit(f"the cluster's claim ({CLAIM_NAMESPACE}/{CLAIM_NAME}) kept changing hands: not taken")
     try:
         yield
     finally:
-        with suppress(ApiException, HTTPError):
-            held = leases.read_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE)
+        try:
+            held = retrying(lambda: leases.read_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE))
             if held.spec.holder_identity == me:
-                leases.delete_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE, body=client.V1DeleteOptions(
-                    preconditions=client.V1Preconditions(resource_version=held.metadata.resource_version)))
+                _delete_lease_as_read(leases, held)
+        except (ApiException, HTTPError, OSError) as exc:
+            if not (isinstance(exc, ApiException) and exc.status == 404):
+                print(f"could not give the cluster's claim back ({exc!r}): the next benchmark of this machine takes "
+                      f"it over; another deletes it (kubectl -n {CLAIM_NAMESPACE} delete lease {CLAIM_NAME})",
+                      file=sys.stderr)
+
+
+def _claim_round(leases: client.CoordinationV1Api, me: str) -> bool:
+    """One try at the claim for ``me``: True once held; False when another changed it meanwhile (given back,
+    taken over), to try again. Ends the benchmark (SystemExit) when another holds it."""
+    try:
+        retrying(lambda: leases.create_namespaced_lease(
+            CLAIM_NAMESPACE, {"metadata": {"name": CLAIM_NAME}, "spec": {"holderIdentity": me}}))
+        return True
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    try:
+        held = retrying(lambda: leases.read_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE))
+    except ApiException as exc:
+        if exc.status == 404:  # given back meanwhile
+            return False
+        raise
+    holder = held.spec.holder_identity or ""
+    if holder == me:  # made by a create whose answer was lost, then retried
+        return True
+    if not claim_gone(holder, socket.gethostname(), process_alive):
+        raise SystemExit(
+            f"the cluster is held by another benchmark ({holder}, since {held.metadata.creation_timestamp}): two on "
+            "one cluster delete each other's nodes and PriorityClasses. Wait for it to end; if it is gone, "
+            f"kubectl -n {CLAIM_NAMESPACE} delete lease {CLAIM_NAME}")
+    log(f"the cluster's claim was held by {holder}, which is gone: taken over")
+    try:
+        _delete_lease_as_read(leases, held)
+    except ApiException as exc:
+        if exc.status not in (404, 409):  # another took it over meanwhile: the next round sees who
+            raise
+    return False
+
+
+def _delete_lease_as_read(leases: client.CoordinationV1Api, held: Any) -> None:
+    """Deletes the claim only as it was read (a 409 when it changed since)."""
+    retrying(lambda: leases.delete_namespaced_lease(CLAIM_NAME, CLAIM_NAMESPACE, body=client.V1DeleteOptions(
+        preconditions=client.V1Preconditions(resource_version=held.metadata.resource_version))))
 
 
 def ensure_crd(api: client.ApiClient) -> None:

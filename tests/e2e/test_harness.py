@@ -245,22 +245,44 @@ def _claim_holder(leases: client.CoordinationV1Api) -> str | None:
         raise
 
 
+def _make_claim(leases: client.CoordinationV1Api, holder: str) -> None:
+    leases.create_namespaced_lease(bench_kube.CLAIM_NAMESPACE, {
+        "metadata": {"name": bench_kube.CLAIM_NAME}, "spec": {"holderIdentity": holder}})
+
+
 def test_a_benchmark_holds_the_cluster_alone_and_takes_over_a_claim_whose_holder_is_gone(api):
-    """Two benchmarks on one cluster delete each other's nodes and PriorityClasses: the second is refused."""
+    """Two benchmarks on one cluster delete each other's nodes and PriorityClasses: the second is refused, and
+    a benchmark gives back only its own claim."""
     leases = client.CoordinationV1Api(api)
     host = socket.gethostname()
-    with bench_kube.claimed(api, "first"):
-        assert _claim_holder(leases) == bench_kube.claim_holder("first", os.getpid(), host)
+    first = bench_kube.claim_holder("first", os.getpid(), host, "1")
+    with bench_kube.claimed(api, "first", token="1"):
+        assert _claim_holder(leases) == first
         refused = r"held by another benchmark \(first pid"
         with pytest.raises(SystemExit, match=refused), bench_kube.claimed(api, "second"):
             pass
-        assert _claim_holder(leases) == bench_kube.claim_holder("first", os.getpid(), host)
+        assert _claim_holder(leases) == first
     assert _claim_holder(leases) is None
+
     gone = subprocess.Popen(["true"])
     gone.wait()
-    leases.create_namespaced_lease(bench_kube.CLAIM_NAMESPACE, {
-        "metadata": {"name": bench_kube.CLAIM_NAME},
-        "spec": {"holderIdentity": bench_kube.claim_holder("killed", gone.pid, host)}})
-    with bench_kube.claimed(api, "third"):
-        assert _claim_holder(leases) == bench_kube.claim_holder("third", os.getpid(), host)
+    _make_claim(leases, bench_kube.claim_holder("killed", gone.pid, host, "2"))
+    with bench_kube.claimed(api, "third", token="3"):
+        assert _claim_holder(leases) == bench_kube.claim_holder("third", os.getpid(), host, "3")
     assert _claim_holder(leases) is None
+
+    # Its own claim, made by a create whose answer was lost: held, and given back.
+    _make_claim(leases, bench_kube.claim_holder("fourth", os.getpid(), host, "4"))
+    with bench_kube.claimed(api, "fourth", token="4"):
+        pass
+    assert _claim_holder(leases) is None
+
+    # Another's claim, put in its place meanwhile: left as it is.
+    other = bench_kube.claim_holder("other", 1, "another-machine", "5")
+    try:
+        with bench_kube.claimed(api, "fifth"):
+            leases.delete_namespaced_lease(bench_kube.CLAIM_NAME, bench_kube.CLAIM_NAMESPACE)
+            _make_claim(leases, other)
+        assert _claim_holder(leases) == other
+    finally:
+        leases.delete_namespaced_lease(bench_kube.CLAIM_NAME, bench_kube.CLAIM_NAMESPACE)

@@ -403,11 +403,18 @@ def test_the_ceiling_without_a_part_of_the_operators_job_takes_out_that_part_alo
 
 
 @pytest.mark.parametrize(("holder", "gone"), [
-    ("bench_scale pid 41 on here", True),     # this machine's process, not alive
-    ("bench_scale pid 42 on here", False),    # this machine's process, alive
-    ("bench_scale pid 41 on there", False),   # another machine's: cannot be told, so taken to be there
-    ("bench_scale pid x41 on here", False),   # not a pid
-    ("someone else", False),                  # not a holder this writes
+    ("bench_scale pid 41 on here #ab12", True),      # this machine's process, not alive
+    ("bench_scale pid 42 on here #ab12", False),     # this machine's process, alive
+    ("bench_scale pid 41 on there #ab12", False),    # another machine's: cannot be told, so taken to be there
+    ("bench_scale pid x41 on here #ab12", False),    # not a pid
+    ("bench_scale pid ²41 on here #ab12", False),    # a digit, but not an ASCII one
+    ("bench_scale pid 9999999999 on here #ab12", False),  # past any pid
+    ("bench_scale pod 41 on here #ab12", False),     # not the words this writes
+    ("bench_scale pid 41 at here #ab12", False),
+    ("bench scale pid 41 on here #ab12", False),     # a word too many
+    ("bench_scale pid 41 on here", False),           # no token
+    ("pid 41 on here #ab12 bench_scale", False),     # reordered
+    ("someone else", False),                         # not a holder this writes
     ("", False),
 ])
 def test_a_benchmarks_claim_is_taken_over_only_when_its_holder_is_known_to_be_gone(holder: str, gone: bool) -> None:
@@ -415,6 +422,6 @@ def test_a_benchmarks_claim_is_taken_over_only_when_its_holder_is_known_to_be_go
 
 
 def test_a_claims_holder_is_read_back_as_the_process_it_names() -> None:
-    holder = kube.claim_holder("bench_e2e", 41, "here")
+    holder = kube.claim_holder("bench_e2e", 41, "here", "ab12")
     assert kube.claim_gone(holder, "here", alive=lambda pid: pid != 41)
     assert not kube.claim_gone(holder, "here", alive=lambda pid: pid == 41)
