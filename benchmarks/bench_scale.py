@@ -112,7 +112,14 @@ from benchmarks.harness.metrics import (  # noqa: E402
     writes,
 )
 from benchmarks.harness.preemption import Stream, lost_by_sjs, preempted  # noqa: E402
-from benchmarks.harness.processes import CpuSince, apiserver_cpu, free_port, peak_rss_mib, scratch  # noqa: E402
+from benchmarks.harness.processes import (  # noqa: E402
+    CpuAccount,
+    CpuSince,
+    apiserver_cpu,
+    free_port,
+    peak_rss_mib,
+    scratch,
+)
 from benchmarks.harness.profiling import profiled  # noqa: E402
 from benchmarks.harness.progress import in_parallel_then, log, timed_creates, wait_until  # noqa: E402
 from benchmarks.harness.recorder import RecorderProcess  # noqa: E402
@@ -232,9 +239,10 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     with run_namespace(api, NAMESPACES, "the floor's", followed=True) as namespace:
         log(f"the floor: {len(work.gangs)} plain Jobs ({work.pods} pods) in {namespace}")
-        start = time.monotonic()
+        account, start = CpuAccount(), time.monotonic()
         result.floor_created = create_plain_jobs(batch, namespace, work, threads, result, "floor")
         result.figures["floor_running_seconds"] = pods_running(batch, namespace, work.pods, start, "plain pods running")
+        cpu_to_running(result, "floor", account)
         result.figures.update({f"floor_{k}": v for k, v in job_sync_lag(batch, namespace).items()})
         time.sleep(settle)
         log(f"  the stream: {len(work.arrivals)} high-priority pods")
@@ -253,6 +261,13 @@ def pods_running(batch: client.BatchV1Api, namespace: str, pods: int, start: flo
     return took
 
 
+def cpu_to_running(result: Result, run: str, account: CpuAccount) -> None:
+    """Where the machine's CPU went from ``run``'s first create until its units ran (`CpuAccount`), as
+    ``{run}_cpu_to_running``, also logged."""
+    seconds = result.figures[f"{run}_cpu_to_running"] = account.seconds()
+    log("  CPU to running: " + ", ".join(f"{name} {s:.0f}s" for name, s in seconds.items()))
+
+
 def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Result, *,
                 followed: bool = False) -> None:
     """The floor's creates once more, after the operator's run (an A-B-A order), until its pods run: each run
@@ -262,10 +277,11 @@ def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Res
     batch = client.BatchV1Api(api)
     with run_namespace(api, NAMESPACES, "the floor's second", followed=followed) as namespace:
         log(f"the floor again: {len(work.gangs)} plain Jobs in {namespace}")
-        start = time.monotonic()
+        account, start = CpuAccount(), time.monotonic()
         create_plain_jobs(batch, namespace, work, threads, result, "floor_after")
         result.figures["floor_after_running_seconds"] = pods_running(batch, namespace, work.pods, start,
                                                                      "plain pods running")
+        cpu_to_running(result, "floor_after", account)
     floor_means(result.figures)
 
 
@@ -356,6 +372,7 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
         with scavenger.standby(api, namespace, standby_log) if standby else nullcontext() as replica:
             apiserver = apiserver_cpu()
             replica_cpu = CpuSince.of_pid(replica.pid) if replica is not None else None
+            account = CpuAccount({"standby": replica.pid} if replica is not None else None)
             start = time.monotonic()
 
             def create_sj(i: int) -> None:
@@ -381,12 +398,13 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
                 f"({len(work.gangs) / took:.0f} units/s){note}")
             result.figures[f"{run}_running_seconds"] = pods_running(batch, namespace, work.pods, start,
                                                                     f"{what}'s pods running")
+            cpu_to_running(result, run, account)
             result.figures.update({f"{run}_{k}": v for k, v in job_sync_lag(batch, namespace).items()})
 
 
 def operator_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result,
                  settle: float, *, followed: bool = False, profile: Path | None = None,
-                 profile_burst: bool = False) -> None:
+                 profile_burst: bool = False, nice: int = 0) -> None:
     """The SJs' burst with the operator running as its own process, until every SJ runs; then the stream."""
     port = free_port()
     with run_namespace(api, NAMESPACES, "the operator's", followed=followed) as namespace:
@@ -394,12 +412,14 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
         log(f"the operator: {len(work.gangs)} SJs ({work.pods} pods) in {namespace} (operator log {logfile})")
         rec = RecorderProcess(namespace)
         try:
-            with (scavenger.leading(namespace, port, logfile) as proc,
+            with (scavenger.leading(namespace, port, logfile, nice=nice) as proc,
                   profiled(proc.pid, profile, "the operator") as stop_profile):
                 rec.start()
+                account = CpuAccount({"operator": proc.pid})
                 start = sj_burst(api, namespace, work, threads, period, result, port, rec, CpuSince.of_pid(proc.pid),
                                  stop_profile if profile_burst else lambda: None)
                 sjs_running(api, namespace, len(work.gangs), port, start, result)
+                cpu_to_running(result, "operator", account)
                 steady = scrape(port)
                 time.sleep(settle)
                 before = scrape(port)
@@ -514,7 +534,7 @@ def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
             watcher = kueue.watch_started_jobs(namespace, stop, started)
             names = [f"job-{i:05d}" for i in range(len(work.gangs))]
             apiserver, kueue_cpu = apiserver_cpu(), CpuSince.of_pid(proc.pid)
-            start = time.monotonic()
+            account, start = CpuAccount({"kueue": proc.pid}), time.monotonic()
             took_create, created = timed_creates(
                 lambda i: retrying(lambda: batch.create_namespaced_job(
                     namespace, kueue.queued(plain_job(names[i], work.gangs[i])))),
@@ -528,6 +548,7 @@ def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
             watcher.join(30)
             result.figures["kueue_running_seconds"] = pods_running(batch, namespace, work.pods, start,
                                                                    "Kueue's pods running")
+            cpu_to_running(result, "kueue", account)
             result.kueue_started = sorted(t - start for t in started.values())
             result.kueue_latencies = sorted(started[n] - created[n] for n in names)
             result.figures.update({
@@ -565,7 +586,7 @@ def runs(api: client.ApiClient, args: argparse.Namespace, work: Workload, result
             keeper.ran(run)
     operator_run(api, work, args.threads, args.period, result, args.settle,
                  followed=args.kueue or not (args.no_floor or args.floor_once), profile=args.profile,
-                 profile_burst=args.profile_burst)
+                 profile_burst=args.profile_burst, nice=args.operator_nice)
     floor_means(result.figures)  # of the first floor alone until the second runs
     keeper.ran("the operator")
     if not args.no_floor and not args.floor_once:
@@ -595,6 +616,9 @@ def main() -> int:
     parser.add_argument("--floor-once", action="store_true",
                         help="the floor before the operator's run only (A-B, not A-B-A): at 10,000 units on two cores "
                              "each floor, with its stream and its namespace's deletion, takes about 20 minutes")
+    parser.add_argument("--operator-nice", type=int, default=0, metavar="N",
+                        help="the operator's CPU niceness (default 0); at 19 it takes only the CPU the cluster leaves, "
+                             "as on a cluster whose control plane has cores of its own")
     parser.add_argument("--ceiling", action="store_true",
                         help="after the floor, each unit's SJ and its Job created by the benchmark with no operator: "
                              "the most any operator could reach on this cluster")

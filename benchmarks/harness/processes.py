@@ -107,6 +107,38 @@ class CpuSince:
         return None if now is None or self.start is None else now - self.start
 
 
+CONTROL_PLANE = (("etcd", "bin/etcd "), ("kube-apiserver", "bin/kube-apiserver "),
+                 ("kube-controller-manager", "bin/kube-controller-manager "), ("kube-scheduler", "bin/kube-scheduler "),
+                 ("kwok", "bin/kwok "))
+"""The local cluster's processes (a name, and what their command line holds: the binaries of ``.bin/``)."""
+
+
+def machine_cpu() -> tuple[float, float]:
+    """This machine's CPU seconds so far, busy and idle (``/proc/stat``: waiting for I/O counts as idle)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), idle / os.sysconf("SC_CLK_TCK")
+
+
+class CpuAccount:
+    """Where this machine's CPU went from the moment this is made: the local cluster's processes
+    (`CONTROL_PLANE`), the ones given by pid (the operator, Kueue's manager), the rest of what was busy
+    (this benchmark, its watcher, the system) and what was idle. On a machine whose cores the control plane
+    shares, it tells the CPU a run added from what its own process took."""
+
+    def __init__(self, processes: Mapping[str, int] | None = None) -> None:
+        self.parts = {name: CpuSince.of_command(pattern) for name, pattern in CONTROL_PLANE}
+        self.parts.update({name: CpuSince.of_pid(pid) for name, pid in (processes or {}).items()})
+        self.start = machine_cpu()
+
+    def seconds(self) -> dict[str, float]:
+        """The CPU seconds of each part since, ``other`` for the rest of the busy time and ``idle``; a part not
+        found then or now is left out (and counted in ``other``)."""
+        busy, idle = (now - then for now, then in zip(machine_cpu(), self.start, strict=True))
+        parts = {name: s for name, since in self.parts.items() if (s := since.seconds()) is not None}
+        return {**parts, "other": max(0.0, busy - sum(parts.values())), "idle": idle}
+
+
 def apiserver_cpu() -> CpuSince:
     """The API server's CPU from now on, when it runs on this machine (the local cluster's control plane)."""
     return CpuSince.of_command("bin/kube-apiserver")

@@ -25,11 +25,15 @@ ENV = {"MALLOC_ARENA_MAX": "2"}
 """As the operator's image runs it (the Dockerfile's ENV)."""
 
 
-def leading(namespace: str, port: int, log: Path) -> AbstractContextManager[subprocess.Popen[bytes]]:
+def leading(namespace: str, port: int, log: Path, *, nice: int = 0) -> AbstractContextManager[subprocess.Popen[bytes]]:
     """The operator for ``namespace`` at its defaults (but a 2 s tick), its metrics on ``port``, a Lease of its
-    own; handed over once it leads."""
+    own; handed over once it leads. ``nice``: its CPU niceness (``nice -n``, which runs it in its own
+    process: the pid is the operator's); at 19 it takes only the CPU the cluster's processes leave, as on a
+    cluster whose control plane has cores of its own."""
     args = [sys.executable, "-m", "sj_operator", "--namespaces", namespace, "--metrics-port", str(port),
             "--peering", unique("bench-scale"), "--tick", "2s"]
+    if nice:
+        args = ["nice", "-n", str(nice), *args]
     return started(args, log, lambda: scrape(port).get("scavenger_leader", 0) == 1, "the operator", 60, env=ENV)
 
 

@@ -161,6 +161,20 @@ def test_cpu_is_counted_from_the_moment_the_meter_is_made() -> None:
     assert processes.CpuSince.of_command("no process has this in its command line " * 2).seconds() is None
 
 
+def test_the_machines_cpu_is_accounted_to_the_processes_named_the_rest_and_idle() -> None:
+    account = processes.CpuAccount({"this test": os.getpid()})
+    burnt = processes.CpuSince.of_pid(os.getpid())
+    while (burnt.seconds() or 0.0) < 0.2:  # the kernel counts in ticks: at least a few of them
+        sum(i * i for i in range(10_000))
+    seconds = account.seconds()
+    assert seconds["this test"] >= 0.2
+    # The cluster's processes are there when a cluster runs on this machine, and left out when none does.
+    assert set(seconds) - {name for name, _ in processes.CONTROL_PLANE} == {"this test", "other", "idle"}
+    assert seconds["other"] >= 0 and seconds["idle"] >= 0
+    busy, _ = processes.machine_cpu()
+    assert busy >= seconds["this test"] + seconds["other"] - 0.1
+
+
 def test_py_spys_stacks_are_summed_by_package_function_and_operation() -> None:
     stacks = ["main (app.py:1);run (sj_operator/controller.py:10) 3",
               "main (app.py:1);CoreV1Api.list_namespaced_pod (kubernetes/client/api/core_v1_api.py:5);"
