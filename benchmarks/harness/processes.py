@@ -109,7 +109,7 @@ class CpuSince:
 
 CONTROL_PLANE = (("etcd", "bin/etcd "), ("kube-apiserver", "bin/kube-apiserver "),
                  ("kube-controller-manager", "bin/kube-controller-manager "), ("kube-scheduler", "bin/kube-scheduler "),
-                 ("kwok", "bin/kwok "))
+                 ("kwok", "bin/kwok-controller "))
 """The local cluster's processes (a name, and what their command line holds: the binaries of ``.bin/``)."""
 
 
