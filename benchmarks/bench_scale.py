@@ -92,9 +92,11 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 
 from benchmarks.harness import kueue, results, scavenger  # noqa: E402
 from benchmarks.harness.kube import (  # noqa: E402
+    WritesSince,
     claimed,
     create_namespace,
     delete_nodes,
+    earlier_runs_gone,
     ensure_crd,
     job_sync_lag,
     make_kwok_nodes,
@@ -239,10 +241,10 @@ def floor_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     with run_namespace(api, NAMESPACES, "the floor's", followed=True) as namespace:
         log(f"the floor: {len(work.gangs)} plain Jobs ({work.pods} pods) in {namespace}")
-        account, start = CpuAccount(), time.monotonic()
+        account, start = Account.begun(api), time.monotonic()
         result.floor_created = create_plain_jobs(batch, namespace, work, threads, result, "floor")
         result.figures["floor_running_seconds"] = pods_running(batch, namespace, work.pods, start, "plain pods running")
-        cpu_to_running(result, "floor", account)
+        to_running(result, "floor", account)
         result.figures.update({f"floor_{k}": v for k, v in job_sync_lag(batch, namespace).items()})
         time.sleep(settle)
         log(f"  the stream: {len(work.arrivals)} high-priority pods")
@@ -261,11 +263,26 @@ def pods_running(batch: client.BatchV1Api, namespace: str, pods: int, start: flo
     return took
 
 
-def cpu_to_running(result: Result, run: str, account: CpuAccount) -> None:
-    """Where the machine's CPU went from ``run``'s first create until its units ran (`CpuAccount`), as
-    ``{run}_cpu_to_running``, also logged."""
-    seconds = result.figures[f"{run}_cpu_to_running"] = account.seconds()
+@dataclass
+class Account:
+    """What a run cost the cluster from its first create: where the machine's CPU went (`CpuAccount`) and the writes
+    the API server served, whoever made them (`WritesSince`)."""
+    cpu: CpuAccount
+    writes: WritesSince
+
+    @classmethod
+    def begun(cls, api: client.ApiClient, processes: dict[str, int] | None = None) -> Account:
+        return cls(CpuAccount(processes), WritesSince(api))
+
+
+def to_running(result: Result, run: str, account: Account) -> None:
+    """What ``run`` cost the cluster until its units ran (`Account`), as ``{run}_cpu_to_running`` and
+    ``{run}_writes_to_running``, also logged (the writes the most first)."""
+    seconds = result.figures[f"{run}_cpu_to_running"] = account.cpu.seconds()
+    written = result.figures[f"{run}_writes_to_running"] = account.writes.writes()
     log("  CPU to running: " + ", ".join(f"{name} {s:.0f}s" for name, s in seconds.items()))
+    log(f"  writes to running: {sum(written.values()):.0f}, the most "
+        + ", ".join(f"{key} {n:.0f}" for key, n in list(written.items())[:8]))
 
 
 def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Result, *,
@@ -277,11 +294,11 @@ def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Res
     batch = client.BatchV1Api(api)
     with run_namespace(api, NAMESPACES, "the floor's second", followed=followed) as namespace:
         log(f"the floor again: {len(work.gangs)} plain Jobs in {namespace}")
-        account, start = CpuAccount(), time.monotonic()
+        account, start = Account.begun(api), time.monotonic()
         create_plain_jobs(batch, namespace, work, threads, result, "floor_after")
         result.figures["floor_after_running_seconds"] = pods_running(batch, namespace, work.pods, start,
                                                                      "plain pods running")
-        cpu_to_running(result, "floor_after", account)
+        to_running(result, "floor_after", account)
     floor_means(result.figures)
 
 
@@ -372,7 +389,7 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
         with scavenger.standby(api, namespace, standby_log) if standby else nullcontext() as replica:
             apiserver = apiserver_cpu()
             replica_cpu = CpuSince.of_pid(replica.pid) if replica is not None else None
-            account = CpuAccount({"standby": replica.pid} if replica is not None else None)
+            account = Account.begun(api, {"standby": replica.pid} if replica is not None else None)
             start = time.monotonic()
 
             def create_sj(i: int) -> None:
@@ -398,7 +415,7 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
                 f"({len(work.gangs) / took:.0f} units/s){note}")
             result.figures[f"{run}_running_seconds"] = pods_running(batch, namespace, work.pods, start,
                                                                     f"{what}'s pods running")
-            cpu_to_running(result, run, account)
+            to_running(result, run, account)
             result.figures.update({f"{run}_{k}": v for k, v in job_sync_lag(batch, namespace).items()})
 
 
@@ -415,11 +432,11 @@ def operator_run(api: client.ApiClient, work: Workload, threads: int, period: st
             with (scavenger.leading(namespace, port, logfile, nice=nice) as proc,
                   profiled(proc.pid, profile, "the operator") as stop_profile):
                 rec.start()
-                account = CpuAccount({"operator": proc.pid})
+                account = Account.begun(api, {"operator": proc.pid})
                 start = sj_burst(api, namespace, work, threads, period, result, port, rec, CpuSince.of_pid(proc.pid),
                                  stop_profile if profile_burst else lambda: None)
                 sjs_running(api, namespace, len(work.gangs), port, start, result)
-                cpu_to_running(result, "operator", account)
+                to_running(result, "operator", account)
                 steady = scrape(port)
                 time.sleep(settle)
                 before = scrape(port)
@@ -534,7 +551,7 @@ def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
             watcher = kueue.watch_started_jobs(namespace, stop, started)
             names = [f"job-{i:05d}" for i in range(len(work.gangs))]
             apiserver, kueue_cpu = apiserver_cpu(), CpuSince.of_pid(proc.pid)
-            account, start = CpuAccount({"kueue": proc.pid}), time.monotonic()
+            account, start = Account.begun(api, {"kueue": proc.pid}), time.monotonic()
             took_create, created = timed_creates(
                 lambda i: retrying(lambda: batch.create_namespaced_job(
                     namespace, kueue.queued(plain_job(names[i], work.gangs[i])))),
@@ -548,7 +565,7 @@ def kueue_run(api: client.ApiClient, work: Workload, threads: int, result: Resul
             watcher.join(30)
             result.figures["kueue_running_seconds"] = pods_running(batch, namespace, work.pods, start,
                                                                    "Kueue's pods running")
-            cpu_to_running(result, "kueue", account)
+            to_running(result, "kueue", account)
             result.kueue_started = sorted(t - start for t in started.values())
             result.kueue_latencies = sorted(started[n] - created[n] for n in names)
             result.figures.update({
@@ -657,6 +674,7 @@ def main() -> int:
     keeper = Keeper(args, result, pods=work.pods, high_pods=len(work.arrivals))
     core = client.CoreV1Api(api)
     with claimed(api, "bench_scale"):
+        earlier_runs_gone(api, NAMESPACES)
         ensure_crd(api)
         log(f"{args.nodes} kwok nodes of {args.node_cpu} CPU for the run")
         try:

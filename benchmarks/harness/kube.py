@@ -23,6 +23,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
+from benchmarks.harness.metrics import apiserver_writes
 from benchmarks.harness.progress import in_parallel, log
 from benchmarks.harness.results import REPO
 from benchmarks.harness.stats import percentile
@@ -234,6 +235,41 @@ def release_pods(core: client.CoreV1Api, namespace: str, threads: int = 16) -> N
     each(lambda: [p.metadata.name for p in core.list_namespaced_pod(namespace).items if p.metadata.finalizers],
          lambda pod: core.patch_namespaced_pod(pod, namespace, {"metadata": {"finalizers": None}}),
          "pods' finalizers taken off", threads)
+
+
+def apiserver_metrics(api: client.ApiClient) -> str:
+    """The API server's metrics, as text."""
+    method, url, headers, body, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    response = retrying(lambda: api.call_api(method, url, header_params=headers, body=body))
+    response.read()
+    return str(response.data.decode())
+
+
+class WritesSince:
+    """The writes the API server serves from the moment this is made (`metrics.apiserver_writes`: by resource and
+    verb, whoever made them)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.start = apiserver_writes(apiserver_metrics(api))
+
+    def writes(self) -> dict[str, float]:
+        """The writes since, by resource and verb, the most first (none left out)."""
+        now = apiserver_writes(apiserver_metrics(self.api))
+        grown = {key: n - self.start.get(key, 0.0) for key, n in now.items()}
+        return dict(sorted(((k, n) for k, n in grown.items() if n > 0), key=lambda kv: (-kv[1], kv[0])))
+
+
+def earlier_runs_gone(api: client.ApiClient, prefix: str, timeout: float = 1800) -> None:
+    """Deletes what earlier runs left of their namespaces (``prefix``-...: still terminating after a run that
+    did not wait for its last, or left by a run stopped part way) and waits until they are gone: a run measured
+    beside another's deletion is slower for it (a floor at 2,000 units took 73 s beside one, against 40 s).
+    Only under the cluster's claim (`claimed`), so no other benchmark's namespaces are taken."""
+    core = client.CoreV1Api(api)
+    left = [ns.metadata.name for ns in retrying(core.list_namespace).items if ns.metadata.name.startswith(f"{prefix}-")]
+    for name in left:
+        log(f"namespace {name} of an earlier run: deleting it before this run")
+        delete_namespace(api, name, timeout=timeout)
 
 
 @contextmanager

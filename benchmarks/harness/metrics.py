@@ -52,6 +52,29 @@ def writes(calls: Mapping[str, float]) -> dict[str, float]:
     return {op: n for op, n in calls.items() if op.startswith(WRITE_VERBS)}
 
 
+APISERVER_WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
+"""The API server's request verbs (``apiserver_request_total``) that write."""
+
+
+def apiserver_writes(text: str) -> dict[str, float]:
+    """The writes an API server has served so far, from its metrics' text (``apiserver_request_total``), by
+    resource and verb (``pods/status PATCH``, ``jobs POST``), whoever made them: the operator, the controllers, the
+    scheduler, kwok. Requests refused count too (each cost the server a request)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels, _, value = line.partition("{")[2].rpartition("} ")
+        parsed = dict(part.split("=", 1) for part in labels.split('",') if "=" in part)
+        label = {k: v.strip('"') for k, v in parsed.items()}
+        if label.get("verb") not in APISERVER_WRITE_VERBS:
+            continue
+        resource = label.get("resource", "") + (f"/{label['subresource']}" if label.get("subresource") else "")
+        key = f"{resource} {label['verb']}"
+        out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
 def loop_lag(metrics: Mapping[str, float]) -> dict[str, float]:
     """From ``scavenger_event_loop_lag_seconds``: the bucket bound the longest lag fell under (how long a
     stretch of work held the operator's loop at most; inf past the last bound), and how often it was over

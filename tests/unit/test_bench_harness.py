@@ -161,6 +161,24 @@ def test_cpu_is_counted_from_the_moment_the_meter_is_made() -> None:
     assert processes.CpuSince.of_command("no process has this in its command line " * 2).seconds() is None
 
 
+def test_the_api_servers_writes_are_read_by_resource_and_verb_whoever_made_them() -> None:
+    text = "\n".join([
+        "# HELP apiserver_request_total [STABLE] Counter of apiserver requests",
+        'apiserver_request_total{code="201",component="apiserver",dry_run="",group="batch",resource="jobs",'
+        'scope="resource",subresource="",verb="POST",version="v1"} 7',
+        'apiserver_request_total{code="409",component="apiserver",dry_run="",group="batch",resource="jobs",'
+        'scope="resource",subresource="",verb="POST",version="v1"} 2',
+        'apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",'
+        'scope="resource",subresource="status",verb="PATCH",version="v1"} 40',
+        'apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",'
+        'scope="namespace",subresource="",verb="LIST",version="v1"} 900',
+        'apiserver_request_total{code="200",component="",dry_run="",group="",resource="",scope="",'
+        'subresource="/healthz",verb="GET",version=""} 3',
+        'apiserver_request_duration_seconds_count{verb="POST",resource="jobs"} 99',
+    ])
+    assert metrics.apiserver_writes(text) == {"jobs POST": 9.0, "pods/status PATCH": 40.0}
+
+
 def test_the_machines_cpu_is_accounted_to_the_processes_named_the_rest_and_idle() -> None:
     account = processes.CpuAccount({"this test": os.getpid()})
     burnt = processes.CpuSince.of_pid(os.getpid())
