@@ -45,7 +45,7 @@ from sj_operator.observed import (
     sj_object,
     with_disrupted,
 )
-from sj_operator.pacing import batch_window, collector_paused, watch_gc, watch_lag
+from sj_operator.pacing import LoopHolds, batch_window, collector_paused, watch_gc, watch_lag
 from sj_operator.policy.tenancy import ResourceQuotaView, resource_quota_view
 from sj_operator.webhook import WebhookServer, webhook_hosts
 
@@ -105,14 +105,19 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                     on_fault=skipped))
     memo.watchdog = Watchdog(config.stall_timeout.total_seconds())
     memo.controller.resource_quotas = memo.caches.resource_quotas.in_namespace
+    holds = LoopHolds()
     memo.tasks = [
         *(asyncio.create_task(cache.run(memo.kube), name=str(cache)) for cache in memo.caches.all()),
         asyncio.create_task(campaign_once_ready(memo.ready, memo.elector.run, config.cache_timeout.total_seconds()),
                             name="leader election"),
         asyncio.create_task(_decision_loop(memo), name="decision loop"),
-        asyncio.create_task(watch_lag(metrics.loop_lag.observe), name="event loop lag"),
+        asyncio.create_task(watch_lag(_lag_observer(metrics, holds)), name="event loop lag"),
     ]
-    memo.unwatch_gc = watch_gc(metrics.gc_collection)
+    def collected(generation: int, seconds: float, freed: int) -> None:
+        metrics.gc_collection(generation, seconds, freed)
+        holds.collection(generation, seconds)
+
+    memo.unwatch_gc = watch_gc(collected)
     if config.metrics_port:
         memo.metrics_server = await serve(metrics, config.metrics_port,
                                           unhealthy=lambda: stopped(memo.tasks) or memo.watchdog.stalled())
@@ -121,6 +126,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     log.info("scavenger operator starting (identity %s, threshold %.2f, start timeout %ss, tick %ss, namespaces %s)",
              config.identity, config.threshold, config.start_timeout.total_seconds(), config.tick.total_seconds(),
              ",".join(config.namespaces) or "all")
+
+
+def _lag_observer(metrics: Metrics, holds: LoopHolds) -> Callable[[float], None]:
+    """Each measurement of the loop's lag into its histogram, and a lag of a second or more logged with how much of
+    it the garbage collector took (`LoopHolds`)."""
+    def observe(late: float) -> None:
+        metrics.loop_lag.observe(late)
+        if (said := holds.lag(late)) is not None:
+            log.warning("%s", said)
+    return observe
 
 
 def stopped(tasks: list[asyncio.Task[None]]) -> str | None:

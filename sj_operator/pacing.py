@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 __all__ = ["BATCH_WINDOW", "BEHIND_RECHECK", "EVENT_BEHIND_DEFERRAL", "EVENT_DEFERRAL", "EVENT_QUIET",
-           "GC_PAUSE_LIMIT", "GC_THRESHOLDS", "HOLD_BUDGET", "PASS_SHARE", "SLICE", "Pacer", "Timer", "batch_window",
-           "collector_paused", "event_wait", "in_slices", "tune_gc", "watch_gc", "watch_lag"]
+           "GC_PAUSE_LIMIT", "GC_THRESHOLDS", "HOLD_BUDGET", "LAG_WARNING", "PASS_SHARE", "SLICE", "LoopHolds", "Pacer",
+           "Timer", "batch_window", "collector_paused", "event_wait", "in_slices", "tune_gc", "watch_gc", "watch_lag"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -56,6 +56,9 @@ BEHIND_RECHECK = 1.0
 """Seconds between two looks at whether the control plane is still behind, for an Event waiting for it."""
 LAG_PERIOD = 0.5
 """Seconds ``watch_lag`` sleeps between two measurements."""
+LAG_WARNING = 1.0
+"""Seconds late from which the loop's lag is logged, with how much of it the garbage collector took
+(`LoopHolds`): a second is when a health probe or a webhook call begins to feel it."""
 
 
 @dataclass
@@ -118,6 +121,37 @@ def watch_gc(observe: Callable[[int, float, int], None], *,
 
     gc.callbacks.append(timed)
     return lambda: gc.callbacks.remove(timed)
+
+
+@dataclass
+class LoopHolds:
+    """The garbage collector's time between two of ``watch_lag``'s measurements, so that a lag of `LAG_WARNING`
+    or more is said with how much of it was collection, and which collection was the longest: a lag that
+    collection does not explain is a stretch of work that did not give the loop a turn."""
+
+    collecting: float = 0.0
+    """Seconds of collection since the last measurement."""
+    longest: tuple[int, float] | None = None
+    """The longest of those collections: its generation and seconds."""
+
+    def collection(self, generation: int, seconds: float, _collected: int = 0) -> None:
+        """One collection (``watch_gc``'s observer)."""
+        self.collecting += seconds
+        if self.longest is None or seconds > self.longest[1]:
+            self.longest = (generation, seconds)
+
+    def lag(self, late: float, warn_at: float = LAG_WARNING) -> str | None:
+        """One measurement of the loop, ``late`` seconds late: what to log when that is ``warn_at`` or more (None
+        otherwise); the collections counted so far are forgotten either way."""
+        collecting, longest = self.collecting, self.longest
+        self.collecting, self.longest = 0.0, None
+        if late < warn_at:
+            return None
+        if longest is None:
+            return (f"the event loop was held {late:.1f}s, none of it by the garbage collector: a stretch of work "
+                    f"that gave the loop no turn")
+        return (f"the event loop was held {late:.1f}s, {min(collecting, late):.1f}s of it by the garbage collector "
+                f"(the longest a collection of generation {longest[0]}: {longest[1]:.1f}s)")
 
 
 def tune_gc() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from sj_operator.pacing import Pacer, in_slices, watch_gc, watch_lag
+from sj_operator.pacing import LoopHolds, Pacer, in_slices, watch_gc, watch_lag
 
 
 class Clock:
@@ -94,6 +94,28 @@ def test_the_loop_lag_is_how_much_later_than_asked_the_sleeper_woke():
 
     asyncio.run(run())
     assert observed == [0.0, 0.25, 3.0]
+
+
+@pytest.mark.parametrize(("collections", "late", "said"), [
+    ([], 0.3, None),
+    ([(0, 0.2)], 0.9, None),
+    ([], 1.5, "the event loop was held 1.5s, none of it by the garbage collector: a stretch of work that gave the "
+              "loop no turn"),
+    ([(0, 0.01), (2, 3.3), (1, 0.2)], 3.6, "the event loop was held 3.6s, 3.5s of it by the garbage collector (the "
+                                           "longest a collection of generation 2: 3.3s)"),
+    # Collections counted since the last look, some of them before the lag began: never more than the lag.
+    ([(1, 0.8), (1, 0.7)], 1.2, "the event loop was held 1.2s, 1.2s of it by the garbage collector (the longest a "
+                                "collection of generation 1: 0.8s)"),
+])
+def test_a_lag_of_a_second_or_more_is_said_with_the_collectors_share_of_it(
+        collections: list[tuple[int, float]], late: float, said: str | None) -> None:
+    holds = LoopHolds()
+    for generation, seconds in collections:
+        holds.collection(generation, seconds, 100)
+    assert holds.lag(late) == said
+    # What was counted is forgotten at each look: the next lag is its own.
+    assert holds.lag(1.0) == ("the event loop was held 1.0s, none of it by the garbage collector: a stretch of work "
+                              "that gave the loop no turn")
 
 
 def test_every_collection_of_the_garbage_collector_is_timed_and_counted_until_stopped():
