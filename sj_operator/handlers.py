@@ -113,6 +113,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         asyncio.create_task(_decision_loop(memo), name="decision loop"),
         asyncio.create_task(watch_lag(_lag_observer(metrics, holds)), name="event loop lag"),
     ]
+
     def collected(generation: int, seconds: float, freed: int) -> None:
         metrics.gc_collection(generation, seconds, freed)
         holds.collection(generation, seconds)

@@ -134,8 +134,8 @@ class LoopHolds:
     longest: tuple[int, float] | None = None
     """The longest of those collections: its generation and seconds."""
 
-    def collection(self, generation: int, seconds: float, _collected: int = 0) -> None:
-        """One collection (``watch_gc``'s observer)."""
+    def collection(self, generation: int, seconds: float) -> None:
+        """One collection, of ``generation``, that took ``seconds``."""
         self.collecting += seconds
         if self.longest is None or seconds > self.longest[1]:
             self.longest = (generation, seconds)

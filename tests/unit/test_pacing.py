@@ -111,7 +111,7 @@ def test_a_lag_of_a_second_or_more_is_said_with_the_collectors_share_of_it(
         collections: list[tuple[int, float]], late: float, said: str | None) -> None:
     holds = LoopHolds()
     for generation, seconds in collections:
-        holds.collection(generation, seconds, 100)
+        holds.collection(generation, seconds)
     assert holds.lag(late) == said
     # What was counted is forgotten at each look: the next lag is its own.
     assert holds.lag(1.0) == ("the event loop was held 1.0s, none of it by the garbage collector: a stretch of work "
