@@ -29,12 +29,16 @@ HOLD_BUDGET = 0.02
 """Seconds a stretch of work may hold the loop before it gives the other tasks a turn."""
 SLICE = 128
 """Items (SJs) between two looks at the clock: a slice costs a few milliseconds at most."""
-GC_THRESHOLDS = (10_000, 10, 20)
+GC_THRESHOLDS = (10_000, 10, 100)
 """The garbage collector's thresholds for the operator's process (CPython's defaults are 700, 10, 10). Its
 watch caches and a pass's caches are hundreds of thousands of objects that live for minutes, and a burst
 allocates millions: with the defaults, a burst of 2,000 SJs made 105 full collections in four minutes,
-each 0.25 to 1 s of a stopped loop (48 s in all). Reference counting still frees at once everything that
-is not part of a cycle; only cyclic garbage waits longer to be collected."""
+each 0.25 to 1 s of a stopped loop (48 s in all). A full collection walks every container the process
+holds, about 1.7 s at 10,000 SJs; a burst of 10,000 made 22 collections of the middle generation, so at
+20 of those per full collection it still stopped the loop once, and at 100 a burst five times as big
+makes none. Between bursts CPython makes a full collection only once a quarter as many objects as the
+oldest generation holds have joined it since the last. Reference counting still frees at once everything
+that is not part of a cycle; only cyclic garbage (13,000 objects in that full collection) waits longer."""
 GC_PAUSE_LIMIT = 5.0
 """Seconds a pass may run with the collector paused (``collector_paused``): a quiet pass at 10,000 SJs takes
 about 0.1 s and a burst's about a second; one that waits longer on the API server collects again."""
