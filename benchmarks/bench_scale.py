@@ -61,7 +61,9 @@ way keeps what its finished runs measured); the result is a table, optionally a 
 data (``--json PATH``, ``--save``: ``benchmarks/harness/results.py``), with the goals beside the figures they
 are set for (``GOALS``: ``benchmarks/harness/scale_report.py``). ``--profile FILE`` samples the operator with py-spy
 while it runs (its collapsed stacks go to FILE; the shares by package, function and API operation are logged); with
-``--profile-burst``, only until every SJ's Job exists. Everything the run made (nodes, namespaces, PriorityClasses)
+``--profile-burst``, only until every SJ's Job exists. ``--profile-control-plane`` takes the API server's and the
+controller manager's own CPU profiles during each run and sums them by what spent their CPU (``pprof.py``: which
+controller, which kind of request). Everything the run made (nodes, namespaces, PriorityClasses)
 is deleted at the end.
 
 What runs beside the benchmark (the operator, Kueue's manager), what they use and what they serve, the cluster's
@@ -81,7 +83,7 @@ from collections.abc import Callable
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -113,6 +115,8 @@ from benchmarks.harness.metrics import (  # noqa: E402
     toggle_lateness,
     writes,
 )
+from benchmarks.harness.pprof import WINDOW as PROFILE_WINDOW  # noqa: E402
+from benchmarks.harness.pprof import ControlPlaneProfiles, by_component, cluster_takers  # noqa: E402
 from benchmarks.harness.preemption import Stream, lost_by_sjs, preempted  # noqa: E402
 from benchmarks.harness.processes import (  # noqa: E402
     CpuAccount,
@@ -265,24 +269,33 @@ def pods_running(batch: client.BatchV1Api, namespace: str, pods: int, start: flo
 
 @dataclass
 class Account:
-    """What a run cost the cluster from its first create: where the machine's CPU went (`CpuAccount`) and the writes
-    the API server served, whoever made them (`WritesSince`)."""
+    """What a run cost the cluster from its first create: where the machine's CPU went (`CpuAccount`), the writes
+    the API server served, whoever made them (`WritesSince`), and with ``--profile-control-plane`` what the API
+    server's and the controller manager's CPU went to (`ControlPlaneProfiles`)."""
     cpu: CpuAccount
     writes: WritesSince
+    profiles: ControlPlaneProfiles | None = None
+    profiling: ClassVar[bool] = False
+    """Whether runs profile the control plane (``--profile-control-plane``; set once, by `main`)."""
 
     @classmethod
     def begun(cls, api: client.ApiClient, processes: dict[str, int] | None = None) -> Account:
-        return cls(CpuAccount(processes), WritesSince(api))
+        profiles = ControlPlaneProfiles(cluster_takers(api)) if cls.profiling else None
+        return cls(CpuAccount(processes), WritesSince(api), profiles)
 
 
 def to_running(result: Result, run: str, account: Account) -> None:
-    """What ``run`` cost the cluster until its units ran (`Account`), as ``{run}_cpu_to_running`` and
-    ``{run}_writes_to_running``, also logged (the writes the most first)."""
+    """What ``run`` cost the cluster until its units ran (`Account`), as ``{run}_cpu_to_running``,
+    ``{run}_writes_to_running`` and (profiled) ``{run}_control_plane_cpu``, also logged (the most first)."""
     seconds = result.figures[f"{run}_cpu_to_running"] = account.cpu.seconds()
     written = result.figures[f"{run}_writes_to_running"] = account.writes.writes()
     log("  CPU to running: " + ", ".join(f"{name} {s:.0f}s" for name, s in seconds.items()))
     log(f"  writes to running: {sum(written.values()):.0f}, the most "
         + ", ".join(f"{key} {n:.0f}" for key, n in list(written.items())[:8]))
+    if account.profiles is not None:
+        spent = result.figures[f"{run}_control_plane_cpu"] = account.profiles.seconds()
+        for name, parts in by_component(spent).items():
+            log(f"  {name}'s CPU profile to running: " + ", ".join(f"{p} {s:.0f}s" for p, s in list(parts.items())[:8]))
 
 
 def floor_again(api: client.ApiClient, work: Workload, threads: int, result: Result, *,
@@ -657,6 +670,10 @@ def main() -> int:
                         help="sample the operator with py-spy while it runs; its stacks go here (collapsed)")
     parser.add_argument("--profile-burst", action="store_true",
                         help="with --profile: sample only until every SJ's Job exists (the burst)")
+    parser.add_argument("--profile-control-plane", action="store_true",
+                        help="with each run, the API server's and the controller manager's CPU profiles (Go's pprof, "
+                             f"{PROFILE_WINDOW}-s windows from the first create until running), summed by what spent "
+                             "it: the controller, the kind of request (the profiler costs them a few percent)")
     parser.add_argument("--kueue", action="store_true",
                         help=f"then the same burst through Kueue {kueue.VERSION} (hack/build-binaries kueue builds it)")
     args = parser.parse_args()
@@ -666,6 +683,7 @@ def main() -> int:
         parser.error("--floor-once runs the first floor, --no-floor none: give one of them")
     if not os.environ.get("KUBECONFIG"):
         parser.error("no cluster: set KUBECONFIG (make bench-scale starts the local cluster)")
+    Account.profiling = args.profile_control_plane
     config.load_kube_config()
     client.Configuration._default.connection_pool_maxsize = 32  # type: ignore[attr-defined]
     api = client.ApiClient()
