@@ -127,14 +127,16 @@ def parameters(args: argparse.Namespace, **more: Any) -> dict[str, Any]:
 
 def result(benchmark: str, params: Mapping[str, Any], figures: Sequence[Mapping[str, Any]], *,
            note: str | None = None, argv: Sequence[str] | None = None, now: datetime | None = None,
-           repo: Path = REPO) -> dict[str, Any]:
-    """A whole result, as written to its JSON file."""
+           repo: Path = REPO, measured: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A whole result, as written to its JSON file; ``measured``: the checkout's `commit` as read when the
+    benchmark began (read now without it), so that a result written part way through a long run, or at its end,
+    names what was measured even when the checkout has moved on meanwhile."""
     now = datetime.now(UTC) if now is None else now
     return {
         "schema": SCHEMA,
         "benchmark": benchmark,
         "command": command(argv),
-        **commit(repo),
+        **(commit(repo) if measured is None else measured),
         "date": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": machine(),
         "parameters": dict(params),

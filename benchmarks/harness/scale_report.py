@@ -55,6 +55,8 @@ class Keeper:
         self.args, self.result, self.pods, self.high_pods = args, result, pods, high_pods
         self.done: list[str] = []
         self.paths: list[Path] | None = None
+        self.measured = results.commit()
+        """The checkout as the run began: what every write of the result names (`results.result`)."""
 
     def data(self, note: str | None) -> dict[str, Any]:
         figures = self.result.figures
@@ -67,7 +69,7 @@ class Keeper:
         once = ("The floor ran once, before the operator's run (--floor-once: A-B, not A-B-A); the operator's "
                 "ratios are taken against it alone." if getattr(self.args, "floor_once", False) else None)
         return results.result("bench_scale", params, scale_figures(figures, self.args.sjs),
-                              note=" ".join(n for n in (note, once) if n) or None)
+                              note=" ".join(n for n in (note, once) if n) or None, measured=self.measured)
 
     def write(self, note: str | None) -> None:
         data = self.data(note)

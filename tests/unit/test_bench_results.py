@@ -90,6 +90,21 @@ def test_the_commit_measured_and_whether_tracked_files_differed_from_it(tmp_path
     assert results.commit(tmp_path) == {"commit": head, "dirty": True}
 
 
+def test_a_result_names_the_commit_read_as_its_benchmark_began_not_where_the_checkout_is_now(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git(tmp_path, "add", "code.py")
+    git(tmp_path, "commit", "-q", "-m", "measured")
+    began = results.commit(tmp_path)
+    (tmp_path / "code.py").write_text("x = 2\n")
+    git(tmp_path, "commit", "-q", "-am", "a later commit, made while the benchmark ran")
+    now = git(tmp_path, "rev-parse", "HEAD")
+    assert began["commit"] != now
+    data = results.result("bench_scale", {}, [], repo=tmp_path, measured=began)
+    assert (data["commit"], data["dirty"]) == (began["commit"], False)
+    assert results.result("bench_scale", {}, [], repo=tmp_path)["commit"] == now, "without it: the checkout now"
+
+
 def test_outside_a_checkout_the_commit_is_unknown(tmp_path: Path) -> None:
     assert results.commit(tmp_path) == {"commit": None, "dirty": None}
 
