@@ -28,7 +28,10 @@ __all__ = ["APISERVER_PARTS", "WINDOW", "ControlPlaneProfiles", "Sample", "apise
 WINDOW = 10
 """Seconds of one profile; the next is asked for as soon as it is in."""
 CONTROLLERS = "k8s.io/kubernetes/pkg/controller/"
-GO_GC = "runtime.gcBgMarkWorker"
+GO_GC = ("runtime.gcBgMarkWorker", "runtime.bgsweep", "runtime.bgscavenge")
+"""The Go runtime's own collector goroutines (a request's allocation assists stay the request's)."""
+NESTED_CONTROLLERS = ("volume", "certificates")
+"""Controller packages whose subpackages are controllers of their own (``volume/attachdetach``, ...)."""
 APISERVER_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("watch", ("handlers.serveWatch", "(*WatchServer).HandleHTTP", "(*watchEncoder)")),
     ("create", ("handlers.CreateResource", "handlers.CreateNamedResource")),
@@ -38,14 +41,15 @@ APISERVER_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("get and list", ("handlers.GetResource", "handlers.ListResource", "handlers.getResourceHandler")),
     ("watch cache", ("cacher.(*Cacher).dispatch", "cacher.(*Cacher).processEvent", "cacher.(*cacheWatcher)",
                      "cacher.(*watchCache)", "cacher.(*Cacher).startCaching")),
-    ("etcd", ("go.etcd.io/etcd/client/", "google.golang.org/grpc")),
+    ("etcd", ("k8s.io/apiserver/pkg/storage/etcd3.(*watchChan)", "go.etcd.io/etcd/client/", "google.golang.org/grpc")),
     ("HTTP, TLS and filters", ("net/http.", "golang.org/x/net/http2.", "crypto/tls.")),
-    ("Go GC", (GO_GC, "runtime.bgsweep", "runtime.bgscavenge")),
+    ("Go GC", GO_GC),
 )
 """The API server's parts, the first whose markers a stack holds (any frame) naming it: a watch is served by
 ``ListResource`` too, so watches are looked for first; a request's own work (its storage's included) before the
-watch cache's, which is the events' dispatch to the watchers; its client of etcd; the requests' way in (HTTP/2,
-TLS, authentication, authorization, priority and fairness) when no handler is under way yet."""
+watch cache's, which is the events' dispatch to the watchers (a watch's setup and first events are its list's);
+its client of etcd, the watches of etcd's changes decoded; the connections' own work (HTTP/2 framing, TLS: of the
+watches' streams too) and the filters before a handler (authentication, authorization, priority and fairness)."""
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,19 @@ class Sample:
 def _varint(data: bytes, at: int) -> tuple[int, int]:
     value = shift = 0
     while True:
+        if at >= len(data):
+            raise ValueError("not a profile: it ends inside a number")
         byte = data[at]
         at += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return value, at
         shift += 7
+
+
+def _signed(n: int) -> int:
+    """An int64 read as its varint (two's complement in 64 bits)."""
+    return n - (1 << 64) if n >= 1 << 63 else n
 
 
 def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
@@ -112,7 +123,7 @@ def _int(data: bytes, number: int) -> int:
 
 
 def _location(data: bytes) -> tuple[int, list[int]]:
-    """A Location: its id and its lines' functions (inlined ones first)."""
+    """A Location: its id and its lines' functions (inlined ones first; none when it was not symbolized)."""
     lines = [_int(_message(v), 1) for n, v in _fields(data) if n == 4]
     return _int(data, 1), lines
 
@@ -125,7 +136,7 @@ def _sample(data: bytes) -> tuple[list[int], list[int]]:
         if n == 1:
             ids += _ints(v)
         elif n == 2:
-            values += _ints(v)
+            values += [_signed(i) for i in _ints(v)]
     return ids, values
 
 
@@ -153,24 +164,28 @@ def decode(data: bytes) -> list[Sample]:
     cpu = next((i for i, t in enumerate(types) if strings[t] == "cpu"), None)
     if cpu is None:
         raise ValueError("not a CPU profile: no sample type named cpu")
-    return [Sample(tuple(strings[functions.get(f, 0)] for loc in ids for f in locations.get(loc, ())),
-                   values[cpu] / 1e9) for ids, values in samples]
+    def frames(location: int) -> list[str]:
+        return [strings[functions.get(f, 0)] for f in locations.get(location, ())] or [f"?location {location}"]
+
+    return [Sample(tuple(frame for loc in ids for frame in frames(loc)), values[cpu] / 1e9) for ids, values in samples]
 
 
 # --- what spent it -------------------------------------------------------------------------------------------------
 
 def controller_part(stack: Sequence[str]) -> str:
     """The controller manager's part a stack (leaf first) is: the controller whose code is nearest its root
-    (``k8s.io/kubernetes/pkg/controller/<name>``: its workers, and its handlers of the informers' events); Go's
-    garbage collector; ``informers`` (client-go's caches and watches); ``other``."""
+    (``k8s.io/kubernetes/pkg/controller/<name>``, ``volume/<name>``: its workers, and its handlers of the
+    informers' events); Go's garbage collector; ``informers`` (client-go's caches, and the watches' events decoded);
+    ``other``."""
     for frame in reversed(stack):
         if frame.startswith(CONTROLLERS):
-            name = frame[len(CONTROLLERS):].split(".", 1)[0].split("/", 1)[0]
+            path = frame[len(CONTROLLERS):].split(".", 1)[0].split("/")
+            name = "/".join(path[:2]) if path[0] in NESTED_CONTROLLERS and len(path) > 1 else path[0]
             if name:
                 return name
     if any(frame.startswith(GO_GC) for frame in stack):
         return "Go GC"
-    if any(frame.startswith("k8s.io/client-go/tools/cache.") for frame in stack):
+    if any(frame.startswith(("k8s.io/client-go/tools/cache.", "k8s.io/apimachinery/pkg/watch.")) for frame in stack):
         return "informers"
     return "other"
 
@@ -254,40 +269,41 @@ def cluster_takers(api: client.ApiClient) -> dict[str, Taker]:
 
 class ControlPlaneProfiles:
     """Components' CPU by part (`apiserver_part`, `controller_part`) from the moment this is made until `seconds`:
-    a thread per component (``takers``, `cluster_takers`) takes ``window``-second profiles back to back. A
-    component whose profile cannot be taken (the controller manager without its ``/debug/pprof`` allowed, as
-    ``hack/cluster`` allows it) is said once and left out."""
+    a thread per component (``takers``, `cluster_takers`) takes ``window``-second profiles one after another (the
+    next asked for as soon as one is in). A component any of whose windows cannot be taken (the controller manager
+    without its ``/debug/pprof`` allowed, as ``hack/cluster`` allows it; a request timed out) is said once and left
+    out: its figures would miss that window."""
 
     def __init__(self, takers: Mapping[str, Taker], window: int = WINDOW) -> None:
         self.window = window
         self._stop = threading.Event()
-        self._sums: dict[str, dict[str, float]] = {}
+        self._taken: dict[str, tuple[list[bytes], Callable[[Sequence[str]], str]]] = {}
         self._threads = [threading.Thread(target=self._profile, args=(name, *taker), daemon=True, name=f"pprof {name}")
                          for name, taker in takers.items()]
         for thread in self._threads:
             thread.start()
 
     def _profile(self, name: str, take: Callable[[int], bytes], part: Callable[[Sequence[str]], str]) -> None:
-        sums: dict[str, float] = {}
+        taken: list[bytes] = []
         while not self._stop.is_set():
             try:
-                samples = decode(take(self.window))
-            except Exception as exc:  # a profile not taken is said, and the component left out
+                taken.append(take(self.window))
+            except Exception as exc:  # a window not taken: the component's figures would miss it
                 log(f"  {name}'s CPU profile not taken ({type(exc).__name__}: {exc}); it is left out")
                 return
-            for key, seconds in parts(samples, part).items():
-                sums[key] = sums.get(key, 0.0) + seconds
-            self._sums[name] = sums
+        self._taken[name] = (taken, part)
 
     def seconds(self) -> dict[str, float]:
-        """Stops (after the windows under way, at most ``window`` seconds) and gives the CPU seconds by component
-        and part (``kube-controller-manager endpointslice``), each component's the most first."""
+        """Stops (after the windows under way: the figures cover at most ``window`` seconds more than asked) and
+        gives the CPU seconds by component and part (``kube-controller-manager endpointslice``), each component's
+        the most first. The profiles are read only now, so that reading them took nothing from the run."""
         self._stop.set()
         for thread in self._threads:
             thread.join(self.window + 90)
         out: dict[str, float] = {}
-        for name, sums in self._sums.items():
-            out.update({f"{name} {key}": s for key, s in sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))})
+        for name, (taken, part) in dict(self._taken).items():
+            sums = parts([sample for data in taken for sample in decode(data)], part)
+            out.update({f"{name} {key}": s for key, s in sums.items()})
         return out
 
 

@@ -21,6 +21,7 @@ from benchmarks.harness.pprof import (
 
 
 def varint(n: int) -> bytes:
+    n &= (1 << 64) - 1  # an int64 as protobuf writes it: two's complement
     out = bytearray()
     while True:
         byte, n = n & 0x7F, n >> 7
@@ -62,7 +63,7 @@ def profile(stacks: Sequence[tuple[Sequence[Sequence[str]], int]], *, types: Seq
             if key not in location_ids:
                 location_ids[key] = len(location_ids) + 1
                 lines = b""
-                for name in location:
+                for name in location:  # none: a location that was not symbolized
                     if name not in functions:
                         functions[name] = len(functions) + 1
                         body += field(5, field(1, functions[name]) + field(2, index(name)) + field(4, index("f.go")))
@@ -84,14 +85,20 @@ def test_a_profile_gives_each_stack_leaf_first_with_its_cpu_seconds(pack: bool, 
     assert got == [Sample(("inlined", "leaf", "root"), 0.03), Sample(("root",), 0.01)]
 
 
+def test_a_negative_value_and_a_location_without_its_functions_are_read_as_such() -> None:
+    got = decode(profile([([[], ["root"]], -20_000_000)]))
+    assert got == [Sample(("?location 1", "root"), -0.02)]
+
+
 def test_a_profile_without_cpu_values_is_refused() -> None:
     with pytest.raises(ValueError, match="not a CPU profile"):
         decode(profile([([["f"]], 1)], types=("alloc_objects", "alloc_space")))
 
 
-def test_bytes_that_are_no_profile_are_refused() -> None:
+@pytest.mark.parametrize("data", [b"\x0f\x00", b"\x08"], ids=["wire type 7", "ends inside a number"])
+def test_bytes_that_are_no_profile_are_refused(data: bytes) -> None:
     with pytest.raises(ValueError, match="not a profile"):
-        decode(b"\x0f\x00")  # wire type 7
+        decode(data)
 
 
 CONTROLLER = "k8s.io/kubernetes/pkg/controller/"
@@ -106,10 +113,14 @@ CONTROLLER = "k8s.io/kubernetes/pkg/controller/"
     # an informer's handler of an event, in the controller's package
     ((f"{CONTROLLER}endpoint.(*Controller).updatePod", "k8s.io/client-go/tools/cache.(*processorListener).run"),
      "endpoint"),
-    # a subpackage's name is the controller's
+    # a subpackage's name is the controller's, but the volume controllers' own packages are each a controller
     ((f"{CONTROLLER}nodelifecycle/scheduler.(*TimedWorkerQueue).Add",), "nodelifecycle"),
+    ((f"{CONTROLLER}volume/attachdetach.(*attachDetachController).podAdd",), "volume/attachdetach"),
     (("runtime.scanobject", "runtime.gcBgMarkWorker"), "Go GC"),
+    (("runtime.sweepone", "runtime.bgsweep"), "Go GC"),
     (("k8s.io/client-go/tools/cache.(*Reflector).watch",), "informers"),
+    (("k8s.io/apimachinery/pkg/runtime.Decode", "k8s.io/apimachinery/pkg/watch.(*StreamWatcher).receive"),
+     "informers"),
     # the package of controller helpers is no controller
     (("k8s.io/kubernetes/pkg/controller.(*ControllerExpectations).Lower", "runtime.goexit"), "other"),
     ((), "other"),
@@ -134,6 +145,7 @@ HANDLERS = "k8s.io/apiserver/pkg/endpoints/handlers."
     ((f"{HANDLERS}DeleteResource.func1",), "delete"),
     (("k8s.io/apiserver/pkg/storage/cacher.(*cacheWatcher).processInterval",), "watch cache"),
     (("go.etcd.io/etcd/client/v3.(*watchGRPCStream).run",), "etcd"),
+    (("k8s.io/apiserver/pkg/storage/etcd3.(*watchChan).transform",), "etcd"),
     (("crypto/tls.(*Conn).Write", "golang.org/x/net/http2.(*serverConn).writeFrameAsync"), "HTTP, TLS and filters"),
     (("runtime.gcDrain", "runtime.gcBgMarkWorker"), "Go GC"),
     (("runtime.goexit",), "other"),
@@ -176,10 +188,19 @@ def test_profiles_are_taken_back_to_back_until_stopped_and_summed_by_component_a
     def refused(seconds: int) -> bytes:
         raise OSError("403 Forbidden")
 
+    later: list[int] = []
+
+    def fails_later(seconds: int) -> bytes:
+        later.append(seconds)
+        if len(later) > 1:
+            raise TimeoutError("the second window timed out")
+        return profile([([["h"]], 1_000_000_000)])
+
     profiles = ControlPlaneProfiles({"kube-apiserver": (take, lambda stack: f"part {stack[0]}"),
-                                     "kube-controller-manager": (refused, controller_part)}, window=7)
+                                     "kube-controller-manager": (refused, controller_part),
+                                     "kube-scheduler": (fails_later, controller_part)}, window=7)
     assert stopping.wait(10)
     got = profiles.seconds()
     assert set(taken) == {7} and len(taken) >= 3
     assert got == {"kube-apiserver part f": 2.0 * len(taken), "kube-apiserver part g": 1.0 * len(taken)}, \
-        "every window summed; the refused component left out"
+        "every window summed; a component refused, or refused a window after its first, left out"
