@@ -237,12 +237,24 @@ def release_pods(core: client.CoreV1Api, namespace: str, threads: int = 16) -> N
          "pods' finalizers taken off", threads)
 
 
+def apiserver_get(api: client.ApiClient, path: str, *, query: Sequence[tuple[str, Any]] = (),
+                  timeout: float | None = None) -> bytes:
+    """The body the API server sends for a GET of ``path`` (not an API object: its metrics, a profile), as it sent
+    it; ``timeout`` seconds at most (the client's default without)."""
+    method, url, headers, body, _ = api.param_serialize("GET", path, query_params=list(query),
+                                                        auth_settings=["BearerToken"])
+    response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
+    response.read()  # type: ignore[no-untyped-call]
+    data = response.data
+    if not isinstance(data, bytes):
+        raise ValueError(f"the API server sent no body for {path}")
+    return data
+
+
 def apiserver_metrics(api: client.ApiClient) -> str:
     """The API server's metrics, as text."""
-    method, url, headers, body, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
-    response = retrying(lambda: api.call_api(method, url, header_params=headers, body=body))
-    response.read()
-    return str(response.data.decode())
+    data: bytes = retrying(lambda: apiserver_get(api, "/metrics"))
+    return data.decode()
 
 
 class WritesSince:

@@ -16,10 +16,11 @@ import threading
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from kubernetes import client
 
+from benchmarks.harness.kube import apiserver_get
+from benchmarks.harness.processes import command_line
 from benchmarks.harness.progress import log
 
 __all__ = ["APISERVER_PARTS", "WINDOW", "ControlPlaneProfiles", "Sample", "apiserver_part", "by_component",
@@ -216,27 +217,13 @@ def secure_port(cmdline: str) -> int | None:
 
 
 def _component_port(pattern: str) -> int | None:
-    for proc in Path("/proc").iterdir():
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if pattern in cmdline:
-            return secure_port(cmdline)
-    return None
+    found = command_line(pattern)
+    return None if found is None else secure_port(found[1])
 
 
 def _apiserver_profile(api: client.ApiClient) -> Callable[[int], bytes]:
     def take(seconds: int) -> bytes:
-        method, url, headers, body, _ = api.param_serialize("GET", "/debug/pprof/profile",
-                                                            query_params=[("seconds", seconds)],
-                                                            auth_settings=["BearerToken"])
-        response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=seconds + 60)
-        response.read()  # type: ignore[no-untyped-call]
-        data = response.data
-        if not isinstance(data, bytes):
-            raise ValueError("the API server sent no profile")
-        return data
+        return apiserver_get(api, "/debug/pprof/profile", query=[("seconds", seconds)], timeout=seconds + 60)
     return take
 
 

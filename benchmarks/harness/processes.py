@@ -63,17 +63,30 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def command_cpu_seconds(pattern: str) -> float | None:
-    """CPU seconds (user + system) of the first process whose command line contains ``pattern`` (a process
-    this benchmark did not start, such as the API server); None when there is none."""
+def command_line(pattern: str) -> tuple[int, str] | None:
+    """The pid and command line (arguments joined by spaces) of the first process whose command line contains
+    ``pattern`` (a process this benchmark did not start, such as the API server; never a benchmark's own); None
+    when there is none."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            if pattern in cmdline and OWN_COMMANDS not in cmdline:
-                return cpu_seconds(int(pid))
         except OSError:
             continue
+        if pattern in cmdline and OWN_COMMANDS not in cmdline:
+            return int(pid), cmdline
     return None
+
+
+def command_cpu_seconds(pattern: str) -> float | None:
+    """CPU seconds (user + system) of the first process whose command line contains ``pattern``
+    (`command_line`); None when there is none."""
+    found = command_line(pattern)
+    if found is None:
+        return None
+    try:
+        return cpu_seconds(found[0])
+    except OSError:  # it ended meanwhile
+        return None
 
 
 def peak_rss_mib(pid: int) -> float:
