@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,7 +47,7 @@ from sj_operator.observed import (
     sj_object,
     with_disrupted,
 )
-from sj_operator.pacing import LoopHolds, batch_window, collector_paused, watch_gc, watch_lag
+from sj_operator.pacing import HeldSampler, LoopHolds, batch_window, collector_paused, watch_gc, watch_lag
 from sj_operator.policy.tenancy import ResourceQuotaView, resource_quota_view
 from sj_operator.webhook import WebhookServer, webhook_hosts
 
@@ -105,13 +107,15 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                     on_fault=skipped))
     memo.watchdog = Watchdog(config.stall_timeout.total_seconds())
     memo.controller.resource_quotas = memo.caches.resource_quotas.in_namespace
-    holds = LoopHolds()
+    holds, sampler = LoopHolds(), HeldSampler(threading.get_ident())
+    memo.unwatch_held = sampler.start()
     memo.tasks = [
         *(asyncio.create_task(cache.run(memo.kube), name=str(cache)) for cache in memo.caches.all()),
         asyncio.create_task(campaign_once_ready(memo.ready, memo.elector.run, config.cache_timeout.total_seconds()),
                             name="leader election"),
         asyncio.create_task(_decision_loop(memo), name="decision loop"),
-        asyncio.create_task(watch_lag(_lag_observer(metrics, holds)), name="event loop lag"),
+        asyncio.create_task(watch_lag(_lag_observer(metrics, holds, sampler.taken), expect=sampler.expect),
+                            name="event loop lag"),
     ]
 
     def collected(generation: int, seconds: float, freed: int) -> None:
@@ -129,12 +133,14 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
              ",".join(config.namespaces) or "all")
 
 
-def _lag_observer(metrics: Metrics, holds: LoopHolds) -> Callable[[float], None]:
+def _lag_observer(metrics: Metrics, holds: LoopHolds,
+                  taken: Callable[[], Counter[str]]) -> Callable[[float], None]:
     """Each measurement of the loop's lag into its histogram, and a lag of a second or more logged with how much of
-    it the garbage collector took (`LoopHolds`)."""
+    it the garbage collector took (`LoopHolds`) and where the loop's thread was meanwhile (``taken``:
+    `HeldSampler.taken`)."""
     def observe(late: float) -> None:
         metrics.loop_lag.observe(late)
-        if (said := holds.lag(late)) is not None:
+        if (said := holds.lag(late, where=taken())) is not None:
             log.warning("%s", said)
     return observe
 
@@ -177,6 +183,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await memo.metrics_server.cleanup()
     if memo.get("unwatch_gc") is not None:
         memo.unwatch_gc()
+    if memo.get("unwatch_held") is not None:
+        memo.unwatch_held()
     if memo.get("kube") is not None:
         await memo.kube.close()
 

@@ -7,21 +7,28 @@ every other task for as long, and a health probe or a webhook call times out. So
 slices (``in_slices``), and between slices ``Pacer.breathe`` gives the loop a turn once the current
 stretch has held it for ``budget`` seconds. ``watch_lag`` measures what is left: how late the loop wakes a
 task that only sleeps; ``watch_gc`` times one cause no slicing helps, the garbage collector's pauses (a
-full collection walks every container object the process holds: at 10,000 SJs, millions).
+full collection walks every container object the process holds: at 10,000 SJs, millions); and while the
+loop is late, `HeldSampler` looks from a thread of its own at where the loop's thread is, so that a lag is
+logged with the code that held it.
 """
 from __future__ import annotations
 
 import asyncio
 import gc
+import sys
+import threading
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Protocol, TypeVar
 
 __all__ = ["BATCH_WINDOW", "BEHIND_RECHECK", "EVENT_BEHIND_DEFERRAL", "EVENT_DEFERRAL", "EVENT_QUIET",
-           "GC_PAUSE_LIMIT", "GC_THRESHOLDS", "HOLD_BUDGET", "LAG_WARNING", "PASS_SHARE", "SLICE", "LoopHolds", "Pacer",
-           "Timer", "batch_window", "collector_paused", "event_wait", "in_slices", "tune_gc", "watch_gc", "watch_lag"]
+           "GC_PAUSE_LIMIT", "GC_THRESHOLDS", "HELD_AFTER", "HELD_PLACES", "HELD_SAMPLE", "HOLD_BUDGET", "LAG_WARNING",
+           "PASS_SHARE", "SLICE", "HeldSampler", "LoopHolds", "Pacer", "Timer", "batch_window", "collector_paused",
+           "event_wait", "in_slices", "place", "tune_gc", "watch_gc", "watch_lag"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -63,6 +70,12 @@ LAG_PERIOD = 0.5
 LAG_WARNING = 1.0
 """Seconds late from which the loop's lag is logged, with how much of it the garbage collector took
 (`LoopHolds`): a second is when a health probe or a webhook call begins to feel it."""
+HELD_AFTER = 0.25
+"""Seconds overdue from which ``watch_lag``'s sleep counts as held, and `HeldSampler` looks at the loop's thread."""
+HELD_SAMPLE = 0.1
+"""Seconds between two looks of `HeldSampler` at whether the loop is held (and, while it is, at where)."""
+HELD_PLACES = 3
+"""The places a lag's warning names at most (the most sampled first)."""
 
 
 @dataclass
@@ -101,13 +114,92 @@ async def in_slices(items: Sequence[T], work: Callable[[Sequence[T]], Iterable[R
 
 async def watch_lag(observe: Callable[[float], None], *, period: float = LAG_PERIOD,
                     clock: Callable[[], float] = time.monotonic,
-                    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                    expect: Callable[[float], None] = lambda due: None) -> None:
     """Sleeps ``period`` seconds over and over, and ``observe``s how much later than asked it woke each
-    time: how long the work before it held the loop. Runs until cancelled."""
+    time: how long the work before it held the loop (``expect`` is told, before each sleep, when it is due:
+    `HeldSampler.expect`). Runs until cancelled."""
     while True:
         due = clock() + period
+        expect(due)
         await sleep(period)
         observe(max(0.0, clock() - due))
+
+
+def place(frame: FrameType | None, package: str = __package__ or "sj_operator", depth: int = 3) -> str:
+    """Where a thread is, from its innermost ``frame``: the innermost ``depth`` of ``package``'s frames, innermost
+    first (``path:line function``, the path from the package's directory), after the innermost frame of all
+    when that one is elsewhere (a library the package called: where the time actually goes)."""
+    if frame is None:
+        return "nowhere (the thread has ended)"
+    marker = f"/{package}/"
+    ours: list[str] = []
+    elsewhere: str | None = None
+    innermost = True
+    while frame is not None and len(ours) < depth:
+        code = frame.f_code
+        filename = code.co_filename
+        at = filename.rfind(marker)
+        if at >= 0:
+            ours.append(f"{filename[at + 1:]}:{frame.f_lineno} {code.co_name}")
+        elif innermost:
+            elsewhere = f"{'/'.join(filename.rsplit('/', 2)[-2:])}:{frame.f_lineno} {code.co_name}"
+        innermost = False
+        frame = frame.f_back
+    return " < ".join(([elsewhere] if elsewhere else []) + ours) or "outside the operator's code"
+
+
+@dataclass
+class HeldSampler:
+    """Where the loop's thread was while the loop was held: a thread of its own looks every `HELD_SAMPLE` seconds
+    whether ``watch_lag``'s sleep is `HELD_AFTER` overdue (`expect` is told when it is due), and while it is,
+    counts the loop thread's `place`. The next lag's warning takes the counts (`taken`): a lag that collection
+    does not explain then names the code that did not give the loop a turn, as a profiler would, without one.
+    Costs nothing while the loop keeps time (a look at the clock every `HELD_SAMPLE` seconds)."""
+
+    thread: int
+    """The loop's thread (``threading.get_ident()`` in it)."""
+    frames: Callable[[], dict[int, FrameType]] = sys._current_frames
+    clock: Callable[[], float] = time.monotonic
+    after: float = HELD_AFTER
+    due: float | None = None
+    """When the loop's watcher is due to wake next (`expect`); None before its first sleep."""
+    samples: Counter[str] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def expect(self, due: float) -> None:
+        """``watch_lag``'s next wake is due at ``due`` (its clock, which must be this sampler's)."""
+        self.due = due
+
+    def sample(self) -> bool:
+        """One look: the loop thread's place counted if the loop is held; whether it was."""
+        due = self.due
+        if due is None or self.clock() - due < self.after:
+            return False
+        where = place(self.frames().get(self.thread))
+        with self._lock:
+            self.samples[where] += 1
+        return True
+
+    def taken(self) -> Counter[str]:
+        """The places counted since the last call, forgotten here."""
+        with self._lock:
+            samples, self.samples = self.samples, Counter()
+        return samples
+
+    def start(self, every: float = HELD_SAMPLE) -> Callable[[], None]:
+        """Looks every ``every`` seconds from a daemon thread; returns the function that stops it."""
+        def run() -> None:
+            while not self._stop.wait(every):
+                self.sample()
+        threader = threading.Thread(target=run, name="held loop sampler", daemon=True)
+        threader.start()
+
+        def stop() -> None:
+            self._stop.set()
+            threader.join(timeout=1)
+        return stop
 
 
 def watch_gc(observe: Callable[[int, float, int], None], *,
@@ -144,18 +236,25 @@ class LoopHolds:
         if self.longest is None or seconds > self.longest[1]:
             self.longest = (generation, seconds)
 
-    def lag(self, late: float, warn_at: float = LAG_WARNING) -> str | None:
+    def lag(self, late: float, warn_at: float = LAG_WARNING, where: Counter[str] | None = None) -> str | None:
         """One measurement of the loop, ``late`` seconds late: what to log when that is ``warn_at`` or more (None
-        otherwise); the collections counted so far are forgotten either way."""
+        otherwise), with the places the loop's thread was sampled in meanwhile (``where``: `HeldSampler.taken`);
+        the collections counted so far are forgotten either way."""
         collecting, longest = self.collecting, self.longest
         self.collecting, self.longest = 0.0, None
         if late < warn_at:
             return None
         if longest is None:
-            return (f"the event loop was held {late:.1f}s, none of it by the garbage collector: a stretch of work "
+            said = (f"the event loop was held {late:.1f}s, none of it by the garbage collector: a stretch of work "
                     f"that gave the loop no turn")
-        return (f"the event loop was held {late:.1f}s, {min(collecting, late):.1f}s of it by the garbage collector "
-                f"(the longest a collection of generation {longest[0]}: {longest[1]:.1f}s)")
+        else:
+            said = (f"the event loop was held {late:.1f}s, {min(collecting, late):.1f}s of it by the garbage "
+                    f"collector (the longest a collection of generation {longest[0]}: {longest[1]:.1f}s)")
+        if where:
+            total = sum(where.values())
+            places = "; ".join(f"{n} in {p}" for p, n in where.most_common(HELD_PLACES))
+            said += f"; sampled {total} time(s) while held: {places}"
+        return said
 
 
 def tune_gc() -> None:

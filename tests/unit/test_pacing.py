@@ -3,11 +3,15 @@ it for the budget, with the results one call would give; ``watch_lag`` measures 
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
+from types import FrameType
 
 import pytest
 
-from sj_operator.pacing import LoopHolds, Pacer, in_slices, watch_gc, watch_lag
+from sj_operator.pacing import HeldSampler, LoopHolds, Pacer, in_slices, place, watch_gc, watch_lag
 
 
 class Clock:
@@ -90,10 +94,13 @@ def test_the_loop_lag_is_how_much_later_than_asked_the_sleeper_woke():
 
     async def run() -> None:
         with pytest.raises(Done):
-            await watch_lag(observed.append, period=0.5, clock=clock, sleep=sleep)
+            await watch_lag(observed.append, period=0.5, clock=clock, sleep=sleep, expect=expected.append)
 
+    expected: list[float] = []
     asyncio.run(run())
     assert observed == [0.0, 0.25, 3.0]
+    # Told before each sleep when it is due: the sampler's measure of a held loop.
+    assert expected == [0.5, 1.0, 1.75, 5.25]
 
 
 @pytest.mark.parametrize(("collections", "late", "said"), [
@@ -286,3 +293,64 @@ def test_events_wait_while_the_control_plane_is_behind_for_at_most_five_minutes(
 
     assert event_wait(now, happened, last_launch, behind=True) == pytest.approx(wait)
     assert event_wait(now, happened, last_launch, behind=False) <= wait, "behind never waits less"
+
+
+def _holding_the_loop() -> FrameType:
+    """A frame of the operator's package's tests' own (``tests/unit``), as if it held the loop."""
+    return sys._getframe()
+
+
+def _in_a_library(frame_of: Callable[[], FrameType]) -> FrameType:
+    return frame_of()
+
+
+@pytest.mark.parametrize(("due", "now", "sampled"), [
+    (None, 100.0, False),   # the watcher has not slept yet
+    (100.0, 99.0, False),   # not due yet
+    (100.0, 100.2, False),  # late, but less than HELD_AFTER: a loop that keeps time
+    (100.0, 100.25, True),
+    (100.0, 104.0, True),
+])
+def test_the_loop_threads_place_is_counted_only_while_the_loop_is_held(
+        due: float | None, now: float, sampled: bool) -> None:
+    frame = _holding_the_loop()
+    sampler = HeldSampler(7, frames=lambda: {7: frame, 8: sys._getframe()}, clock=lambda: now)
+    if due is not None:
+        sampler.expect(due)
+    assert sampler.sample() is sampled
+    assert sampler.taken() == (Counter({place(frame): 1}) if sampled else Counter())
+    assert sampler.taken() == Counter(), "taken once"
+
+
+def test_a_place_names_the_innermost_frames_of_the_package_after_the_library_frame_it_is_in() -> None:
+    frame = _holding_the_loop()
+    line = frame.f_lineno
+    assert place(frame, package="unit", depth=1) == f"unit/test_pacing.py:{line} _holding_the_loop"
+    # Called through a frame of another package: that (innermost) frame first, then the package's ones.
+    inner = _in_a_library(_holding_the_loop)
+    assert place(inner, package="unit", depth=2).startswith(f"unit/test_pacing.py:{line} _holding_the_loop < "
+                                                            f"unit/test_pacing.py:")
+    assert place(inner, package="no_such_package", depth=2) == f"unit/test_pacing.py:{line} _holding_the_loop"
+    assert place(None) == "nowhere (the thread has ended)"
+
+
+def test_a_lags_warning_names_the_most_sampled_places_while_the_loop_was_held() -> None:
+    where = Counter({"a.py:1 f": 1, "b.py:2 g": 7, "c.py:3 h": 3, "d.py:4 i": 2})
+    assert LoopHolds().lag(1.5, where=where) == (
+        "the event loop was held 1.5s, none of it by the garbage collector: a stretch of work that gave the loop no "
+        "turn; sampled 13 time(s) while held: 7 in b.py:2 g; 3 in c.py:3 h; 2 in d.py:4 i")
+    assert LoopHolds().lag(0.5, where=where) is None
+
+
+def test_the_sampler_thread_counts_the_loop_threads_place_while_held_and_stops() -> None:
+    sampler = HeldSampler(threading.get_ident())
+    sampler.expect(sampler.clock() - 10)  # long overdue: every look samples
+    stop = sampler.start(every=0.001)
+    try:
+        while not sampler.samples:
+            _ = [n * n for n in range(1000)]  # this thread stands for the held loop
+    finally:
+        stop()
+    taken = sampler.taken()
+    assert taken and all(p.startswith("unit/test_pacing.py:") for p in taken), taken
+    assert not any(t.name == "held loop sampler" for t in threading.enumerate())
