@@ -226,11 +226,15 @@ class Controller:
             kept.decided = {}
         for uid in gone:
             kept.decided.pop(uid, None)
-        kept.decided.update((d.observed.sj.uid, d) for d in decided)
+
+        def keep(part: Sequence[Decided]) -> list[Decided]:
+            kept.decided.update((d.observed.sj.uid, d) for d in part)
+            return list(part)
+        decided = await in_slices(decided, keep, pacer)
         # 3. The runs in flight, whose room is spoken for.
-        runs = self.ledger.in_flight(decided, lambda sj, exc: self.quarantine.fault(sj, "admission", exc),
-                                     gone=None if full else gone, position=None if full else work.position,
-                                     layout=work.layout)
+        runs = await self.ledger.in_flight(decided, lambda sj, exc: self.quarantine.fault(sj, "admission", exc),
+                                           gone=None if full else gone, position=None if full else work.position,
+                                           layout=work.layout, pacer=pacer)
         self.ledger.add_launched(view, runs)
         if not self.ledger.behind:
             self.recorder.caught_up()  # the Events waiting for the control plane go now
@@ -246,7 +250,7 @@ class Controller:
             decided = await in_slices(decided, lambda part: self.explainer.explain(part, waiting, now), pacer)
         if more:
             decided = await self._explained_again(decided, more, admission, now, pacer)
-        decided = [self._recovered(d) for d in decided]
+        decided = await in_slices(decided, lambda part: [self._recovered(d) for d in part], pacer)
         writing = await in_slices(decided, lambda part: [d for d in part if writes(d)], pacer)
         kept.writing = {d.observed.sj.uid for d in writing}
         # 6. The plan: which writes go first, which wait, which take the steering lane (the plan leaves out

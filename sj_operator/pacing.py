@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
@@ -28,7 +28,7 @@ from typing import Protocol, TypeVar
 __all__ = ["BATCH_WINDOW", "BEHIND_RECHECK", "EVENT_BEHIND_DEFERRAL", "EVENT_DEFERRAL", "EVENT_QUIET",
            "GC_PAUSE_LIMIT", "GC_THRESHOLDS", "HELD_AFTER", "HELD_PLACES", "HELD_SAMPLE", "HOLD_BUDGET", "LAG_WARNING",
            "PASS_SHARE", "SLICE", "HeldSampler", "LoopHolds", "Pacer", "Timer", "batch_window", "collector_paused",
-           "event_wait", "in_slices", "place", "tune_gc", "watch_gc", "watch_lag"]
+           "event_wait", "in_slices", "paced", "place", "tune_gc", "watch_gc", "watch_lag"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -110,6 +110,15 @@ async def in_slices(items: Sequence[T], work: Callable[[Sequence[T]], Iterable[R
             await pacer.breathe()
         results.extend(work(items[start:start + size]))
     return results
+
+
+async def paced(items: Iterable[T], pacer: Pacer | None, size: int = SLICE) -> AsyncIterator[T]:
+    """``items`` one after another, the pacer (if any) asked every ``size`` of them: a loop over thousands that
+    keeps state of its own across them (so that it is not a function of a slice, as `in_slices` needs)."""
+    for i, item in enumerate(items):
+        if pacer is not None and i and not i % size:
+            await pacer.breathe()
+        yield item
 
 
 async def watch_lag(observe: Callable[[float], None], *, period: float = LAG_PERIOD,

@@ -17,6 +17,7 @@ from typing import Any
 from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec
 from sj_operator.decide import ClusterView, Decided, in_flight
 from sj_operator.observed import JobView, PodView, SJObject
+from sj_operator.pacing import Pacer, paced
 from sj_operator.policy.lifecycle import WAITING, next_run
 from sj_operator.policy.snapshot import InFlightRun
 
@@ -243,23 +244,22 @@ class Ledger:
                 if self._added is not None:
                     self._added[3].pop(key, None)
 
-    def in_flight(self, decided: list[Decided], on_fault: Callable[[SJObject, Exception], None], *,
-                  gone: Iterable[str] | None = None,
-                  position: Callable[[str], int] | None = None, layout: int | None = None
-                  ) -> dict[RunKey, InFlightRun]:
+    async def in_flight(self, decided: list[Decided], on_fault: Callable[[SJObject, Exception], None], *,
+                        gone: Iterable[str] | None = None,
+                        position: Callable[[str], int] | None = None, layout: int | None = None,
+                        pacer: Pacer | None = None) -> dict[RunKey, InFlightRun]:
         """Runs that are Starting and not fully scheduled, and new runs not written into their SJs' statuses yet
         (`lifecycle.record_from`: a controller-manager behind may take minutes to take a Job up): their pods'
         room is spoken for. A run's entry is
         the last pass's while its spec and scheduled pods are. ``gone``: the SJs no longer decided, when
         ``decided`` are only the SJs decided in this pass (the others keep their runs), then in the order of
         ``position`` (of an SJ uid; ``layout`` moves whenever the positions may have changed otherwise than by SJs
-        coming and going); None: ``decided`` is every SJ, in its order."""
-        made = before = self._starting
+        coming and going); None: ``decided`` is every SJ, in its order. ``pacer`` is asked every `pacing.SLICE` SJs (a
+        full pass's are 10,000 at that size): a pass whose new entries are not all made yet leaves the last ones in
+        place meanwhile, for `behind`."""
+        before = self._starting
         full = gone is None
-        behind = self._behind
-        if full:
-            made = self._starting = {}
-            behind = self._behind = {}
+        made, behind = ({}, {}) if full else (self._starting, self._behind)
         removed: list[RunKey] = []
         updated: list[str] = []
         came = False
@@ -271,7 +271,7 @@ class Ledger:
 
         for uid in gone or ():
             drop(uid)
-        for d in decided:
+        async for d in paced(decided, pacer):
             uid = d.observed.sj.uid
             last = before.get(uid)
             entry = _in_flight_entry(d, last, on_fault)
@@ -288,6 +288,8 @@ class Ledger:
                     updated.append(uid)
                 else:
                     came = True
+        if full:
+            self._starting, self._behind = made, behind
         return dict(self._in_order(made, position, layout, again=full or came, removed=removed, updated=updated))
 
     def _in_order(self, made: dict[str, _Starting], position: Callable[[str], int] | None, layout: int | None, *,

@@ -11,7 +11,7 @@ from types import FrameType
 
 import pytest
 
-from sj_operator.pacing import HeldSampler, LoopHolds, Pacer, in_slices, place, watch_gc, watch_lag
+from sj_operator.pacing import HeldSampler, LoopHolds, Pacer, in_slices, paced, place, watch_gc, watch_lag
 
 
 class Clock:
@@ -354,3 +354,22 @@ def test_the_sampler_thread_counts_the_loop_threads_place_while_held_and_stops()
     taken = sampler.taken()
     assert taken and all(p.startswith("unit/test_pacing.py:") for p in taken), taken
     assert not any(t.name == "held loop sampler" for t in threading.enumerate())
+
+
+def test_paced_items_come_in_order_with_the_pacer_asked_between_each_two_slices() -> None:
+    class Counting(Pacer):
+        async def breathe(self) -> None:
+            asked.append(len(seen))
+
+    asked: list[int] = []
+    seen: list[int] = []
+
+    async def walk(pacer: Pacer | None) -> None:
+        async for item in paced(range(10), pacer, size=4):
+            seen.append(item)
+
+    asyncio.run(walk(Counting()))
+    assert seen == list(range(10)) and asked == [4, 8]
+    seen.clear()
+    asyncio.run(walk(None))
+    assert seen == list(range(10))
