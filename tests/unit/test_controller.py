@@ -1389,7 +1389,8 @@ def test_a_starting_runs_room_in_flight_follows_its_scheduled_pods_and_is_the_sa
         observation = controller.memo.observe(v, handles=None, fresh=lambda s: (s.resource_version, s.status))
         decided = controller.memo.decide(observation.sjs, NOW, controller.lifecycle_config, on_error=None,
                                          draining=frozenset())
-        runs = in_flight_now(controller.ledger, decided, lambda s, exc: controller.quarantine.fault(s, "admission", exc))
+        runs = in_flight_now(controller.ledger, decided,
+                             lambda s, exc: controller.quarantine.fault(s, "admission", exc))
         return runs.get(("ns", "work-r1"))
 
     first, again = in_flight(0), in_flight(0)
