@@ -34,7 +34,7 @@ from sj_operator.kube import Kube, in_background
 from sj_operator.memo import PassMemo, forget_uids
 from sj_operator.metrics import Metrics
 from sj_operator.observed import NodeInfo, SJObject
-from sj_operator.pacing import HOLD_BUDGET, Pacer, Timer, in_slices
+from sj_operator.pacing import HOLD_BUDGET, Pacer, Timer, in_slices, paced
 from sj_operator.policy.admission import AdmissionPass, PolicyConfig
 from sj_operator.policy.lifecycle import Event, LifecycleConfig
 from sj_operator.policy.snapshot import InFlightRun
@@ -226,11 +226,8 @@ class Controller:
             kept.decided = {}
         for uid in gone:
             kept.decided.pop(uid, None)
-
-        def keep(part: Sequence[Decided]) -> list[Decided]:
-            kept.decided.update((d.observed.sj.uid, d) for d in part)
-            return list(part)
-        decided = await in_slices(decided, keep, pacer)
+        async for d in paced(decided, pacer):
+            kept.decided[d.observed.sj.uid] = d
         # 3. The runs in flight, whose room is spoken for.
         runs = await self.ledger.in_flight(decided, lambda sj, exc: self.quarantine.fault(sj, "admission", exc),
                                            gone=None if full else gone, position=None if full else work.position,

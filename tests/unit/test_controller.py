@@ -1365,10 +1365,10 @@ def test_in_a_namespace_with_a_resource_quota_every_run_is_tried_as_a_dry_run(co
     assert [p["metadata"]["generateName"] for p in kube.dry_runs] == ["a-r1-", "b-r1-"]
 
 
-
 def in_flight_now(ledger: Any, *args: Any, **kwargs: Any) -> Any:
     """``Ledger.in_flight`` (a coroutine: it gives the loop turns in a long pass) run to its end."""
     return asyncio.run(ledger.in_flight(*args, **kwargs))
+
 
 def test_a_starting_runs_room_in_flight_follows_its_scheduled_pods_and_is_the_same_entry_while_they_do(controller):
     """A Starting gang of three whose pods are scheduled one by one: each pass counts the pods not scheduled
