@@ -40,6 +40,7 @@ from sj_operator.policy.lifecycle import Event, LifecycleConfig
 from sj_operator.policy.snapshot import InFlightRun
 from sj_operator.policy.tenancy import QuotaDefaults, ResourceQuotaView
 from sj_operator.quarantine import Quarantine
+from sj_operator.write.endpoints import Slices
 from sj_operator.write.events import Recorder
 from sj_operator.write.gate import Gate, Hold
 from sj_operator.write.launcher import Candidate, Launcher
@@ -127,6 +128,8 @@ class Controller:
     ledger: Ledger = field(init=False)
     gate: Gate = field(init=False)
     recorder: Recorder = field(init=False)
+    slices: Slices = field(init=False)
+    """The gangs' EndpointSlices (`write.endpoints`)."""
     writer: Writer = field(init=False)
     steering_lane: SteeringLane = field(init=False)
     launcher: Launcher = field(init=False)
@@ -149,7 +152,9 @@ class Controller:
                          lambda namespace: self.resource_quotas(namespace))
         self.recorder = Recorder(self.kube, self.metrics, self.clock, self.monotonic,
                                  lambda: self.ledger.last_launch, lambda: self.ledger.behind)
-        self.writer = Writer(self.kube, self.ledger, self.recorder, self.metrics, self.clock, self.handles)
+        self.slices = Slices(self.kube, self.handles)
+        self.writer = Writer(self.kube, self.ledger, self.recorder, self.metrics, self.clock, self.handles,
+                             self.slices)
         self.steering_lane = SteeringLane(lambda d: self.writer.apply(d.observed, d.step), wake)
         self.launcher = Launcher(self.kube, self.config, ledger=self.ledger, gate=self.gate, metrics=self.metrics,
                                  clock=self.clock, apply=lambda o, step: self.writer.apply(o, step),
@@ -221,6 +226,8 @@ class Controller:
         decided, gone = await self._decide(view, now, pacer, full=full)
         full = full or gone is None
         gone = gone or set()
+        # 2b. The gangs' members, as this pass sees them, to their EndpointSlices (in the background).
+        await in_slices(decided, lambda part: (self.slices.publish(part),), pacer)
         decided = self.steering_lane.holding(decided)
         if full:
             kept.decided = {}
@@ -299,6 +306,7 @@ class Controller:
         """Forgets what the tables hold of SJs gone, once they hold many more than there are SJs."""
         self.quarantine.begin_pass()
         self.memo.forget_gone(view.sjs)
+        self.slices.forget(view.jobs)
         tables: tuple[dict[str, Any], ...] = (self.gate.held, self.explainer.written, self.explainer.settled,
                                               self.gauges.reported, self.writer.budgets, self.writer.refused,
                                               self.recorder.series)
@@ -546,4 +554,4 @@ class Controller:
         under way, no Event left to record (the Events waiting for launches are recorded at once)."""
         async with self.recorder.flushing():
             await idle(lambda: (*self.launcher.pool.tasks, *self.steering_lane.tasks,
-                                *self.recorder.pool.tasks, *self._faults.tasks))
+                                *self.recorder.pool.tasks, *self._faults.tasks, *self.slices.pool.tasks))

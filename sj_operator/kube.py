@@ -251,12 +251,14 @@ CHILD_PATHS: dict[str, tuple[str, str]] = {
     "ConfigMap": ("/api/v1/namespaces/{namespace}/configmaps", "config_map"),
     "Secret": ("/api/v1/namespaces/{namespace}/secrets", "secret"),
     "PodDisruptionBudget": ("/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", "pod_disruption_budget"),
+    "EndpointSlice": ("/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices", "endpoint_slice"),
 }
 """The kinds an SJ owns: their collection's path, and their name in the client's methods (the metrics'
 operation label: ``create_namespaced_job``)."""
 _CHILD_RESOURCES: dict[str, tuple[str, str]] = {
     "Job": ("batch", "jobs"), "Service": ("", "services"), "ConfigMap": ("", "configmaps"),
     "Secret": ("", "secrets"), "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
+    "EndpointSlice": ("discovery.k8s.io", "endpointslices"),
 }
 """Their API group and resource, as RBAC names them."""
 
@@ -555,7 +557,8 @@ class Kube:
             return None
         return {**cast(dict[str, Any], found), "kind": kind}
 
-    @needs(Access("", "configmaps", "patch"), Access("policy", "poddisruptionbudgets", "patch"))
+    @needs(Access("", "configmaps", "patch"), Access("policy", "poddisruptionbudgets", "patch"),
+           Access("discovery.k8s.io", "endpointslices", "patch"))
     async def patch_child(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any],
                           resource_version: str) -> None:
         """Merge-patches an SJ's child as read at ``resource_version`` (whose owner the caller checked): Conflict
@@ -565,7 +568,8 @@ class Kube:
         await self._send("PATCH", path, f"patch_namespaced_{noun}", {**patch, "metadata": meta},
                          content_type="application/merge-patch+json")
 
-    @needs(Access("batch", "jobs", "delete"), Access("", "services", "delete"))
+    @needs(Access("batch", "jobs", "delete"), Access("", "services", "delete"),
+           Access("discovery.k8s.io", "endpointslices", "delete"))
     async def delete_child(self, kind: str, namespace: str, name: str, uid: str) -> bool:
         """Deletes the object of that name if it is still the one of ``uid`` (a precondition: whoever made one
         of the same name since keeps it); what it owns (a Job's pods) is deleted by the garbage collector, each
@@ -579,7 +583,8 @@ class Kube:
             return False
         return True
 
-    @needs(access("batch", "jobs", "get", "delete"), access("", "services", "get", "delete"))
+    @needs(access("batch", "jobs", "get", "delete"), access("", "services", "get", "delete"),
+           access("discovery.k8s.io", "endpointslices", "get", "delete"))
     async def delete_owned(self, kind: str, namespace: str, name: str, owner_uid: str) -> bool:
         """Deletes the object of that kind and name when the SJ of ``owner_uid`` controls it (read first, deleted
         with its uid as the precondition); another's object of that name is left alone. True when deleted."""

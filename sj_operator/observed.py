@@ -122,6 +122,11 @@ class PodView:
     placed: datetime | None = None
     """When the scheduler last decided about it (its ``PodScheduled`` condition, bound or not); None while
     no scheduler has looked at it yet."""
+    ip: str | None = None
+    """Its primary address (``status.podIP``); None until it has one."""
+    hostname: str | None = None
+    """Its hostname when it is named under its run's Service (a gang member: ``spec.subdomain`` is its run's
+    name); None for any other pod."""
 
     @property
     def terminal(self) -> bool:
@@ -139,6 +144,11 @@ class PodView:
     def holds_resources(self) -> bool:
         """Non-terminated pods count against capacity, scheduled or not (as the scheduler counts)."""
         return not self.terminal
+
+
+def _text(value: object) -> str | None:
+    """A string field as read, None when it is missing, empty or not a string."""
+    return value if isinstance(value, str) and value else None
 
 
 def pod_view(body: Mapping[str, Any]) -> PodView:
@@ -169,12 +179,13 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         and all("running" in (cs.get("state") or {}) for cs in statuses)
     )
     index = annotations.get(ANNOTATION_COMPLETION_INDEX) or labels.get(ANNOTATION_COMPLETION_INDEX)
+    run = labels.get(LABEL_RUN)
     return PodView(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
         sj=labels.get(LABEL_SJ),
-        run=labels.get(LABEL_RUN),
+        run=run,
         node=spec.get("nodeName") or None,
         phase=status.get("phase") or "Pending",
         deleting=bool(meta.get("deletionTimestamp")),
@@ -188,6 +199,8 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         started=parse_time(status.get("startTime")),
         # Bound without the condition (made with a nodeName): placed when it was made.
         placed=placed if placed is not None or not spec.get("nodeName") else parse_time(meta.get("creationTimestamp")),
+        ip=_text(status.get("podIP")),
+        hostname=_text(spec.get("hostname")) if run is not None and spec.get("subdomain") == run else None,
     )
 
 

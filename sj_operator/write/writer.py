@@ -23,6 +23,7 @@ from sj_operator.metrics import Metrics
 from sj_operator.names import LABEL_PROTECTED
 from sj_operator.observed import JobView, SJObject
 from sj_operator.policy.lifecycle import DeleteRun, Event, SetProtection, Step, lost_work
+from sj_operator.write.endpoints import Slices
 from sj_operator.write.events import Recorder
 from sj_operator.write.ledger import Ledger
 
@@ -55,8 +56,8 @@ def _run_size(o: Observed) -> int:
 
 class Writer:
     def __init__(self, kube: Kube, ledger: Ledger, recorder: Recorder, metrics: Metrics,
-                 clock: Callable[[], datetime], handles: Callable[[str], bool]) -> None:
-        self.kube, self.ledger, self.recorder, self.metrics = kube, ledger, recorder, metrics
+                 clock: Callable[[], datetime], handles: Callable[[str], bool], slices: Slices) -> None:
+        self.kube, self.ledger, self.recorder, self.metrics, self.slices = kube, ledger, recorder, metrics, slices
         self.clock, self.handles = clock, handles
         self.budgets: dict[str, Budget] = {}
         """By SJ uid."""
@@ -141,16 +142,19 @@ class Writer:
     # --- runs ------------------------------------------------------------------------
     async def delete_run(self, namespace: str, job_name: str, reason: str, *, sj_uid: str,
                          job: JobView | None = None) -> None:
-        """Deletes a run of the SJ of ``sj_uid``: its Job and its gang's Service, each only when that SJ controls
-        it and only the very object found (its uid as the precondition). ``job``: the run's Job as the view
-        shows it, when it does (else it is read first)."""
+        """Deletes a run of the SJ of ``sj_uid``: its Job and a gang's Service and EndpointSlice, each only when
+        that SJ controls it and only the very object found (its uid as the precondition). ``job``: the run's Job
+        as the view shows it, when it does (else it is read first). A slice is looked for when this process
+        wrote one for the run or the run had a Service (a run of one pod has neither)."""
         log.info("deleting run %s/%s: %s", namespace, job_name, reason)
         self.ledger.deleted((namespace, job_name))
+        sliced = self.slices.deleted((namespace, job_name))
         if job is not None and job.name == job_name and job.owner == sj_uid and job.uid:
             await self.kube.delete_child("Job", namespace, job_name, job.uid)
         else:
             await self.kube.delete_owned("Job", namespace, job_name, sj_uid)
-        await self.kube.delete_owned("Service", namespace, job_name, sj_uid)
+        if await self.kube.delete_owned("Service", namespace, job_name, sj_uid) or sliced:
+            await self.kube.delete_owned("EndpointSlice", namespace, job_name, sj_uid)
 
     async def delete_strays(self, view: ClusterView, known: frozenset[OwnedRun]) -> None:
         """Runs an SJ controls that it no longer points at, or whose SJ is gone (e.g. left by a launch whose SJ

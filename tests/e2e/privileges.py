@@ -19,6 +19,8 @@ MAY = [
     ("get", "jobs.batch", "team-a"), ("get", "services", "team-a"), ("get", "poddisruptionbudgets.policy", "team-a"),
     ("watch", "pods", ""), ("patch", "pods", "team-a"), ("create", "pods", "team-a"),
     ("create", "services", "team-a"), ("delete", "services", "team-a"),
+    ("get", "endpointslices.discovery.k8s.io", "team-a"), ("create", "endpointslices.discovery.k8s.io", "team-a"),
+    ("patch", "endpointslices.discovery.k8s.io", "team-a"), ("delete", "endpointslices.discovery.k8s.io", "team-a"),
     ("create", "secrets", "team-a"), ("get", "secrets", "team-a"),
     ("get", "configmaps", "team-a"), ("create", "configmaps", "team-a"), ("patch", "configmaps", "team-a"),
     ("get", "persistentvolumeclaims", "team-a"),

@@ -11,8 +11,9 @@ from sj_operator.api import parse_spec
 from sj_operator.builders.budget import protection_budget
 from sj_operator.builders.job import admission_shape, build_run_job
 from sj_operator.builders.mpi import mpi_job_options
-from sj_operator.builders.service import build_gang_service
+from sj_operator.builders.service import build_gang_endpoints, build_gang_service, gang_members
 from sj_operator.names import run_job_name, sj_label_value
+from sj_operator.observed import PodView, pod_view
 from tests.unit.helpers import POD_FAILURE_POLICY
 
 UID = "0b6c2d1e-5f7a-4c3b-9d8e-112233445566"
@@ -263,7 +264,8 @@ def test_gang_members_are_named_in_the_cluster_domain(cluster_domain: str, hosts
     assert [e["value"] for e in env if e["name"] == "SJ_HOSTS"] == [hosts]
 
 
-def test_gang_service() -> None:
+def test_gang_service_is_headless_without_a_selector() -> None:
+    """No selector: the controller manager's endpoints controllers leave it alone, its slice is the operator's."""
     assert build_gang_service(job_name="train-r1", namespace="default", sj_name="train", sj_uid=UID) == {
         "apiVersion": "v1",
         "kind": "Service",
@@ -273,12 +275,69 @@ def test_gang_service() -> None:
             "labels": {"scavenger.dev/job-name": "train", "scavenger.dev/run": "train-r1"},
             "ownerReferences": [{**OWNER, "name": "train"}],
         },
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": {"scavenger.dev/run": "train-r1"},
-        },
+        "spec": {"clusterIP": "None"},
     }
+
+
+def _member_pod(index: int, *, ip: str | None = "10.0.0.1", phase: str = "Running", deleting: bool = False,
+                subdomain: str | None = "train-r1", node: str | None = "n1") -> PodView:
+    spec: dict[str, Any] = {"hostname": f"train-r1-{index}", "nodeName": node}
+    if subdomain is not None:
+        spec["subdomain"] = subdomain
+    return pod_view({"metadata": {"name": f"train-r1-{index}-x", "namespace": "default", "uid": f"p{index}",
+                                  "labels": {"scavenger.dev/run": "train-r1"},
+                                  **({"deletionTimestamp": "2026-11-22T12:00:00Z"} if deleting else {})},
+                     "spec": spec, "status": {"phase": phase, **({"podIP": ip} if ip else {})}})
+
+
+@pytest.mark.parametrize(("pods", "published"), [
+    ([_member_pod(1), _member_pod(0, ip="10.0.0.2")], [("train-r1-0", "10.0.0.2"), ("train-r1-1", "10.0.0.1")]),
+    ([_member_pod(0, ip=None), _member_pod(1)], [("train-r1-1", "10.0.0.1")]),  # no address yet
+    ([_member_pod(0, phase="Succeeded"), _member_pod(1, phase="Failed"), _member_pod(2)], [("train-r1-2", "10.0.0.1")]),
+    ([_member_pod(0, subdomain=None), _member_pod(1, subdomain="other")], []),  # not named under its run's Service
+    ([_member_pod(0, deleting=True)], [("train-r1-0", "10.0.0.1")]),  # terminating: still published
+])  # fmt: skip
+def test_gang_members_are_the_named_pods_with_an_address_that_have_not_ended(
+        pods: list[PodView], published: list[tuple[str, str]]) -> None:
+    assert [(m.hostname, m.ip) for m in gang_members(pods)] == published
+
+
+def test_gang_endpoints_publish_every_member_ready_under_its_hostname() -> None:
+    members = gang_members([_member_pod(0), _member_pod(1, ip="10.0.0.7", deleting=True, node=None)])
+    assert build_gang_endpoints(job_name="train-r1", namespace="default", sj_name="train", sj_uid=UID,
+                                members=members) == {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "train-r1",
+            "namespace": "default",
+            "labels": {"scavenger.dev/job-name": "train", "scavenger.dev/run": "train-r1",
+                       "kubernetes.io/service-name": "train-r1",
+                       "endpointslice.kubernetes.io/managed-by": "scavenger.dev/operator"},
+            "ownerReferences": [{**OWNER, "name": "train"}],
+        },
+        "addressType": "IPv4",
+        "endpoints": [
+            {"addresses": ["10.0.0.1"], "hostname": "train-r1-0", "nodeName": "n1",
+             "conditions": {"ready": True, "serving": True, "terminating": False},
+             "targetRef": {"kind": "Pod", "namespace": "default", "name": "train-r1-0-x", "uid": "p0"}},
+            {"addresses": ["10.0.0.7"], "hostname": "train-r1-1",
+             "conditions": {"ready": True, "serving": True, "terminating": True},
+             "targetRef": {"kind": "Pod", "namespace": "default", "name": "train-r1-1-x", "uid": "p1"}},
+        ],
+    }
+
+
+@pytest.mark.parametrize(("ips", "family", "listed"), [
+    (["fd00::1", "fd00::2"], "IPv6", ["fd00::1", "fd00::2"]),
+    (["10.0.0.1", "fd00::2"], "IPv4", ["10.0.0.1"]),  # one family per slice: the first member's
+    ([], "IPv4", []),
+])  # fmt: skip
+def test_gang_endpoints_are_of_one_address_family(ips: list[str], family: str, listed: list[str]) -> None:
+    members = gang_members([_member_pod(i, ip=ip) for i, ip in enumerate(ips)])
+    body = build_gang_endpoints(job_name="train-r1", namespace="default", sj_name="train", sj_uid=UID, members=members)
+    assert body["addressType"] == family
+    assert [e["addresses"][0] for e in body["endpoints"]] == listed
 
 
 @pytest.mark.parametrize("pods", [1, 4, 1000])
@@ -300,16 +359,25 @@ def test_protection_budget_of_no_pods_is_refused() -> None:
         protection_budget("default", "train", UID, 0)
 
 
-def test_gang_service_selects_the_gang_pods() -> None:
+def test_the_gangs_pods_are_its_services_endpoints() -> None:
+    """A pod of the run's template (given its hostname and address, as the Job controller and the kubelet do)
+    is published in the slice of the Service its subdomain names."""
     spec = parse_spec(GANG_SPEC)
     job = build_run_job(
         sj_name="train", namespace="default", sj_uid=UID, spec=spec, status_interrupted_count=0,
         attempt=1, priority_class_name="p", extra_pod_labels={},
     )  # fmt: skip
-    service = build_gang_service(job_name=job["metadata"]["name"], namespace="default", sj_name="train", sj_uid=UID)
-    pod_labels = job["spec"]["template"]["metadata"]["labels"]
-    assert service["spec"]["selector"].items() <= pod_labels.items()
-    assert job["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"]
+    name = job["metadata"]["name"]
+    service = build_gang_service(job_name=name, namespace="default", sj_name="train", sj_uid=UID)
+    template = job["spec"]["template"]
+    pod = pod_view({"metadata": {**template["metadata"], "name": f"{name}-0-abc", "namespace": "default", "uid": "p"},
+                    "spec": {**template["spec"], "hostname": f"{name}-0"},
+                    "status": {"phase": "Pending", "podIP": "10.1.2.3"}})
+    assert template["spec"]["subdomain"] == service["metadata"]["name"]
+    body = build_gang_endpoints(job_name=name, namespace="default", sj_name="train", sj_uid=UID,
+                                members=gang_members([pod]))
+    assert body["metadata"]["labels"]["kubernetes.io/service-name"] == service["metadata"]["name"]
+    assert [(e["hostname"], e["addresses"]) for e in body["endpoints"]] == [(f"{name}-0", ["10.1.2.3"])]
 
 
 def test_minimal_spec_has_no_optional_keys() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from sj_operator.builders.service import build_gang_endpoints, gang_members
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView, Decided, Observed
@@ -106,6 +107,9 @@ class FakeKube:
             self.budgets.append({**self.objects[(kind, name)], **patch})
         elif kind == "ConfigMap":
             self.calls.append(("configmap", {**self.objects[(kind, name)], **patch}))
+        elif kind == "EndpointSlice":
+            self._maybe_fail("patch_endpointslice")
+            self.calls.append(("endpointslice-patch", patch))
 
     async def delete_child(self, kind, namespace, name, uid):
         self.deletes.append((kind, name, uid))
@@ -146,6 +150,7 @@ _CREATED = {
     "Secret": lambda body: ("secret", body["metadata"]["name"]),
     "ConfigMap": lambda body: ("configmap", body),
     "PodDisruptionBudget": lambda body: ("pdb", body["metadata"]["name"]),
+    "EndpointSlice": lambda body: ("endpointslice", body),
 }
 """What `FakeKube.calls` records for a create of each kind."""
 
@@ -322,6 +327,92 @@ def test_a_run_whose_sj_is_gone_is_deleted_with_its_service_but_a_just_launched_
     assert kube.kinds().count("job") == 0
     recorded = [c[1] for c in kube.calls if c[0] == "status"][-1]
     assert recorded["phase"] == "Starting" and recorded["jobName"] == "work-r1" and recorded["attempt"] == 1
+
+
+def _gang_pods(*ips: str | None, name: str = "work") -> tuple[PodView, ...]:
+    return tuple(PodView(namespace="ns", name=f"{name}-r1-{i}-x", uid=f"p{i}", sj=name, run=f"{name}-r1", node="n1",
+                         phase="Running" if ip else "Pending", deleting=False, requests={"cpu": 1000},
+                         all_running=bool(ip), index=i, ip=ip, hostname=f"{name}-r1-{i}") for i, ip in enumerate(ips))
+
+
+def _gang_view(*ips: str | None, kind: str = "gang") -> ClusterView:
+    """A gang SJ whose run work-r1 has a pod per address (None: not given one yet); ``kind`` "solo": its pods
+    are not named under a Service (a run of one pod)."""
+    status = {"phase": "Starting", "interruptedCount": 0, "attempt": 1, "jobName": "work-r1"}
+    job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j-work",
+                                 "labels": {"scavenger.dev/job-name": "work"}, "ownerReferences": owned_by("work"),
+                                 "creationTimestamp": NOW.isoformat()},
+                    "status": {"startTime": NOW.isoformat()}})
+    pods = _gang_pods(*ips)
+    if kind == "solo":
+        pods = tuple(replace(pod, hostname=None) for pod in pods)
+    return view(sj(status, parallelism=len(ips)), jobs={("ns", "work-r1"): job}, run_pods={("ns", "work-r1"): pods},
+                active=pods)
+
+
+def _slices(kube: FakeKube) -> list[list[tuple[str, str]]]:
+    """The endpoints (hostname, address) of each slice created or patched, in order."""
+    return [[(e["hostname"], e["addresses"][0]) for e in body["endpoints"]]
+            for kind, body in kube.calls if kind in ("endpointslice", "endpointslice-patch")]
+
+
+def test_a_gangs_members_are_published_in_its_slice_once_per_change(controller, kube):
+    """The Service has no selector: the operator writes its slice, from the pods it watches, once per change
+    of its members (a pass that sees the same members writes nothing)."""
+    run(controller, _gang_view(None, None))
+    assert _slices(kube) == [], "no member has an address yet"
+    run(controller, _gang_view("10.0.0.1", None))
+    run(controller, _gang_view("10.0.0.1", None))
+    run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
+    assert _slices(kube) == [[("work-r1-0", "10.0.0.1")], [("work-r1-0", "10.0.0.1"), ("work-r1-1", "10.0.0.2")]]
+    [created] = [body for kind, body in kube.calls if kind == "endpointslice"]
+    assert created["metadata"]["labels"]["kubernetes.io/service-name"] == "work-r1"
+    assert controlled_by(created["metadata"], "u-work")
+
+
+def test_a_run_of_one_pod_has_no_slice(controller, kube):
+    run(controller, _gang_view("10.0.0.1", kind="solo"))
+    assert _slices(kube) == []
+
+
+def test_a_restarted_operator_finds_its_slice_as_stored_and_patches_it_only_when_it_differs(kube):
+    for stored, patched in ((["10.0.0.1", "10.0.0.2"], []), (["10.0.0.9"], [[("work-r1-0", "10.0.0.1"),
+                                                                            ("work-r1-1", "10.0.0.2")]])):
+        kube.calls.clear()
+        controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+        assert not controller.slices.written, "a fresh process: nothing known as written"
+        kube.objects[("EndpointSlice", "work-r1")] = {**build_gang_endpoints(
+            job_name="work-r1", namespace="ns", sj_name="work", sj_uid="u-work",
+            members=gang_members(_gang_pods(*stored))), "kind": "EndpointSlice"}
+        kube.objects[("EndpointSlice", "work-r1")]["metadata"]["resourceVersion"] = "5"
+        run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
+        assert _slices(kube) == patched
+        assert ("ns", "work-r1") in controller.slices.written
+
+
+def test_someone_elses_slice_of_the_runs_name_is_never_patched_nor_tried_at_every_pass(controller, kube):
+    kube.objects[("EndpointSlice", "work-r1")] = _foreign("EndpointSlice", "work-r1")
+    run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
+    run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
+    assert _slices(kube) == [] and not [p for p in kube.patches if p[0] == "EndpointSlice"]
+
+
+def test_a_slice_that_changed_since_it_was_read_is_read_and_patched_again(controller, kube):
+    run(controller, _gang_view("10.0.0.1", None))
+    kube.fail["patch_endpointslice"] = [Conflict(409, "Conflict")]
+    run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
+    assert _slices(kube)[-1] == [("work-r1-0", "10.0.0.1"), ("work-r1-1", "10.0.0.2")]
+    assert [p[0] for p in kube.patches].count("EndpointSlice") == 2, "refused once, then written"
+
+
+def test_a_deleted_runs_slice_goes_with_its_service(controller, kube):
+    run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
+    kube.objects[("Service", "work-r1")] = {"kind": "Service", "metadata": {
+        "namespace": "ns", "name": "work-r1", "uid": "s", "ownerReferences": owned_by("work")}}
+    asyncio.run(controller.writer.delete_run("ns", "work-r1", "test", sj_uid="u-work"))
+    assert [d[0] for d in kube.deletes] == ["Service", "EndpointSlice"]
+    run(controller, _gang_view("10.0.0.1", "10.0.0.3"))  # the watch still shows its pods: not written again
+    assert len(_slices(kube)) == 1
 
 
 def _foreign(kind: str, name: str, owner: list[dict[str, Any]] | None = None) -> dict[str, Any]:

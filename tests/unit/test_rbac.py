@@ -35,6 +35,7 @@ from aiohttp import web
 
 import sj_operator.handlers
 from sj_operator import caches
+from sj_operator.builders.service import SLICE_MANAGER
 from sj_operator.config import OperatorConfig
 from sj_operator.kube import ACCESS, CHILD_PATHS, Access, EventRef, Kube, KubeError
 from sj_operator.names import GROUP, PLURAL, VERSION
@@ -57,10 +58,13 @@ SAMPLES: dict[str, Callable[[Kube], Awaitable[Any]]] = {
     "create_child": lambda k: _each(*(k.create_child({**NAMED, "kind": kind}, "u") for kind in CHILD_PATHS)),
     "read_child": lambda k: _each(*(k.read_child(kind, "a", "x") for kind in CHILD_PATHS)),
     "patch_child": lambda k: _each(k.patch_child("ConfigMap", "a", "x", {"data": {}}, "1"),
-                                   k.patch_child("PodDisruptionBudget", "a", "x", {"spec": {}}, "1")),
+                                   k.patch_child("PodDisruptionBudget", "a", "x", {"spec": {}}, "1"),
+                                   k.patch_child("EndpointSlice", "a", "x", {"endpoints": []}, "1")),
     "delete_child": lambda k: _each(k.delete_child("Job", "a", "x", "x-uid"),
-                                    k.delete_child("Service", "a", "x", "x-uid")),
-    "delete_owned": lambda k: _each(k.delete_owned("Job", "a", "x", "u"), k.delete_owned("Service", "a", "x", "u")),
+                                    k.delete_child("Service", "a", "x", "x-uid"),
+                                    k.delete_child("EndpointSlice", "a", "x", "x-uid")),
+    "delete_owned": lambda k: _each(k.delete_owned("Job", "a", "x", "u"), k.delete_owned("Service", "a", "x", "u"),
+                                    k.delete_owned("EndpointSlice", "a", "x", "u")),
     "exists": lambda k: _each(*(k.exists(kind, "a", "x") for kind in ("persistentVolumeClaim", "configMap", "secret"))),
     "read_secret": lambda k: k.read_secret("ops", "tls"),
     "create_secret": lambda k: k.create_secret({"metadata": {"name": "tls", "namespace": "ops"}}),
@@ -307,8 +311,8 @@ def test_the_roles_are_bound_to_the_operators_service_account_only() -> None:
 
 
 def test_the_dry_run_and_label_only_pod_permissions_are_guarded_in_the_api_server() -> None:
-    """RBAC cannot say "create only as a dry run" nor "patch only this label": the operator guard does, for
-    the operator's ServiceAccount only, and ships whatever the values."""
+    """RBAC cannot say "create only as a dry run", "patch only this label" nor "only its own slices": the
+    operator guard does, for the operator's ServiceAccount only, and ships whatever the values."""
     for sets in ([], ["bandGuard=false", "webhook.enabled=false"]):
         objects = render("namespace=ops", *sets)
         [policy] = [p for p in of_kind(objects, "ValidatingAdmissionPolicy")
@@ -320,10 +324,14 @@ def test_the_dry_run_and_label_only_pod_permissions_are_guarded_in_the_api_serve
         assert "'system:serviceaccount:ops:scavenger-operator'" in condition["expression"]
         rules = policy["spec"]["matchConstraints"]["resourceRules"]
         assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                          "resources": ["pods"]}]
-        create, update = (v["expression"] for v in policy["spec"]["validations"])
-        assert "request.dryRun" in create
+                          "resources": ["pods"]},
+                         {"apiGroups": ["discovery.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                          "resources": ["endpointslices"]}]
+        create, update, slices = (v["expression"] for v in policy["spec"]["validations"])
+        assert "request.dryRun" in create and "request.resource.resource != 'pods'" in create
         assert "'scavenger.dev/protected'" in update and "object.spec == oldObject.spec" in update
+        assert "request.resource.resource != 'pods'" in update
+        assert f"'{SLICE_MANAGER}'" in slices and "object.metadata.labels[k] == object.metadata.name" in slices
     assert PLURAL == "scavengerjobs"  # the names the chart's rules spell out
 
 
