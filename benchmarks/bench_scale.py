@@ -41,10 +41,11 @@ else lands there). It goes through the same cluster in turn:
    Where the ceiling itself is far from the floor, the cluster (its control plane on the machine's cores) is
    the limit, not the operator. With ``--ceiling-as-operator``, the ceiling again with each SJ's Job and a
    gang's Service as the operator builds them in place of the plain Job (`operator_objects`): what the operator's
-   objects cost the cluster, apart from its process. With ``--standby``, the ceiling again while a replica of the
-   operator watches on standby, as the operator does (another identity holds its Lease, so it decides and writes
-   nothing): what watching costs, before any decision. Also measured: that replica's CPU while the units
-   are created.
+   objects cost the cluster, apart from its process (but a gang's EndpointSlice, which the operator writes once its
+   pods have addresses: the ceiling's gangs have no DNS names, which their sleeping pods do not need). With
+   ``--standby``, the ceiling again while a replica of the operator watches on standby, as the operator does
+   (another identity holds its Lease, so it decides and writes nothing): what watching costs, before any decision.
+   Also measured: that replica's CPU while the units are created.
 4. **Kueue** (``--kueue``; ``make bench-scale`` passes it): the same burst as plain Jobs through Kueue's
    manager (v0.17, built from its Go module by ``hack/build-binaries kueue``), running as its own process
    against the same cluster with a ClusterQueue whose quota is the operator's threshold of these nodes.

@@ -24,7 +24,7 @@ __all__ = ["LABEL_MANAGED_BY", "LABEL_SERVICE_NAME", "SLICE_MANAGER", "Member", 
 LABEL_SERVICE_NAME: Final = "kubernetes.io/service-name"
 """The label that ties an EndpointSlice to its Service (what cluster DNS and kube-proxy read)."""
 LABEL_MANAGED_BY: Final = "endpointslice.kubernetes.io/managed-by"
-SLICE_MANAGER: Final = "scavenger.dev/operator"
+SLICE_MANAGER: Final = "scavenger.dev"
 """Its value on the slices the operator writes: the controller manager leaves them alone."""
 
 

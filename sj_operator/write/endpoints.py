@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from sj_operator.builders.service import Member, build_gang_endpoints, gang_members
 from sj_operator.decide import Decided
-from sj_operator.kube import Conflict, Kube, KubeError, NameTaken, NotFound, in_background
+from sj_operator.kube import Conflict, Forbidden, Invalid, Kube, KubeError, NameTaken, NotFound, in_background
 from sj_operator.observed import RunKey
 from sj_operator.write.pool import Pool
 
@@ -46,7 +46,9 @@ class Slices:
         self.kube, self.handles = kube, handles
         self.written: dict[RunKey, tuple[Member, ...]] = {}
         """By run: the members this process last wrote (or found stored, or gave up writing: its name is
-        someone else's, or the API server refused it), so that a pass does not queue it again."""
+        someone else's, or the API server refused it as it is), so that a pass does not queue it again; a
+        failure that may pass (after `kube`'s retries) leaves it out, and a later pass that looks at the SJ
+        queues it again."""
         self.wanted: dict[RunKey, _Want] = {}
         """The runs queued, with their latest members."""
         self._deleted: OrderedDict[RunKey, None] = OrderedDict()
@@ -111,6 +113,8 @@ class Slices:
             return
         except NotFound:
             return
+        except (Forbidden, Invalid) as exc:  # refused as it is: not tried again until its members change
+            log.warning("the API server refused the EndpointSlice of run %s/%s: %s", namespace, name, exc)
         except KubeError as exc:
             log.error("could not write the EndpointSlice of run %s/%s: %s", namespace, name, exc)
             return

@@ -188,5 +188,27 @@ def protected(api: client.ApiClient, namespace: str, name: str) -> bool | None:
     return {"true": True, "false": False}.get(labels.pop()) if len(labels) == 1 else None
 
 
+def published(api: client.ApiClient, namespace: str, run: str) -> dict[str, str] | None:
+    """The members (hostname: address) of a gang run's EndpointSlice, as cluster DNS reads it (None: none)."""
+    try:
+        found = client.DiscoveryV1Api(api).read_namespaced_endpoint_slice(run, namespace)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    assert found.metadata.labels["kubernetes.io/service-name"] == run
+    return {e.hostname: e.addresses[0] for e in found.endpoints or () if e.conditions.ready}
+
+
+def wait_published(api: client.ApiClient, namespace: str, run: str, pods: int, timeout: float = 30) -> dict[str, str]:
+    """Waits until every pod of the run is published under its hostname with its address; the members."""
+    def members() -> dict[str, str] | None:
+        found = published(api, namespace, run)
+        expected = {p.spec.hostname: p.status.pod_ip for p in run_pods(api, namespace, run) if p.status.pod_ip}
+        return found if found is not None and len(expected) == pods and found == expected else None
+
+    return wait_for(f"the {pods} members of {run} in its EndpointSlice", members, timeout=timeout)
+
+
 def jobs_of(api: client.ApiClient, namespace: str, sj: str) -> list[Any]:
     return client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=f"scavenger.dev/job-name={sj}").items

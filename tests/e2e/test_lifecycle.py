@@ -14,10 +14,12 @@ from tests.e2e.sj import (
     get_sj,
     jobs_of,
     patch_sj,
+    published,
     run_pods,
     sj_spec,
     status,
     wait_phase,
+    wait_published,
 )
 
 
@@ -116,7 +118,8 @@ def test_gang_member_deleted_cancels_whole_gang_and_requeues(api, namespace, ope
     pods = run_pods(api, namespace, "gang-r1")
     assert len(pods) == 3
     svc = core.read_namespaced_service("gang-r1", namespace)
-    assert svc.spec.cluster_ip == "None"
+    assert svc.spec.cluster_ip == "None" and svc.spec.selector is None
+    wait_published(api, namespace, "gang-r1", 3)
     for pod in pods:
         env = {e.name: e.value for e in pod.spec.containers[0].env if e.value is not None}
         assert env["SJ_WORLD_SIZE"] == "3"
@@ -135,6 +138,9 @@ def test_gang_member_deleted_cancels_whole_gang_and_requeues(api, namespace, ope
     st = wait_phase(api, namespace, "gang", "Running", timeout=60)
     assert st["jobName"] == "gang-r2"
     assert len(run_pods(api, namespace, "gang-r2")) == 3
+    wait_published(api, namespace, "gang-r2", 3)
+    wait_for("the old run's Service and slice gone", lambda: published(api, namespace, "gang-r1") is None
+             and not core.list_namespaced_service(namespace, field_selector="metadata.name=gang-r1").items, timeout=30)
 
 
 def test_missing_pvc_fails_naming_it_and_creates_no_job(api, namespace, operator):
@@ -173,16 +179,17 @@ def test_deleting_the_sj_removes_everything(api, namespace, operator):
     from sj_operator.names import GROUP, PLURAL, VERSION
     from tests.e2e.sj import custom
     custom(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "doomed")
-    core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
+    core, policy, discovery = client.CoreV1Api(api), client.PolicyV1Api(api), client.DiscoveryV1Api(api)
     sel = "scavenger.dev/job-name=doomed"
 
     def nothing_left() -> bool:
         return (not jobs_of(api, namespace, "doomed")
                 and not core.list_namespaced_pod(namespace, label_selector=sel).items
                 and not core.list_namespaced_service(namespace, label_selector=sel).items
+                and not discovery.list_namespaced_endpoint_slice(namespace, label_selector=sel).items
                 and not policy.list_namespaced_pod_disruption_budget(namespace, label_selector=sel).items)
 
-    wait_for("no runs, pods, services or budgets left", nothing_left, timeout=60)
+    wait_for("no runs, pods, services, slices or budgets left", nothing_left, timeout=60)
 
 
 @pytest.mark.kwok_only  # a dedicated simulated node

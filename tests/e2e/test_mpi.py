@@ -11,7 +11,7 @@ from kubernetes import client
 
 from sj_operator.names import GROUP, PLURAL, VERSION
 from tests.e2e.kube import wait_for
-from tests.e2e.sj import create_sj, event_messages, run_pods, sj_spec, status, wait_phase
+from tests.e2e.sj import create_sj, event_messages, run_pods, sj_spec, status, wait_phase, wait_published
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.kwok_only
@@ -43,7 +43,8 @@ def test_mpi_sj_gets_its_wiring_and_a_lost_worker_requeues_the_gang(api, namespa
         f"heat-r1-{i}.heat-r1.{namespace}.svc.cluster.local slots=2" for i in range(1, 4)]
 
     svc = core.read_namespaced_service("heat-r1", namespace)
-    assert svc.spec.cluster_ip == "None" and svc.spec.publish_not_ready_addresses
+    assert svc.spec.cluster_ip == "None" and svc.spec.selector is None  # its slice is the operator's
+    assert sorted(wait_published(api, namespace, "heat-r1", 4)) == [f"heat-r1-{i}" for i in range(4)]
     job = batch.read_namespaced_job("heat-r1", namespace)
     assert job.spec.completion_mode == "Indexed" and job.spec.completions == 4 and job.spec.parallelism == 4
     assert job.spec.success_policy.rules[0].succeeded_indexes == "0"

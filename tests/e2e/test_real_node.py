@@ -550,6 +550,45 @@ def test_the_operator_guard_lets_its_service_account_create_pods_only_as_dry_run
     assert member.spec.containers[0].image == "scavenger/pause:dev"
 
 
+def test_the_operator_guard_lets_its_service_account_write_only_its_own_gangs_slices(
+        api: client.ApiClient, namespace: str, cluster_operator: None) -> None:
+    """RBAC's endpointslices rights would let the operator's token add addresses to any Service; the guard lets
+    it write only a slice labelled as its own (an SJ's, managed by the operator) for the Service of the slice's
+    name, and never take over a slice it did not make."""
+    impersonated = client.ApiClient(api.configuration)
+    impersonated.set_default_header("Impersonate-User", SA)
+    as_operator, as_admin = client.DiscoveryV1Api(impersonated), client.DiscoveryV1Api(api)
+    own = {"scavenger.dev/job-name": "sj", "endpointslice.kubernetes.io/managed-by": "scavenger.dev"}
+
+    def body(name: str, labels: dict[str, str]) -> dict[str, Any]:
+        return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": name, "labels": labels}, "addressType": "IPv4",
+                "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": True}}]}
+
+    def refused(call: Any) -> str:
+        with pytest.raises(client.ApiException) as raised:
+            call()
+        assert raised.value.status == 403, raised.value.body
+        return str(raised.value.body)
+
+    as_operator.create_namespaced_endpoint_slice(namespace,
+                                                 body("sj-r1", {**own, "kubernetes.io/service-name": "sj-r1"}))
+    as_operator.patch_namespaced_endpoint_slice("sj-r1", namespace, {"endpoints": [{"addresses": ["10.0.0.2"]}]})
+    for name, labels in (("sj-r2", {**own, "kubernetes.io/service-name": "web"}),  # another Service's addresses
+                         ("web", {"scavenger.dev/job-name": "sj", "kubernetes.io/service-name": "web"}),
+                         ("sj-r3", {"endpointslice.kubernetes.io/managed-by": "scavenger.dev",
+                                    "kubernetes.io/service-name": "sj-r3"})):
+        made = body(name, labels)
+        message = refused(lambda made=made: as_operator.create_namespaced_endpoint_slice(namespace, made))
+        assert "only its own gangs' EndpointSlices" in message
+    as_admin.create_namespaced_endpoint_slice(namespace, body("web-abcde", {
+        "kubernetes.io/service-name": "web-abcde",
+        "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}))
+    refused(lambda: as_operator.patch_namespaced_endpoint_slice("web-abcde", namespace, {"metadata": {"labels": own}}))
+    stored = as_admin.read_namespaced_endpoint_slice("web-abcde", namespace)
+    assert stored.metadata.labels["endpointslice.kubernetes.io/managed-by"] == "endpointslice-controller.k8s.io"
+
+
 def test_operator_pods_meet_the_restricted_pod_security_standard(api: client.ApiClient,
                                                                  cluster_operator: None) -> None:
     ns = client.CoreV1Api(api).read_namespace(SYSTEM)
@@ -602,7 +641,7 @@ def test_the_in_cluster_operator_adopts_a_labelled_job_which_ends_complete(api: 
     kubectl("apply", "-f", "-", input=manifest)
     batch = client.BatchV1Api(api)
     job = batch.read_namespaced_job("counted", namespace)
-    assert job.spec.suspend is True and job.spec.managed_by == "scavenger.dev/operator"
+    assert job.spec.suspend is True and job.spec.managed_by == "scavenger.dev"
     st = wait_phase(api, namespace, "counted", "Succeeded", timeout=180)
     pod = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"scavenger.dev/run={st['jobName']}")
     assert pod.items and pod.items[0].spec.priority_class_name.startswith("scavenger-band-")

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sj_operator.api import parse_spec
+from sj_operator.api.fields import is_label_value, qualified_name_error
 from sj_operator.builders.budget import protection_budget
 from sj_operator.builders.job import admission_shape, build_run_job
 from sj_operator.builders.mpi import mpi_job_options
@@ -313,7 +314,7 @@ def test_gang_endpoints_publish_every_member_ready_under_its_hostname() -> None:
             "namespace": "default",
             "labels": {"scavenger.dev/job-name": "train", "scavenger.dev/run": "train-r1",
                        "kubernetes.io/service-name": "train-r1",
-                       "endpointslice.kubernetes.io/managed-by": "scavenger.dev/operator"},
+                       "endpointslice.kubernetes.io/managed-by": "scavenger.dev"},
             "ownerReferences": [{**OWNER, "name": "train"}],
         },
         "addressType": "IPv4",
@@ -326,6 +327,14 @@ def test_gang_endpoints_publish_every_member_ready_under_its_hostname() -> None:
              "targetRef": {"kind": "Pod", "namespace": "default", "name": "train-r1-1-x", "uid": "p1"}},
         ],
     }
+
+
+def test_the_gangs_objects_carry_labels_the_api_server_takes() -> None:
+    for body in (build_gang_service(job_name="train-r1", namespace="default", sj_name="train", sj_uid=UID),
+                 build_gang_endpoints(job_name="train-r1", namespace="default", sj_name="train", sj_uid=UID,
+                                      members=gang_members([_member_pod(0)]))):
+        for key, value in body["metadata"]["labels"].items():
+            assert qualified_name_error(key) is None and is_label_value(value), (key, value)
 
 
 @pytest.mark.parametrize(("ips", "family", "listed"), [

@@ -405,6 +405,15 @@ def test_a_slice_that_changed_since_it_was_read_is_read_and_patched_again(contro
     assert [p[0] for p in kube.patches].count("EndpointSlice") == 2, "refused once, then written"
 
 
+def test_a_slice_the_api_server_refuses_is_not_tried_again_until_its_members_change(controller, kube):
+    kube.fail["create_endpointslice"] = [Invalid(422, "Invalid", "bad"), Invalid(422, "Invalid", "bad")]
+    run(controller, _gang_view("10.0.0.1", None))
+    run(controller, _gang_view("10.0.0.1", None))
+    assert len(kube.fail["create_endpointslice"]) == 1, "one try for those members"
+    run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
+    assert not kube.fail["create_endpointslice"]
+
+
 def test_a_deleted_runs_slice_goes_with_its_service(controller, kube):
     run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
     kube.objects[("Service", "work-r1")] = {"kind": "Service", "metadata": {
