@@ -1,7 +1,7 @@
 """Adoption: a plain ``batch/v1`` Job labelled ``scavenger.dev/scavenge: "true"`` runs as a ScavengerJob.
 
 At admission the mutating webhook checks that an SJ can express the Job. When it can, the Job is
-suspended and given ``spec.managedBy: scavenger.dev``, so the built-in Job controller never
+suspended and given ``spec.managedBy: scavenger.dev/operator``, so the built-in Job controller never
 runs its pods or writes its status. When it cannot, the Job is refused with a message naming its
 field. The operator then creates an SJ of the Job's name in its namespace, owned by the Job, so
 deleting the Job deletes the SJ. The SJ's runs are what run. When the SJ ends, the Job's status says

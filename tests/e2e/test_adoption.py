@@ -65,7 +65,7 @@ def test_a_labelled_job_runs_as_an_sj_is_preempted_resumes_and_ends_complete(api
     with dedicated_node(cpu="4") as node:
         batch.create_namespaced_job(namespace, job_manifest("adopted", node=node, run_for="8s", cpu="3"))
         job = batch.read_namespaced_job("adopted", namespace)
-        assert job.spec.suspend is True and job.spec.managed_by == "scavenger.dev"
+        assert job.spec.suspend is True and job.spec.managed_by == "scavenger.dev/operator"
         st = wait_phase(api, namespace, "adopted", "Running", timeout=60)
         sj = client.CustomObjectsApi(api).get_namespaced_custom_object("scavenger.dev", "v1alpha1", namespace,
                                                                        "scavengerjobs", "adopted")

@@ -28,7 +28,7 @@ def job(**spec: Any) -> dict[str, Any]:
                      "annotations": {"scavenger.dev/duration": "5m", "scavenger.dev/priority-levels": "4",
                                      "scavenger.dev/checkpoint-volume": "ckpt"}},
         "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 6, "completionMode": "NonIndexed",
-                 "suspend": True, "managedBy": "scavenger.dev", "podReplacementPolicy": "TerminatingOrFailed",
+                 "suspend": True, "managedBy": "scavenger.dev/operator", "podReplacementPolicy": "TerminatingOrFailed",
                  "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "job-uid"}},
                  "template": {
                      "metadata": {"labels": {"app": "sim", "batch.kubernetes.io/controller-uid": "job-uid",
@@ -131,7 +131,7 @@ def test_the_webhook_suspends_an_adoptable_job_and_leaves_others_alone() -> None
     assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(answer["patch"])) == [
         {"op": "add", "path": "/spec/suspend", "value": True},
-        {"op": "add", "path": "/spec/managedBy", "value": "scavenger.dev"}]
+        {"op": "add", "path": "/spec/managedBy", "value": "scavenger.dev/operator"}]
     unlabelled = copy.deepcopy(fresh)
     unlabelled["metadata"]["labels"] = {}
     assert mutate_review(review(unlabelled), DEFAULT_LIMITS)["response"] == {"uid": "r-1", "allowed": True}

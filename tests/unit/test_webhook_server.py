@@ -203,7 +203,7 @@ def test_labelled_jobs_are_suspended_for_adoption_over_the_same_tls() -> None:
             assert code == 200 and answer["response"]["allowed"] is True
             assert json.loads(base64.b64decode(answer["response"]["patch"])) == [
                 {"op": "add", "path": "/spec/suspend", "value": True},
-                {"op": "add", "path": "/spec/managedBy", "value": "scavenger.dev"}]
+                {"op": "add", "path": "/spec/managedBy", "value": "scavenger.dev/operator"}]
             job["spec"]["activeDeadlineSeconds"] = 60
             code, answer, _ = await post(port, context, review, path=MUTATE_PATH)
             assert answer["response"]["allowed"] is False
