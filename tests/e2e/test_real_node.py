@@ -641,7 +641,7 @@ def test_the_in_cluster_operator_adopts_a_labelled_job_which_ends_complete(api: 
     kubectl("apply", "-f", "-", input=manifest)
     batch = client.BatchV1Api(api)
     job = batch.read_namespaced_job("counted", namespace)
-    assert job.spec.suspend is True and job.spec.managed_by == "scavenger.dev"
+    assert job.spec.suspend is True and job.spec.managed_by == "scavenger.dev/operator"
     st = wait_phase(api, namespace, "counted", "Succeeded", timeout=180)
     pod = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"scavenger.dev/run={st['jobName']}")
     assert pod.items and pod.items[0].spec.priority_class_name.startswith("scavenger-band-")
