@@ -65,8 +65,10 @@ class Slices:
             if job is None or job.deleting or job.owner != o.sj.uid or not o.run.pods:
                 continue
             key = (job.namespace, job.name)
+            if key in self._deleted or not self.handles(job.namespace):
+                continue
             members = gang_members(o.run.pods)
-            if not members or key in self._deleted or not self.handles(job.namespace):
+            if not members:
                 continue
             want = self.wanted.get(key)
             if (self.written.get(key) if want is None else want.members) == members:
@@ -83,7 +85,8 @@ class Slices:
         self._deleted[key] = None
         while len(self._deleted) > _DELETED_KEPT:
             self._deleted.popitem(last=False)
-        return self.written.pop(key, None) is not None or self.wanted.pop(key, None) is not None
+        written, wanted = self.written.pop(key, None), self.wanted.pop(key, None)
+        return written is not None or wanted is not None
 
     def forget(self, runs: Mapping[RunKey, object]) -> None:
         """Forgets the runs that are gone (``runs``: the Jobs the watch shows), once many more are known."""
