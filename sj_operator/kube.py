@@ -261,6 +261,9 @@ _CHILD_RESOURCES: dict[str, tuple[str, str]] = {
     "EndpointSlice": ("discovery.k8s.io", "endpointslices"),
 }
 """Their API group and resource, as RBAC names them."""
+APPLIED_KINDS = ("ConfigMap", "PodDisruptionBudget", "EndpointSlice")
+"""The kinds of an SJ's objects that are patched to say what they should (`Kube.apply_child`): a run's
+hostfile, the protection budget, a gang's slice."""
 
 
 def _child(kind: str, namespace: str, name: str | None = None) -> tuple[str, str]:
@@ -268,6 +271,16 @@ def _child(kind: str, namespace: str, name: str | None = None) -> tuple[str, str
     collection, noun = CHILD_PATHS[kind]
     path = collection.format(namespace=namespace)
     return (path if name is None else f"{path}/{name}"), noun
+
+
+def _version(stored: Any) -> str:
+    """The resourceVersion of an object as the API server answered it; a `KubeError` when it names none (a
+    version of "" would be no precondition at all)."""
+    meta = stored.get("metadata") if isinstance(stored, dict) else None
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    if not isinstance(version, str) or not version:
+        raise KubeError(0, "NoVersion", "the API server's answer names no resourceVersion")
+    return version
 
 
 def _operation(fn: Callable[..., Any]) -> str:
@@ -540,8 +553,38 @@ class Kube:
             await self._send("POST", path, f"create_namespaced_{noun}", body)
             return None
         except Conflict:
-            existing = await self.read_child(body["kind"], meta["namespace"], meta["name"])
-        if existing is None:  # deleted since: made on a later try
+            return await self._own_stored(body, owner_uid)
+
+    @needs(*(access(group, resource, "create", "get", "patch") for group, resource in
+             (_CHILD_RESOURCES[kind] for kind in APPLIED_KINDS)))
+    async def apply_child(self, body: Mapping[str, Any], owner_uid: str, patch: Mapping[str, Any], *,
+                          version: str | None = None,
+                          same: Callable[[Mapping[str, Any]], bool] | None = None) -> str:
+        """Makes the SJ's object ``body`` (a kind of `APPLIED_KINDS`) say what it should: creates it, or, when
+        one of its name exists that the SJ controls, merge-patches it with ``patch`` as read (Conflict when it
+        changed since), unless ``same`` finds it saying so already. ``version`` is what an earlier call
+        returned for it: it is patched at that version without a create or a read (Conflict or NotFound when
+        it changed or went since; the caller then forgets the version). Returns the version it has after.
+        Raises `NameTaken` as `create_child` does."""
+        kind, meta = body["kind"], body["metadata"]
+        if version is not None:
+            return await self.patch_child(kind, meta["namespace"], meta["name"], patch, version)
+        path, noun = _child(kind, meta["namespace"])
+        try:
+            return _version(await self._send("POST", path, f"create_namespaced_{noun}", body, read=True))
+        except Conflict:
+            existing = await self._own_stored(body, owner_uid)
+        stored = _version(existing)
+        if same is not None and same(existing):
+            return stored
+        return await self.patch_child(kind, meta["namespace"], meta["name"], patch, stored)
+
+    async def _own_stored(self, body: Mapping[str, Any], owner_uid: str) -> dict[str, Any]:
+        """The object of ``body``'s name as stored, whose create was refused as existing: `NameTaken` when the SJ
+        of ``owner_uid`` does not control it, Conflict when it is gone since (made on a later try)."""
+        meta = body["metadata"]
+        existing = await self.read_child(body["kind"], meta["namespace"], meta["name"])
+        if existing is None:
             raise Conflict(409, "AlreadyExists", f"{body['kind']} {meta['namespace']}/{meta['name']} existed "
                                                  "and was deleted meanwhile")
         check_owner(existing, owner_uid)
@@ -557,16 +600,16 @@ class Kube:
             return None
         return {**cast(dict[str, Any], found), "kind": kind}
 
-    @needs(Access("", "configmaps", "patch"), Access("policy", "poddisruptionbudgets", "patch"),
-           Access("discovery.k8s.io", "endpointslices", "patch"))
+    @needs(*(Access(*_CHILD_RESOURCES[kind], "patch") for kind in APPLIED_KINDS))
     async def patch_child(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any],
-                          resource_version: str) -> None:
+                          resource_version: str) -> str:
         """Merge-patches an SJ's child as read at ``resource_version`` (whose owner the caller checked): Conflict
-        when it changed since, so an object of that name made meanwhile by anyone else is never patched."""
+        when it changed since, so an object of that name made meanwhile by anyone else is never patched. Returns
+        the version it has after."""
         path, noun = _child(kind, namespace, name)
         meta = {**(patch.get("metadata") or {}), "resourceVersion": resource_version}
-        await self._send("PATCH", path, f"patch_namespaced_{noun}", {**patch, "metadata": meta},
-                         content_type="application/merge-patch+json")
+        return _version(await self._send("PATCH", path, f"patch_namespaced_{noun}", {**patch, "metadata": meta},
+                                         content_type="application/merge-patch+json", read=True))
 
     @needs(Access("batch", "jobs", "delete"), Access("", "services", "delete"),
            Access("discovery.k8s.io", "endpointslices", "delete"))

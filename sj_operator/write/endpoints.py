@@ -5,7 +5,8 @@ A gang's headless Service has no selector (`builders.service`): each run's one s
 a run whose members differ from what this process last wrote for it is queued, and the background lane
 writes the latest members of each queued run once (the changes of a run's pods while its write waits make
 one write). A slice is created, or patched when the SJ controls the one of its name (as read: a change since
-is a Conflict, and the run is queued again); someone else's object of its name is never touched. A run's
+is a Conflict, and the run is queued again); someone else's object of its name is never touched. A slice
+this process wrote is patched at the version it wrote, without a create or a read first. A run's
 slice is deleted with its Service (`Writer.delete_run`).
 
 After a restart nothing is known as written: the first pass queues every gang run, and each finds its slice
@@ -51,6 +52,9 @@ class Slices:
         queues it again."""
         self.wanted: dict[RunKey, _Want] = {}
         """The runs queued, with their latest members."""
+        self.versions: dict[RunKey, str] = {}
+        """By run: the version of the slice as this process last wrote it, at which the next write patches it
+        without creating or reading it first."""
         self._deleted: OrderedDict[RunKey, None] = OrderedDict()
         self.pool: Pool[RunKey] = Pool("endpoints", SLICE_WORKERS, self._write)
 
@@ -86,6 +90,7 @@ class Slices:
         while len(self._deleted) > _DELETED_KEPT:
             self._deleted.popitem(last=False)
         written, wanted = self.written.pop(key, None), self.wanted.pop(key, None)
+        self.versions.pop(key, None)
         return written is not None or wanted is not None
 
     def forget(self, runs: Mapping[RunKey, object]) -> None:
@@ -93,6 +98,7 @@ class Slices:
         if len(self.written) > 2 * len(runs) + 1000:
             for key in [key for key in self.written if key not in runs]:
                 del self.written[key]
+                self.versions.pop(key, None)
 
     async def _write(self, key: RunKey) -> None:
         in_background()
@@ -102,19 +108,20 @@ class Slices:
         namespace, name = key
         body = build_gang_endpoints(job_name=name, namespace=namespace, sj_name=want.sj_name, sj_uid=want.sj_uid,
                                     members=want.members)
+        version = self.versions.pop(key, None)
         try:
-            existing = await self.kube.create_child(body, want.sj_uid)
-            if existing is not None and _content(existing) != _content(body):
-                await self.kube.patch_child("EndpointSlice", namespace, name, _patch(body),
-                                            existing["metadata"]["resourceVersion"])
+            self.versions[key] = await self.kube.apply_child(
+                body, want.sj_uid, _patch(body), version=version,
+                same=lambda stored: _content(stored) == _content(body))
         except NameTaken as exc:
             log.warning("the gang of run %s/%s has no DNS names: %s", namespace, name, exc.message)
-        except Conflict:  # changed since it was read: read again (unless newer members are queued already)
-            if key not in self.wanted and key not in self._deleted:
+        except (Conflict, NotFound) as exc:
+            # Changed since it was read, or changed or gone since this process wrote it (at ``version``): read
+            # or made again, unless newer members are queued already. Not found when made: its namespace is gone.
+            if (version is not None or isinstance(exc, Conflict)) and key not in self.wanted \
+                    and key not in self._deleted:
                 self.wanted[key] = want
                 self.pool.submit((key,))
-            return
-        except NotFound:
             return
         except (Forbidden, Invalid) as exc:  # refused as it is: not tried again until its members change
             log.warning("the API server refused the EndpointSlice of run %s/%s: %s", namespace, name, exc)

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from gang.ssh import generate_gang_keys
 from sj_operator.api import ScavengerJobSpec, ScavengerJobStatus
@@ -36,6 +36,7 @@ from sj_operator.write.pool import Pool
 __all__ = ["LAUNCH_WORKERS", "Candidate", "Launcher"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 LAUNCH_WORKERS = 24
 """Launches under way at once."""
@@ -173,11 +174,16 @@ class Launcher:
         """Creates one of the SJ's objects (`Kube.create_child`): None when made, the stored object when the SJ
         made it before. Raises `NameTaken` when someone else's object has its name, and `_Refused` when the API
         server refuses it (Forbidden or Invalid: a ResourceQuota, a policy the dry run could not see)."""
+        return await self._refused_as(body, self.kube.create_child(body, sj.uid))
+
+    @staticmethod
+    async def _refused_as(body: Mapping[str, Any], write: Awaitable[T], verb: str = "create") -> T:
+        """``write`` (to ``verb``) of one of the SJ's objects, ``body``: `_Refused` when the API server refuses it."""
         try:
-            return await self.kube.create_child(body, sj.uid)
+            return await write
         except (Forbidden, Invalid) as exc:
             meta = body["metadata"]
-            raise _Refused(f"the API server refused to create {body['kind']} {meta['namespace']}/{meta['name']} "
+            raise _Refused(f"the API server refused to {verb} {body['kind']} {meta['namespace']}/{meta['name']} "
                           f"({exc.status} {exc.reason}): {exc.message}") from exc
 
     async def _create_children(self, sj: SJObject, spec: ScavengerJobSpec, job_name: str) -> None:
@@ -204,11 +210,9 @@ class Launcher:
             sj_name=sj.name, namespace=sj.namespace, sj_uid=sj.uid, job_name=job_name,
             parallelism=spec.parallelism, slots_per_worker=spec.mpi.slots_per_worker,
             implementation=spec.mpi.implementation, cluster_domain=self.config.cluster_domain)
-        existing = await self._create(hostfile, sj)
-        if existing is not None:  # the SJ's own, from an earlier run: this run's hosts written over it
-            meta = hostfile["metadata"]
-            await self.kube.patch_child("ConfigMap", meta["namespace"], meta["name"], {"data": hostfile["data"]},
-                                        existing["metadata"]["resourceVersion"])
+        # The SJ's own, from an earlier run, gets this run's hosts written over it.
+        await self._refused_as(hostfile, self.kube.apply_child(hostfile, sj.uid, {"data": hostfile["data"]}),
+                               "write")
 
     async def _missing_references(self, namespace: str, spec: ScavengerJobSpec) -> str | None:
         for i, volume in enumerate(spec.volumes):

@@ -8,6 +8,7 @@ of a pass, the launches, the steering writes, the Events and the faults' conditi
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
@@ -15,6 +16,8 @@ from typing import Generic, TypeVar
 from sj_operator.pacing import Pacer
 
 __all__ = ["Pool", "concurrently", "idle"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -26,12 +29,14 @@ class Pool(Generic[T]):
     ``ready``: awaited by a worker before it takes the next item (the Events wait for launches to pause);
     False when the worker should stop. ``drained``: called by each worker that finds the queue empty (the
     loop is woken to decide again). ``pace``: seconds of the loop's time each worker may hold before it gives
-    the other tasks a turn (for work that may not wait for the API at all)."""
+    the other tasks a turn (for work that may not wait for the API at all). ``contained``: an item whose
+    handling raises is logged with its traceback and the worker goes on with the next (a background lane: one
+    item's fault stops neither the others nor the loop); when False, it ends the worker and is its caller's."""
 
     def __init__(self, name: str, size: int, handle: Callable[[T], Awaitable[None]], *,
                  ready: Callable[[], Awaitable[bool]] | None = None, drained: Callable[[], None] | None = None,
-                 pace: float | None = None) -> None:
-        self.name, self.size, self._handle = name, size, handle
+                 pace: float | None = None, contained: bool = True) -> None:
+        self.name, self.size, self._handle, self._contained = name, size, handle, contained
         self._ready, self._drained, self._pace = ready, drained, pace
         self.queue: deque[T] = deque()
         self._workers: list[asyncio.Task[None]] = []
@@ -65,7 +70,13 @@ class Pool(Generic[T]):
                 return
             if not queue:
                 return
-            await self._handle(queue.popleft())
+            item = queue.popleft()
+            try:
+                await self._handle(item)
+            except Exception:
+                if not self._contained:
+                    raise
+                log.exception("the %s lane could not handle %r", self.name, item)
             if pacer is not None:
                 await pacer.breathe()
         if self._drained is not None:
@@ -85,7 +96,8 @@ async def concurrently(steps: Iterable[Awaitable[R]], size: int, hold_budget: fl
     async def run(item: tuple[int, Awaitable[R]]) -> None:
         results[item[0]] = await item[1]
 
-    pool: Pool[tuple[int, Awaitable[R]]] = Pool("writes", workers, run, pace=hold_budget / workers)
+    pool: Pool[tuple[int, Awaitable[R]]] = Pool("writes", workers, run, pace=hold_budget / workers,
+                                                   contained=False)
     pool.submit(enumerate(pending))
     await asyncio.gather(*pool.tasks)  # a step's exception is the caller's
     return results  # type: ignore[return-value]  # every step has run

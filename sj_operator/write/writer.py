@@ -222,9 +222,5 @@ class Writer:
 
     async def _apply_budget(self, pdb: Mapping[str, Any], sj_uid: str) -> None:
         """Creates the SJ's budget, or patches the one it controls (as read: Conflict when it changed since)."""
-        existing = await self.kube.create_child(pdb, sj_uid)
-        if existing is not None:
-            meta = pdb["metadata"]
-            await self.kube.patch_child("PodDisruptionBudget", meta["namespace"], meta["name"],
-                                        {"metadata": {"labels": meta["labels"]}, "spec": pdb["spec"]},
-                                        existing["metadata"]["resourceVersion"])
+        await self.kube.apply_child(pdb, sj_uid, {"metadata": {"labels": pdb["metadata"]["labels"]},
+                                                  "spec": pdb["spec"]})

@@ -14,7 +14,7 @@ from sj_operator.builders.service import build_gang_endpoints, gang_members
 from sj_operator.config import OperatorConfig
 from sj_operator.controller import Controller
 from sj_operator.decide import ClusterView, Decided, Observed
-from sj_operator.kube import Conflict, EventRef, Forbidden, Invalid, KubeError, NameTaken
+from sj_operator.kube import Conflict, EventRef, Forbidden, Invalid, KubeError, NameTaken, NotFound
 from sj_operator.names import controlled_by, controller_uid, owner_reference
 from sj_operator.observed import JobView, NodeInfo, PodView, SJObject, job_view
 from sj_operator.pacing import EVENT_DEFERRAL, EVENT_QUIET
@@ -101,15 +101,39 @@ class FakeKube:
         return self.objects.get((kind, name))
 
     async def patch_child(self, kind, namespace, name, patch, resource_version):
+        """Patches a stored object as `Kube.patch_child` does: Conflict when it changed since
+        ``resource_version``, NotFound when it is gone; the version it has after."""
         self.patches.append((kind, name, patch, resource_version))
+        self._maybe_fail(f"patch_{kind.lower()}")
+        stored = self.objects.get((kind, name))
+        if stored is None:
+            raise NotFound(404, "NotFound", f"{kind} {name}")
+        if stored["metadata"].get("resourceVersion") != resource_version:
+            raise Conflict(409, "Conflict", f"{kind} {name} changed since {resource_version}")
         if kind == "PodDisruptionBudget":
             self.calls.append(("pdb", name))
-            self.budgets.append({**self.objects[(kind, name)], **patch})
+            self.budgets.append({**stored, **patch})
         elif kind == "ConfigMap":
-            self.calls.append(("configmap", {**self.objects[(kind, name)], **patch}))
+            self.calls.append(("configmap", {**stored, **patch}))
         elif kind == "EndpointSlice":
-            self._maybe_fail("patch_endpointslice")
             self.calls.append(("endpointslice-patch", patch))
+        self.rv += 1
+        labels = (patch.get("metadata") or {}).get("labels")
+        meta = {**stored["metadata"], "resourceVersion": str(self.rv), **({"labels": labels} if labels else {})}
+        self.objects[(kind, name)] = {**stored, **{k: v for k, v in patch.items() if k != "metadata"}, "metadata": meta}
+        return str(self.rv)
+
+    async def apply_child(self, body, owner_uid, patch, *, version=None, same=None):
+        """As `Kube.apply_child` does it, with this fake's create, read and patch."""
+        kind, meta = body["kind"], body["metadata"]
+        if version is None:
+            existing = await self.create_child(body, owner_uid)
+            if existing is None:
+                return self.objects[(kind, meta["name"])]["metadata"]["resourceVersion"]
+            version = existing["metadata"]["resourceVersion"]
+            if same is not None and same(existing):
+                return version
+        return await self.patch_child(kind, meta["namespace"], meta["name"], patch, version)
 
     async def delete_child(self, kind, namespace, name, uid):
         self.deletes.append((kind, name, uid))
@@ -403,6 +427,30 @@ def test_a_slice_that_changed_since_it_was_read_is_read_and_patched_again(contro
     run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
     assert _slices(kube)[-1] == [("work-r1-0", "10.0.0.1"), ("work-r1-1", "10.0.0.2")]
     assert [p[0] for p in kube.patches].count("EndpointSlice") == 2, "refused once, then written"
+
+
+def test_a_slice_this_process_wrote_is_patched_at_the_version_it_wrote_without_a_create_or_a_read(controller, kube):
+    tries, create = [], kube.create_child
+
+    async def counted(body, owner_uid):
+        tries.append(body["kind"])
+        return await create(body, owner_uid)
+
+    kube.create_child, written = counted, []
+    for ips in (("10.0.0.1", None, None), ("10.0.0.1", "10.0.0.2", None), ("10.0.0.1", "10.0.0.2", "10.0.0.3")):
+        run(controller, _gang_view(*ips))
+        written.append(kube.objects[("EndpointSlice", "work-r1")]["metadata"]["resourceVersion"])
+    assert tries.count("EndpointSlice") == 1, "created once, then patched"
+    assert [p[3] for p in kube.patches if p[0] == "EndpointSlice"] == written[:2], "each at the version written"
+    assert [address for _, address in _slices(kube)[-1]] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+
+
+def test_a_slice_deleted_since_this_process_wrote_it_is_made_again(controller, kube):
+    run(controller, _gang_view("10.0.0.1", None))
+    del kube.objects[("EndpointSlice", "work-r1")]
+    run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
+    made = [body for kind, body in kube.calls if kind == "endpointslice"]
+    assert len(made) == 2 and [e["addresses"][0] for e in made[-1]["endpoints"]] == ["10.0.0.1", "10.0.0.2"]
 
 
 def test_a_slice_the_api_server_refuses_is_not_tried_again_until_its_members_change(controller, kube):
@@ -775,7 +823,8 @@ def test_any_object_of_a_run_the_api_server_refuses_holds_the_sj(controller, kub
     run(controller, view(sj(**spec)))
     admitted = next(c for c in stored_status(kube)["conditions"] if c["type"] == "Admitted")
     assert (admitted["status"], admitted["reason"]) == ("False", "QuotaExceeded")
-    assert "the API server refused to create " in admitted["message"] and "job" not in kube.kinds()
+    verb = "write" if kind == "configmap" else "create"  # the hostfile is made or patched to this run's hosts
+    assert f"the API server refused to {verb} " in admitted["message"] and "job" not in kube.kinds()
     assert controller.held["u-work"][1] == 1
 
 

@@ -395,7 +395,7 @@ class Request:
 
 class ApiServer:
     """An HTTP server on 127.0.0.1 that records each request and answers with the next of ``answers``
-    ((status, JSON body); then 200 with ``{"ok": true}``), for a Kube whose client points at it."""
+    ((status, JSON body); then 200 with an object of resourceVersion "1"), for a Kube whose client points at it."""
 
     def __init__(self, *answers: tuple[int, Any]) -> None:
         self.answers = list(answers)
@@ -407,7 +407,7 @@ class ApiServer:
         self.requests.append(Request(request.method, request.path, dict(request.query),
                                      request.headers.get("Content-Type", ""),
                                      request.headers.get("authorization", ""), json.loads(raw) if raw else None))
-        status, body = self.answers.pop(0) if self.answers else (200, {"ok": True})
+        status, body = self.answers.pop(0) if self.answers else (200, {"metadata": {"resourceVersion": "1"}})
         return web.json_response(body, status=status)
 
     def __enter__(self) -> ApiServer:
@@ -601,6 +601,50 @@ def test_an_existing_object_of_a_childs_name_the_sj_does_not_control_is_a_name_t
     assert (info.value.kind, info.value.namespace, info.value.name) == ("Job", "ns", "sj-r1")
     assert info.value.message.startswith("Job ns/sj-r1 exists and is not this SJ's")
     assert len(server.requests) == 2, "read, never written"
+
+
+BUDGET = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "sj-r1", "namespace": "ns"},
+          "spec": {"minAvailable": 1}}
+BUDGETS = "/apis/policy/v1/namespaces/ns/poddisruptionbudgets"
+
+
+def _at(version: str) -> tuple[int, Any]:
+    return 200, {"metadata": {"resourceVersion": version}}
+
+
+@pytest.mark.parametrize(("answers", "version", "same", "requests", "after"), [
+    pytest.param([_at("7")], None, None, [("POST", BUDGETS, BUDGET)], "7", id="made"),
+    pytest.param([_status(409, "already exists"), (200, OURS)], None, lambda stored: True,
+                 [("POST", BUDGETS, BUDGET), ("GET", f"{BUDGETS}/sj-r1", None)], "5", id="ours-as-it-should-be"),
+    pytest.param([_status(409, "already exists"), (200, OURS), _at("6")], None, lambda stored: False,
+                 [("POST", BUDGETS, BUDGET), ("GET", f"{BUDGETS}/sj-r1", None),
+                  ("PATCH", f"{BUDGETS}/sj-r1", {"spec": {"minAvailable": 1}, "metadata": {"resourceVersion": "5"}})],
+                 "6", id="ours-patched-as-read"),
+    pytest.param([_at("9")], "8", None,
+                 [("PATCH", f"{BUDGETS}/sj-r1", {"spec": {"minAvailable": 1}, "metadata": {"resourceVersion": "8"}})],
+                 "9", id="patched-at-the-version-written"),
+])
+def test_an_applied_child_is_made_or_patched_at_the_version_read_or_written(
+        answers: list[tuple[int, Any]], version: str | None, same: Any, requests: list[tuple[str, str, Any]],
+        after: str) -> None:
+    with ApiServer(*answers) as server:
+        stored = asyncio.run(server.run(lambda k: k.apply_child(BUDGET, "u-sj", {"spec": BUDGET["spec"]},
+                                                                version=version, same=same)))
+    assert stored == after
+    assert [(r.method, r.path, r.body) for r in server.requests] == requests
+
+
+@pytest.mark.parametrize(("answers", "error", "methods"), [
+    pytest.param([_status(409, "already exists"), (200, THEIRS)], NameTaken, ["POST", "GET"], id="theirs"),
+    pytest.param([_status(409, "already exists"), (200, OURS), _status(409, "the object has been modified")],
+                 Conflict, ["POST", "GET", "PATCH"], id="changed-since-read"),
+    pytest.param([(200, {"metadata": {}})], KubeError, ["POST"], id="no-version-answered"),
+])
+def test_an_applied_child_is_never_patched_unless_ours_as_read(answers: list[tuple[int, Any]],
+                                                               error: type[KubeError], methods: list[str]) -> None:
+    with ApiServer(*answers) as server, pytest.raises(error):
+        asyncio.run(server.run(lambda k: k.apply_child(BUDGET, "u-sj", {"spec": {}})))
+    assert [r.method for r in server.requests] == methods
 
 
 def test_a_child_that_existed_and_is_gone_by_the_read_is_tried_again_later() -> None:

@@ -37,7 +37,7 @@ import sj_operator.handlers
 from sj_operator import caches
 from sj_operator.builders.service import SLICE_MANAGER
 from sj_operator.config import OperatorConfig
-from sj_operator.kube import ACCESS, CHILD_PATHS, Access, EventRef, Kube, KubeError
+from sj_operator.kube import ACCESS, APPLIED_KINDS, CHILD_PATHS, Access, EventRef, Kube, KubeError
 from sj_operator.names import GROUP, PLURAL, VERSION
 from sj_operator.webhook import ADOPTION_CONFIGURATION_NAME, CONFIGURATION_NAME
 from tests.unit.chart import REPO, of_kind, render
@@ -57,9 +57,9 @@ SAMPLES: dict[str, Callable[[Kube], Awaitable[Any]]] = {
     "patch_sj_status": lambda k: k.patch_sj_status("a", "s", {"phase": "Running"}, "7"),
     "create_child": lambda k: _each(*(k.create_child({**NAMED, "kind": kind}, "u") for kind in CHILD_PATHS)),
     "read_child": lambda k: _each(*(k.read_child(kind, "a", "x") for kind in CHILD_PATHS)),
-    "patch_child": lambda k: _each(k.patch_child("ConfigMap", "a", "x", {"data": {}}, "1"),
-                                   k.patch_child("PodDisruptionBudget", "a", "x", {"spec": {}}, "1"),
-                                   k.patch_child("EndpointSlice", "a", "x", {"endpoints": []}, "1")),
+    "apply_child": lambda k: _each(*(k.apply_child({**NAMED, "kind": kind}, "u", {"data": {}}, version=version)
+                                     for kind in APPLIED_KINDS for version in (None, "1"))),
+    "patch_child": lambda k: _each(*(k.patch_child(kind, "a", "x", {"data": {}}, "1") for kind in APPLIED_KINDS)),
     "delete_child": lambda k: _each(k.delete_child("Job", "a", "x", "x-uid"),
                                     k.delete_child("Service", "a", "x", "x-uid"),
                                     k.delete_child("EndpointSlice", "a", "x", "x-uid")),
