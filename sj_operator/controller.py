@@ -161,7 +161,7 @@ class Controller:
                                  on_fault=lambda sj, exc: self.quarantine.fault(sj, "launch", exc), wake=wake)
         self.explainer = Explainer(self.monotonic, lambda sj, exc: self.quarantine.fault(sj, "explain", exc))
         self.gauges = Gauges(self.metrics, self.memo, self.hold_budget)
-        self._faults = Pool("faults", API_CONCURRENCY, self._write_fault)
+        self._faults = Pool("faults", API_CONCURRENCY, self._write_fault, describe=lambda report: report.sj.key)
 
     @property
     def lifecycle_config(self) -> LifecycleConfig:

@@ -52,11 +52,11 @@ class Slices:
         queues it again."""
         self.wanted: dict[RunKey, _Want] = {}
         """The runs queued, with their latest members."""
-        self.versions: dict[RunKey, str] = {}
-        """By run: the version of the slice as this process last wrote it, at which the next write patches it
-        without creating or reading it first."""
+        self.versions: dict[RunKey, tuple[str, str]] = {}
+        """By run: the SJ (uid) and the version of the slice as this process last wrote it, at which the next write
+        for that SJ patches it without creating or reading it first."""
         self._deleted: OrderedDict[RunKey, None] = OrderedDict()
-        self.pool: Pool[RunKey] = Pool("endpoints", SLICE_WORKERS, self._write)
+        self.pool: Pool[RunKey] = Pool("endpoints", SLICE_WORKERS, self._write, describe="/".join)
 
     def publish(self, decided: Iterable[Decided]) -> int:
         """Queues the gang runs among ``decided`` whose members differ from what was last written: a run the SJ
@@ -95,10 +95,11 @@ class Slices:
 
     def forget(self, runs: Mapping[RunKey, object]) -> None:
         """Forgets the runs that are gone (``runs``: the Jobs the watch shows), once many more are known."""
-        if len(self.written) > 2 * len(runs) + 1000:
+        if len(self.written) + len(self.versions) > 2 * len(runs) + 1000:
             for key in [key for key in self.written if key not in runs]:
                 del self.written[key]
-                self.versions.pop(key, None)
+            for key in [key for key in self.versions if key not in runs]:
+                del self.versions[key]
 
     async def _write(self, key: RunKey) -> None:
         in_background()
@@ -108,11 +109,11 @@ class Slices:
         namespace, name = key
         body = build_gang_endpoints(job_name=name, namespace=namespace, sj_name=want.sj_name, sj_uid=want.sj_uid,
                                     members=want.members)
-        version = self.versions.pop(key, None)
+        kept = self.versions.pop(key, None)
+        version = kept[1] if kept is not None and kept[0] == want.sj_uid else None  # another SJ's of the same name
         try:
-            self.versions[key] = await self.kube.apply_child(
-                body, want.sj_uid, _patch(body), version=version,
-                same=lambda stored: _content(stored) == _content(body))
+            stored = await self.kube.apply_child(body, want.sj_uid, _patch(body), version=version,
+                                                 same=lambda found: _content(found) == _content(body))
         except NameTaken as exc:
             log.warning("the gang of run %s/%s has no DNS names: %s", namespace, name, exc.message)
         except (Conflict, NotFound) as exc:
@@ -128,6 +129,9 @@ class Slices:
         except KubeError as exc:
             log.error("could not write the EndpointSlice of run %s/%s: %s", namespace, name, exc)
             return
+        else:
+            if key not in self._deleted:
+                self.versions[key] = (want.sj_uid, stored)
         if key not in self._deleted:
             self.written[key] = want.members
 

@@ -112,7 +112,8 @@ class Recorder:
         """When (monotonic) a run was last made (the ledger's): Events wait while runs are being launched."""
         self.behind = behind
         """Whether the control plane is behind on the runs launched (`Ledger.behind`): Events wait for it too."""
-        self.pool: Pool[Unrecorded] = Pool("events", EVENT_WORKERS, self._post, ready=self._quiet)
+        self.pool: Pool[Unrecorded] = Pool("events", EVENT_WORKERS, self._post, ready=self._quiet,
+                                           describe=lambda u: f"{u.sj.namespace}/{u.sj.name}")
         self.steering_unrecorded: dict[str, Unrecorded] = {}
         """By SJ uid: its waiting step of steering Events only (`STEERING_REASONS`), which a newer one
         replaces."""

@@ -75,7 +75,8 @@ class Launcher:
                  on_fault: Callable[[SJObject, Exception], None], wake: Callable[[], None]) -> None:
         self.kube, self.config, self.ledger, self.gate, self.metrics = kube, config, ledger, gate, metrics
         self.clock, self._apply, self._on_fault = clock, apply, on_fault
-        self.pool: Pool[_Order] = Pool("launches", LAUNCH_WORKERS, self._launch_queued, drained=wake)
+        self.pool: Pool[_Order] = Pool("launches", LAUNCH_WORKERS, self._launch_queued, drained=wake,
+                                        describe=lambda order: order.candidate.sj.key)
 
     def queue(self, now: datetime, admitted: Iterable[tuple[Candidate, int]]) -> None:
         """Queues the admitted SJs' launches (each with the configuration the admission chose); their room stays

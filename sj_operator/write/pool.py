@@ -30,13 +30,16 @@ class Pool(Generic[T]):
     False when the worker should stop. ``drained``: called by each worker that finds the queue empty (the
     loop is woken to decide again). ``pace``: seconds of the loop's time each worker may hold before it gives
     the other tasks a turn (for work that may not wait for the API at all). ``contained``: an item whose
-    handling raises is logged with its traceback and the worker goes on with the next (a background lane: one
-    item's fault stops neither the others nor the loop); when False, it ends the worker and is its caller's."""
+    handling raises is logged with its traceback, named by ``describe`` (its SJ's key: never the item itself,
+    which may hold a raw SJ), and the worker goes on with the next (a background lane: one item's fault stops
+    neither the others nor the loop); when False, it ends the worker and is its caller's."""
 
     def __init__(self, name: str, size: int, handle: Callable[[T], Awaitable[None]], *,
                  ready: Callable[[], Awaitable[bool]] | None = None, drained: Callable[[], None] | None = None,
-                 pace: float | None = None, contained: bool = True) -> None:
-        self.name, self.size, self._handle, self._contained = name, size, handle, contained
+                 pace: float | None = None, contained: bool = True,
+                 describe: Callable[[T], str] = lambda item: type(item).__name__) -> None:
+        self.name, self.size, self._handle = name, size, handle
+        self._contained, self._describe = contained, describe
         self._ready, self._drained, self._pace = ready, drained, pace
         self.queue: deque[T] = deque()
         self._workers: list[asyncio.Task[None]] = []
@@ -76,7 +79,7 @@ class Pool(Generic[T]):
             except Exception:
                 if not self._contained:
                     raise
-                log.exception("the %s lane could not handle %r", self.name, item)
+                log.exception("the %s lane could not handle %s", self.name, self._describe(item))
             if pacer is not None:
                 await pacer.breathe()
         if self._drained is not None:

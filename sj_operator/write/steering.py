@@ -87,6 +87,10 @@ def _routine(d: Decided) -> bool:
     return any(isinstance(a, SetProtection) and a.due is not None for a in d.step.actions)
 
 
+def _sj_key(d: Decided) -> str:
+    return d.observed.sj.key
+
+
 def steering_order(due: Iterable[Decided], *, toggles_room: int, levels_room: int,
                    starting: int = 0) -> list[Decided]:
     """Which of ``due`` to carry out now: the toggles first, as many as ``toggles_room``, but no routine one while
@@ -111,8 +115,9 @@ class SteeringLane:
         """How many of ``under_way`` are level writes."""
         self._starting = 0
         """The runs starting as the last pass counted them (`starting`)."""
-        self.pool: Pool[Decided] = Pool("steering", STEERING_IN_FLIGHT, self._steer_one)
-        self.levels: Pool[Decided] = Pool("steering-levels", LEVEL_WRITES_IN_FLIGHT, self._steer_one)
+        self.pool: Pool[Decided] = Pool("steering", STEERING_IN_FLIGHT, self._steer_one, describe=_sj_key)
+        self.levels: Pool[Decided] = Pool("steering-levels", LEVEL_WRITES_IN_FLIGHT, self._steer_one,
+                                          describe=_sj_key)
 
     @property
     def tasks(self) -> tuple[asyncio.Task[None], ...]:

@@ -86,8 +86,9 @@ class FakeKube:
             self.budgets.append(body)
         if kind == "Secret":
             self.secrets.append(body)
+        self.rv += 1  # a fresh version: an object made again is not the one an earlier version was of
         self.objects[(kind, meta["name"])] = {**body, "metadata": {**meta, "uid": f"uid-{meta['name']}",
-                                                                     "resourceVersion": "1"}}
+                                                                     "resourceVersion": str(self.rv)}}
         return None
 
     def job(self, name: str, created: datetime) -> JobView:
@@ -421,12 +422,58 @@ def test_someone_elses_slice_of_the_runs_name_is_never_patched_nor_tried_at_ever
     assert _slices(kube) == [] and not [p for p in kube.patches if p[0] == "EndpointSlice"]
 
 
-def test_a_slice_that_changed_since_it_was_read_is_read_and_patched_again(controller, kube):
+def test_a_slice_that_changed_since_this_process_wrote_it_is_read_and_patched_again(controller, kube):
     run(controller, _gang_view("10.0.0.1", None))
     kube.fail["patch_endpointslice"] = [Conflict(409, "Conflict")]
     run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
     assert _slices(kube)[-1] == [("work-r1-0", "10.0.0.1"), ("work-r1-1", "10.0.0.2")]
     assert [p[0] for p in kube.patches].count("EndpointSlice") == 2, "refused once, then written"
+
+
+def test_a_slice_that_changed_since_it_was_read_is_read_and_patched_again(kube):
+    """A fresh process finds the slice as stored (version 5) and patches it as read: a Conflict (changed since
+    the read) has it read and patched again."""
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    kube.objects[("EndpointSlice", "work-r1")] = {**build_gang_endpoints(
+        job_name="work-r1", namespace="ns", sj_name="work", sj_uid="u-work",
+        members=gang_members(_gang_pods("10.0.0.9"))), "kind": "EndpointSlice"}
+    kube.objects[("EndpointSlice", "work-r1")]["metadata"]["resourceVersion"] = "5"
+    kube.fail["patch_endpointslice"] = [Conflict(409, "Conflict")]
+    run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
+    assert [p[3] for p in kube.patches if p[0] == "EndpointSlice"] == ["5", "5"], "each at the version read"
+    assert _slices(kube) == [[("work-r1-0", "10.0.0.1"), ("work-r1-1", "10.0.0.2")]]
+
+
+def test_a_slice_whose_namespace_is_gone_is_not_tried_again_until_its_members_change(controller, kube):
+    kube.fail["create_endpointslice"] = [NotFound(404, "NotFound", 'namespaces "ns" not found')] * 2
+    run(controller, _gang_view("10.0.0.1", None))
+    assert len(kube.fail["create_endpointslice"]) == 1, "tried once"
+
+
+def test_a_slice_someone_else_made_of_its_name_since_this_process_wrote_it_is_never_patched(controller, kube):
+    """The run's slice was written, then replaced by someone else's object of its name: the patch at the version
+    written is a Conflict, the slice is read again, found not the SJ's, and left alone."""
+    run(controller, _gang_view("10.0.0.1", None))
+    kube.objects[("EndpointSlice", "work-r1")] = theirs = _foreign("EndpointSlice", "work-r1")
+    run(controller, _gang_view("10.0.0.1", "10.0.0.2"))
+    assert kube.objects[("EndpointSlice", "work-r1")] is theirs
+    assert [body for kind, body in kube.calls if kind == "endpointslice-patch"] == []
+
+
+def test_a_version_written_for_one_sj_is_not_used_for_another_sj_of_its_name(controller, kube):
+    """An SJ deleted and made again under its name has a run of the same name: the slice written for the first
+    SJ is not patched at its version for the second; it is read (and, not the new SJ's, left alone)."""
+    run(controller, _gang_view("10.0.0.1", None))
+    again = _gang_view("10.0.0.1", "10.0.0.2")
+    job = job_view({"metadata": {"namespace": "ns", "name": "work-r1", "uid": "j-work-again",
+                                 "labels": {"scavenger.dev/job-name": "work"},
+                                 "ownerReferences": [owner_reference("work", "u-work-again")],
+                                 "creationTimestamp": NOW.isoformat()}, "status": {"startTime": NOW.isoformat()}})
+    run(controller, replace(again, sjs=tuple(replace(o, uid="u-work-again") for o in again.sjs),
+                            jobs={("ns", "work-r1"): job}))
+    assert controller.slices.written[("ns", "work-r1")] == gang_members(_gang_pods("10.0.0.1", "10.0.0.2")), \
+        "the new SJ's members were taken up (and given up on: the slice of their name is the first SJ's)"
+    assert [p for p in kube.patches if p[0] == "EndpointSlice"] == [], "read, found the first SJ's, never patched"
 
 
 def test_a_slice_this_process_wrote_is_patched_at_the_version_it_wrote_without_a_create_or_a_read(controller, kube):
@@ -825,6 +872,21 @@ def test_any_object_of_a_run_the_api_server_refuses_holds_the_sj(controller, kub
     assert (admitted["status"], admitted["reason"]) == ("False", "QuotaExceeded")
     verb = "write" if kind == "configmap" else "create"  # the hostfile is made or patched to this run's hosts
     assert f"the API server refused to {verb} " in admitted["message"] and "job" not in kube.kinds()
+
+
+def test_an_earlier_runs_hostfile_the_api_server_refuses_to_patch_holds_the_sj(controller, kube):
+    """The SJ's own hostfile from an earlier run is patched to this run's hosts; refused, the SJ is held as for
+    a refused create (not failed for good), and no Job is made."""
+    kube.objects[("ConfigMap", "work-mpi-hostfile")] = {"kind": "ConfigMap", "data": {}, "metadata": {
+        "namespace": "ns", "name": "work-mpi-hostfile", "uid": "h", "resourceVersion": "4",
+        "ownerReferences": owned_by("work")}}
+    kube.fail["patch_configmap"] = [Forbidden(403, "Forbidden", "configmaps is forbidden: denied by a policy")]
+    run(controller, view(sj(parallelism=2, command=["mpirun", "app"], mpi={"slotsPerWorker": 1})))
+    status = stored_status(kube)
+    admitted = next(c for c in status["conditions"] if c["type"] == "Admitted")
+    assert (status["phase"], admitted["status"]) == ("Pending", "False")
+    assert "the API server refused to write ConfigMap ns/work-mpi-hostfile" in admitted["message"]
+    assert "job" not in kube.kinds()
     assert controller.held["u-work"][1] == 1
 
 

@@ -614,9 +614,10 @@ def _at(version: str) -> tuple[int, Any]:
 
 @pytest.mark.parametrize(("answers", "version", "same", "requests", "after"), [
     pytest.param([_at("7")], None, None, [("POST", BUDGETS, BUDGET)], "7", id="made"),
-    pytest.param([_status(409, "already exists"), (200, OURS)], None, lambda stored: True,
+    pytest.param([_status(409, "already exists"), (200, OURS)], None, lambda stored: stored["metadata"]["uid"] == "j",
                  [("POST", BUDGETS, BUDGET), ("GET", f"{BUDGETS}/sj-r1", None)], "5", id="ours-as-it-should-be"),
-    pytest.param([_status(409, "already exists"), (200, OURS), _at("6")], None, lambda stored: False,
+    pytest.param([_status(409, "already exists"), (200, OURS), _at("6")], None,
+                 lambda stored: stored["metadata"]["uid"] != "j",
                  [("POST", BUDGETS, BUDGET), ("GET", f"{BUDGETS}/sj-r1", None),
                   ("PATCH", f"{BUDGETS}/sj-r1", {"spec": {"minAvailable": 1}, "metadata": {"resourceVersion": "5"}})],
                  "6", id="ours-patched-as-read"),
@@ -634,16 +635,19 @@ def test_an_applied_child_is_made_or_patched_at_the_version_read_or_written(
     assert [(r.method, r.path, r.body) for r in server.requests] == requests
 
 
-@pytest.mark.parametrize(("answers", "error", "methods"), [
-    pytest.param([_status(409, "already exists"), (200, THEIRS)], NameTaken, ["POST", "GET"], id="theirs"),
-    pytest.param([_status(409, "already exists"), (200, OURS), _status(409, "the object has been modified")],
+@pytest.mark.parametrize(("answers", "version", "error", "methods"), [
+    pytest.param([_status(409, "already exists"), (200, THEIRS)], None, NameTaken, ["POST", "GET"], id="theirs"),
+    pytest.param([_status(409, "already exists"), (200, OURS), _status(409, "the object has been modified")], None,
                  Conflict, ["POST", "GET", "PATCH"], id="changed-since-read"),
-    pytest.param([(200, {"metadata": {}})], KubeError, ["POST"], id="no-version-answered"),
+    pytest.param([_status(409, "the object has been modified")], "8", Conflict, ["PATCH"],
+                 id="changed-since-written"),
+    pytest.param([_status(404, "not found")], "8", NotFound, ["PATCH"], id="gone-since-written"),
+    pytest.param([(200, {"metadata": {}})], None, KubeError, ["POST"], id="no-version-answered"),
 ])
-def test_an_applied_child_is_never_patched_unless_ours_as_read(answers: list[tuple[int, Any]],
-                                                               error: type[KubeError], methods: list[str]) -> None:
+def test_an_applied_child_is_never_patched_unless_ours_as_read_or_written(
+        answers: list[tuple[int, Any]], version: str | None, error: type[KubeError], methods: list[str]) -> None:
     with ApiServer(*answers) as server, pytest.raises(error):
-        asyncio.run(server.run(lambda k: k.apply_child(BUDGET, "u-sj", {"spec": {}})))
+        asyncio.run(server.run(lambda k: k.apply_child(BUDGET, "u-sj", {"spec": {}}, version=version)))
     assert [r.method for r in server.requests] == methods
 
 

@@ -18,7 +18,7 @@ def test_a_background_lane_logs_an_item_that_raises_and_goes_on_with_the_next(ca
         handled.append(item)
 
     async def main() -> None:
-        pool: Pool[int] = Pool("test", 1, handle)
+        pool: Pool[int] = Pool("test", 1, handle, describe=lambda item: f"item #{item}")
         pool.submit(range(5))
         await pool.idle()
 
@@ -26,7 +26,23 @@ def test_a_background_lane_logs_an_item_that_raises_and_goes_on_with_the_next(ca
         asyncio.run(main())
     assert handled == [0, 1, 3, 4], "one worker: the items after the fault are still handled, in order"
     [record] = caplog.records
-    assert "the test lane could not handle 2" in record.getMessage() and record.exc_info is not None
+    assert "the test lane could not handle item #2" in record.getMessage() and record.exc_info is not None
+
+
+def test_an_item_that_raises_is_named_by_its_kind_not_its_contents(caplog: pytest.LogCaptureFixture) -> None:
+    """A queued item may hold a raw SJ (its spec, its environment): the log names it, never prints it."""
+    async def handle(item: dict[str, str]) -> None:
+        raise RuntimeError("a bug")
+
+    async def main() -> None:
+        pool: Pool[dict[str, str]] = Pool("test", 1, handle)
+        pool.submit([{"env": "SECRET=hunter2"}])
+        await pool.idle()
+
+    with caplog.at_level(logging.ERROR, logger="sj_operator.write.pool"):
+        asyncio.run(main())
+    [record] = caplog.records
+    assert record.getMessage() == "the test lane could not handle dict" and "hunter2" not in caplog.text
 
 
 def test_concurrent_steps_leave_a_fault_to_their_caller() -> None:
