@@ -111,6 +111,7 @@ class Slices:
                                     members=want.members)
         kept = self.versions.pop(key, None)
         version = kept[1] if kept is not None and kept[0] == want.sj_uid else None  # another SJ's of the same name
+        stored: str | None = None
         try:
             stored = await self.kube.apply_child(body, want.sj_uid, _patch(body), version=version,
                                                  same=lambda found: _content(found) == _content(body))
@@ -129,11 +130,10 @@ class Slices:
         except KubeError as exc:
             log.error("could not write the EndpointSlice of run %s/%s: %s", namespace, name, exc)
             return
-        else:
-            if key not in self._deleted:
-                self.versions[key] = (want.sj_uid, stored)
         if key not in self._deleted:
             self.written[key] = want.members
+            if stored is not None:
+                self.versions[key] = (want.sj_uid, stored)
 
 
 def _content(body: Mapping[str, Any]) -> tuple[Any, Any, Any]:
