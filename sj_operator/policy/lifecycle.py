@@ -25,7 +25,7 @@ Outcomes are read from what Kubernetes reports, never guessed:
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -169,22 +169,37 @@ RECORD_GRACE = timedelta(seconds=10)
 
 
 def record_grace(cfg: LifecycleConfig) -> timedelta:
-    """How long after the Job controller took it up (`record_from`) a run whose pods are not all running yet is
+    """How long after the cluster caught up with it (`record_from`) a run whose pods are not all running yet is
     written into its SJ's status as Starting: `RECORD_GRACE`, or half the start timeout when that is shorter (a
     run is recorded as Starting before it can time out)."""
     return min(RECORD_GRACE, cfg.start_timeout / 2)
 
 
-def record_from(job: JobView) -> datetime | None:
-    """When a new run's `record_grace` begins: once the Job controller has taken its Job up (its
-    ``status.startTime``, which it sets as it makes the pods), never before the Job was made; None until then.
-    A controller-manager given thousands of new Jobs may take minutes to reach this one: the run is not the
-    SJ's news until then (its ``Launched`` Event is), and writing it as Starting meanwhile would be a second
-    status write and Event per SJ, when its pods will run a moment after they are made (a burst of 2,000 SJs:
-    2,000 writes and 2,000 Events more, to a control plane that is starting their pods)."""
+def record_from(job: JobView, pods: Iterable[PodView], expected: int) -> datetime | None:
+    """When a new run's `record_grace` begins: once the cluster has caught up with it; None until then. The
+    Job controller must have taken its Job up (its ``status.startTime``, which it sets as it makes the pods);
+    a run still missing pods then counts from that take-up (pods the Job controller could not make, a
+    namespace's policy refusing them, are the SJ's news). A run with all ``expected`` pods counts from when
+    the last of them was taken up where it is going: the scheduler looked at it (bound it, or found no room:
+    ``PodScheduled``) and, bound, its node's agent acknowledged it (its ``startTime``). Never before the Job
+    was made. Until then the run is not the SJ's news (its ``Launched`` Event is): a controller-manager given
+    thousands of new Jobs may take minutes to reach this one, a scheduler as long to look at its pods and a
+    node's agent to take them up, and writing the run as Starting meanwhile would be a second status write
+    and Event per SJ, when its pods run a moment after the cluster reaches them (a burst of 10,000 SJs on two
+    cores: 8,700 writes and as many Events more, to a control plane busy starting their pods). Nothing of
+    this can time the run out meanwhile (`_starting`)."""
     if job.started is None:
         return None
-    return max(job.started, job.created) if job.created is not None else job.started
+    taken_up = max(job.started, job.created) if job.created is not None else job.started
+    live = [p for p in pods if not p.deleting]
+    if len(live) < expected:
+        return taken_up
+    reached: list[datetime] = []
+    for p in live:
+        if p.placed is None or (p.node is not None and p.started is None and p.phase == "Pending"):
+            return None  # the scheduler, or the pod's node, has not reached it yet
+        reached.append(p.placed if p.started is None else max(p.placed, p.started))
+    return max(taken_up, *reached)
 
 
 LaunchRefusal = Literal["MissingReference", "InvalidSpec", "InvalidRun"]
@@ -291,8 +306,8 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
     show yet), so it is computed at every pass. A running SJ (given its ``run`` and ``cfg``) is quiet
     until its level, its period or its protection's expiry moves (``priority.steady_until``), for the
     same ``exempt`` and ``draining``. A waiting SJ whose next run exists but is not written into its status
-    yet (given its ``run``, ``cfg`` and ``sj_name``) is quiet until `record_grace` has passed since the Job
-    controller took the run up (`record_from`; `_record`; its start timeout is longer), and until a change
+    yet (given its ``run``, ``cfg`` and ``sj_name``) is quiet until `record_grace` has passed since the
+    cluster caught up with the run (`record_from`; `_record`; its start timeout is longer), and until a change
     before that. A decision loop may reuse the quiet result until then."""
     if isinstance(spec, InvalidSpec):
         return FOREVER if status.phase == Phase.FAILED else None
@@ -304,9 +319,9 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
             # A run to record (the launch this process just made, or one to adopt). Another run (an old
             # one still stopping) is decided at every pass.
             if cfg is not None and sj_name is not None and next_run(run, status, sj_name) is not None:
-                # Until the Job controller takes the Job up, only a change of the Job (its startTime) or of its
+                # Until the cluster has caught up with the run, only a change of the Job (its startTime) or of its
                 # pods changes the answer.
-                since = record_from(job)
+                since = record_from(job, run.pods, spec.launched_config(job.config_index).parallelism)
                 return FOREVER if since is None else since + record_grace(cfg)
             return None
         # Waiting with no run to adopt: the only clock is the backoff, which makes it eligible.
@@ -400,8 +415,9 @@ def _record(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: Li
             draining: bool) -> Step:
     """The waiting SJ's next run, written into its status together with what its pods show: Running when
     they all run (Succeeded, Failed, Interrupted when they have ended); Starting once `record_grace` has
-    passed since the Job controller took the run up (`record_from`) without that. Until then nothing is written
-    (the run holds the SJ: it is not waiting)."""
+    passed since the cluster caught up with the run (`record_from`: its Job taken up, its pods looked at by the
+    scheduler and acknowledged by their nodes) without that. Until then nothing is written (the run holds the
+    SJ: it is not waiting)."""
     st, launched_at = b.status, job.created or b.now
     b.update(phase=Phase.STARTING, attempt=st.attempt + 1, job_name=job.name, launched_timestamp=launched_at,
              priority_class_name=launch_class(st.interrupted_count), not_before=None,
@@ -414,7 +430,7 @@ def _record(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: Li
         # Running at once is a plain record; a run that already ended, failed or was cancelled is not.
         plain = result.status.phase is Phase.RUNNING and not result.actions
         return replace(result, kind="records-run") if plain else result
-    if (since := record_from(job)) is None or b.now - since < record_grace(cfg):
+    if (since := record_from(job, run.pods, spec.parallelism)) is None or b.now - since < record_grace(cfg):
         return Step(st)
     running = sum(1 for p in run.pods if p.all_running and not p.deleting)
     b.transition(Phase.STARTING, "Starting", f"{message}; {running} of {spec.parallelism} pod(s) running")

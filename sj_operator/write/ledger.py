@@ -249,7 +249,7 @@ class Ledger:
                         position: Callable[[str], int] | None = None, layout: int | None = None,
                         pacer: Pacer | None = None) -> dict[RunKey, InFlightRun]:
         """Runs that are Starting and not fully scheduled, and new runs not written into their SJs' statuses yet
-        (`lifecycle.record_from`: a controller-manager behind may take minutes to take a Job up): their pods'
+        (`lifecycle.record_from`: a cluster behind may take minutes to reach a new run): their pods'
         room is spoken for. A run's entry is
         the last pass's while its spec and scheduled pods are. ``gone``: the SJs no longer decided, when
         ``decided`` are only the SJs decided in this pass (the others keep their runs), then in the order of

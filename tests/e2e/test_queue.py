@@ -12,7 +12,7 @@ from sj_operator.observed import pod_requests
 from sj_operator.resources import to_milli
 from tests.e2e.kube import dedicated_node, node_placement, scheduler_paused, sim_container, wait_for
 from tests.e2e.scenarios import QUEUE_CONFIG, interrupted_sj_goes_before_an_older_one, run_that_cannot_start_is_retried
-from tests.e2e.sj import create_sj, jobs_of, run_pods, sj_spec, status, wait_phase
+from tests.e2e.sj import create_sj, event_list, event_messages, jobs_of, run_pods, sj_spec, status, wait_phase
 
 pytestmark = pytest.mark.kwok_only
 
@@ -150,17 +150,20 @@ def test_run_that_cannot_start_times_out_and_leaves_nothing_pending(api, namespa
 
 def test_a_scheduler_far_behind_times_no_run_out(api, namespace, operator):
     """Pods the scheduler has not looked at yet wait for it, however long: with the scheduler stopped for
-    six start timeouts (past the five that pods not yet made are given), the run is still Starting, never
-    retried, and runs once the scheduler goes on."""
+    six start timeouts (past the five that pods not yet made are given), the run is never retried, and the SJ
+    is not written twice meanwhile: it stays Pending (its Launched Event says its run was made) until the
+    scheduler goes on, then is written once, as Running."""
     waited = operator.start_timeout * 6
     with scheduler_paused():
         create_sj(api, namespace, "behind", sj_spec(run_for=None))
-        wait_phase(api, namespace, "behind", "Starting")
+        assert event_messages(api, namespace, "behind", "Launched")
         wait_for("its pod made", lambda: run_pods(api, namespace, "behind-r1"), timeout=30)
         time.sleep(waited.total_seconds())
         st = status(api, namespace, "behind")
-        assert (st.get("phase"), st.get("startTimeouts", 0), st.get("jobName")) == ("Starting", 0, "behind-r1"), st
+        assert (st.get("phase"), st.get("startTimeouts", 0), st.get("attempt", 0)) == ("Pending", 0, 0), st
         assert [p.spec.node_name for p in run_pods(api, namespace, "behind-r1")] == [None]
+        assert [j.metadata.name for j in jobs_of(api, namespace, "behind")] == ["behind-r1"]
     st = wait_phase(api, namespace, "behind", "Running", timeout=60)
     assert (st.get("startTimeouts", 0), st["attempt"]) == (0, 1), st
+    assert [r for r, _ in event_list(api, namespace, "behind")].count("Starting") == 0, "written once, as Running"
     assert [j.metadata.name for j in jobs_of(api, namespace, "behind")] == ["behind-r1"]

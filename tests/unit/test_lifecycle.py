@@ -39,6 +39,7 @@ from sj_operator.policy.lifecycle import (
     launched,
     quiet_until,
     ran_for,
+    record_from,
     record_grace,
     retry_delay,
     step,
@@ -1208,6 +1209,49 @@ def test_a_new_run_is_recorded_as_starting_only_past_its_grace_after_the_job_con
         assert result.status == before
         until = quiet_until(spec(), before, NOW, run=run, cfg=CFG, sj_name=SJ)
         assert until == (FOREVER if started is None else max(started, created) + record_grace(CFG))
+
+
+def _reached(phase: str, *, placed: timedelta | None, started: timedelta | None = None, bound: bool = True,
+             index: int = 0) -> PodView:
+    """A pod of the new run: looked at by the scheduler ``placed`` before now (None: not yet), bound to a node or
+    not, taken up by that node's agent ``started`` before now (None: not yet)."""
+    return replace(pod(index, phase, placed=None if placed is None else NOW - placed),
+                   node="node-1" if bound else None, started=None if started is None else NOW - started)
+
+
+@pytest.mark.parametrize(("pods", "recorded", "grace_from"), [
+    pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=None, bound=False, index=1)),
+                 False, None, id="a-pod-the-scheduler-has-not-looked-at"),
+    pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=M, index=1)),
+                 False, None, id="a-bound-pod-its-node-has-not-taken-up"),
+    pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=M, started=9 * S, index=1)),
+                 False, 9 * S, id="taken-up-by-its-node-within-grace"),
+    pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=M, started=10 * S, index=1)),
+                 True, 10 * S, id="taken-up-by-its-node-past-grace"),
+    pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=9 * S, bound=False, index=1)),
+                 False, 9 * S, id="found-no-room-within-grace"),
+    pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=10 * S, bound=False, index=1)),
+                 True, 10 * S, id="found-no-room-past-grace"),
+    pytest.param((_reached("Running", placed=M, started=M),), True, M, id="a-pod-never-made"),
+])
+def test_a_new_runs_grace_counts_from_when_the_cluster_caught_up_with_it(
+        pods: tuple[PodView, ...], recorded: bool, grace_from: timedelta | None) -> None:
+    """A gang's run, its Job made and taken up a minute ago: its grace begins once every pod has been looked at
+    by the scheduler (bound, or found no room) and, bound, taken up by its node's agent; while one has not, a
+    scheduler or a node behind is not the SJ's news, and nothing but a change of the pods moves the step (none
+    of that times the run out). A pod never made is: the grace counts from the take-up."""
+    before = status(Phase.PENDING, not_before=None)
+    run = run_of(job(RUN1, created=NOW - M, started=NOW - M), *pods)
+    result = decide(GANG, before, run)
+    assert (result.status.phase, [e.reason for e in result.events]) == (
+        (Phase.STARTING, ["Starting"]) if recorded else (Phase.PENDING, []))
+    assert record_from(run.job, run.pods, GANG.parallelism) == (None if grace_from is None else NOW - grace_from)
+    if not recorded:
+        assert result.status is before
+        assert quiet_until(GANG, before, NOW, run=run, cfg=CFG, sj_name=SJ) == (
+            FOREVER if grace_from is None else NOW - grace_from + record_grace(CFG))
+        if grace_from is None:
+            assert decide(GANG, before, run, now=NOW + 30 * M) == result, "however long it waits so"
 
 
 def test_record_grace_is_shorter_than_the_start_timeout() -> None:
