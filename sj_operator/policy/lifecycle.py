@@ -176,30 +176,28 @@ def record_grace(cfg: LifecycleConfig) -> timedelta:
 
 
 def record_from(job: JobView, pods: Iterable[PodView], expected: int) -> datetime | None:
-    """When a new run's `record_grace` begins: once the cluster has caught up with it; None until then. The
-    Job controller must have taken its Job up (its ``status.startTime``, which it sets as it makes the pods);
-    a run still missing pods then counts from that take-up (pods the Job controller could not make, a
-    namespace's policy refusing them, are the SJ's news). A run with all ``expected`` pods counts from when
-    the last of them was taken up where it is going: the scheduler looked at it (bound it, or found no room:
-    ``PodScheduled``) and, bound, its node's agent acknowledged it (its ``startTime``). Never before the Job
-    was made. Until then the run is not the SJ's news (its ``Launched`` Event is): a controller-manager given
-    thousands of new Jobs may take minutes to reach this one, a scheduler as long to look at its pods and a
-    node's agent to take them up, and writing the run as Starting meanwhile would be a second status write
-    and Event per SJ, when its pods run a moment after the cluster reaches them (a burst of 10,000 SJs on two
-    cores: 8,700 writes and as many Events more, to a control plane busy starting their pods). Nothing of
-    this can time the run out meanwhile (`_starting`)."""
+    """When a new run's `record_grace` begins: once the cluster has caught up with it; None until then. The Job
+    controller must have taken its Job up (its ``status.startTime``, which it sets as it makes the pods), and every pod
+    made must have been taken up where it is going: the scheduler looked at it (bound it, or found no room:
+    ``PodScheduled``) and, bound, its node's agent acknowledged it (its ``startTime``). A run with all ``expected`` pods
+    counts from when the last of them was so; one still missing pods, from the take-up (pods the Job controller could
+    not make, a namespace's policy refusing them, are the SJ's news). Never before the Job was made. Until then the run
+    is not the SJ's news (its ``Launched`` Event is): a controller-manager given thousands of new Jobs may take minutes
+    to reach this one, a scheduler as long to look at its pods and a node's agent to take them up, and writing the run
+    as Starting meanwhile would be a second status write and Event per SJ, when its pods run a moment after the cluster
+    reaches them (a burst of 10,000 SJs on two cores: 8,700 writes and as many Events more, to a control plane busy
+    starting their pods). Pods not reached yet never time the run out (`_starting`); pods never made do."""
     if job.started is None:
         return None
     taken_up = max(job.started, job.created) if job.created is not None else job.started
-    live = [p for p in pods if not p.deleting]
-    if len(live) < expected:
-        return taken_up
-    reached: list[datetime] = []
-    for p in live:
+    reached, made = taken_up, 0
+    for p in pods:
+        if p.deleting:
+            continue
         if p.placed is None or (p.node is not None and p.started is None and p.phase == "Pending"):
             return None  # the scheduler, or the pod's node, has not reached it yet
-        reached.append(p.placed if p.started is None else max(p.placed, p.started))
-    return max(taken_up, *reached)
+        reached, made = max(reached, p.placed if p.started is None else max(p.placed, p.started)), made + 1
+    return taken_up if made < expected else reached
 
 
 LaunchRefusal = Literal["MissingReference", "InvalidSpec", "InvalidRun"]
@@ -300,15 +298,15 @@ FOREVER = datetime.max.replace(tzinfo=UTC)
 def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus, now: datetime, *,
                 run: Run | None = None, cfg: LifecycleConfig | None = None,
                 sj_name: str | None = None) -> datetime | None:
-    """Until when (exclusive) ``step``, having found nothing to do for these inputs at ``now``, finds the
-    same as time goes on: ``FOREVER`` when only a change of the inputs can change it; None when the answer
-    moves with time in ways not tracked here (a starting run's start timeout, a run the watch does not
-    show yet), so it is computed at every pass. A running SJ (given its ``run`` and ``cfg``) is quiet
-    until its level, its period or its protection's expiry moves (``priority.steady_until``), for the
-    same ``exempt`` and ``draining``. A waiting SJ whose next run exists but is not written into its status
-    yet (given its ``run``, ``cfg`` and ``sj_name``) is quiet until `record_grace` has passed since the
-    cluster caught up with the run (`record_from`; `_record`; its start timeout is longer), and until a change
-    before that. A decision loop may reuse the quiet result until then."""
+    """Until when (exclusive) ``step``, having found nothing to do for these inputs at ``now``, finds the same as time
+    goes on: ``FOREVER`` when only a change of the inputs can change it; None when the answer moves with time in ways
+    not tracked here (a starting run's start timeout, a run the watch does not show yet), so it is computed at every
+    pass. A running SJ (given its ``run`` and ``cfg``) is quiet until its level, its period or its protection's expiry
+    moves (``priority.steady_until``), for the same ``exempt`` and ``draining``. A waiting SJ whose next run exists but
+    is not written into its status yet (given its ``run``, ``cfg`` and ``sj_name``) is quiet until `record_grace` has
+    passed since the cluster caught up with the run (`record_from`; `_record`; its start timeout is longer), and until a
+    change before that (None while a pod the Job controller never made may time the run out meanwhile). A decision loop
+    may reuse the quiet result until then."""
     if isinstance(spec, InvalidSpec):
         return FOREVER if status.phase == Phase.FAILED else None
     phase = status.phase
@@ -321,8 +319,12 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
             if cfg is not None and sj_name is not None and next_run(run, status, sj_name) is not None:
                 # Until the cluster has caught up with the run, only a change of the Job (its startTime) or of its
                 # pods changes the answer.
-                since = record_from(job, run.pods, spec.launched_config(job.config_index).parallelism)
-                return FOREVER if since is None else since + record_grace(cfg)
+                expected = spec.launched_config(job.config_index).parallelism
+                if (since := record_from(job, run.pods, expected)) is not None:
+                    return since + record_grace(cfg)
+                if job.started is not None and sum(1 for p in run.pods if not p.deleting) < expected:
+                    return None  # pods never made time the run out (`_starting`), the others waited for
+                return FOREVER
             return None
         # Waiting with no run to adopt: the only clock is the backoff, which makes it eligible.
         return status.not_before if status.not_before is not None and status.not_before > now else FOREVER

@@ -167,10 +167,9 @@ def test_an_unrecorded_runs_quiet_step_is_the_same_until_quiet_until_and_moves_t
     until = quiet_until(spec_, status_, NOW, run=run, cfg=cfg, sj_name=SJ)
     if first.events or first.actions or first.status != status_ or until is None:
         return
-    # Every pod made, but one not looked at by the scheduler, or bound and not acknowledged by its node: nothing
-    # but a change of the pods moves the step. Otherwise its grace counts from the Job's take-up (as it was made).
-    live = [kind for kind in kinds if kind != "deleting"]
-    waits = len(live) == len(kinds) and any(kind in ("unplaced", "Pending") for kind in live)
+    # A pod not looked at by the scheduler, or bound and not acknowledged by its node: nothing but a change of the
+    # pods moves the step. Otherwise its grace counts from the Job's take-up (as it was made).
+    waits = any(kind in ("unplaced", "Pending") for kind in kinds)
     assert until == (FOREVER if waits else created + record_grace(cfg))
     for offset in later:
         at = NOW + timedelta(milliseconds=offset)

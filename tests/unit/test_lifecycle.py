@@ -1233,13 +1233,16 @@ def _reached(phase: str, *, placed: timedelta | None, started: timedelta | None 
     pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=10 * S, bound=False, index=1)),
                  True, 10 * S, id="found-no-room-past-grace"),
     pytest.param((_reached("Running", placed=M, started=M),), True, M, id="a-pod-never-made"),
+    pytest.param((_reached("Pending", placed=None, bound=False),), False, None,
+                 id="a-pod-never-made-and-one-the-scheduler-has-not-looked-at"),  # (the pod never made times out)
 ])
 def test_a_new_runs_grace_counts_from_when_the_cluster_caught_up_with_it(
         pods: tuple[PodView, ...], recorded: bool, grace_from: timedelta | None) -> None:
     """A gang's run, its Job made and taken up a minute ago: its grace begins once every pod has been looked at
     by the scheduler (bound, or found no room) and, bound, taken up by its node's agent; while one has not, a
     scheduler or a node behind is not the SJ's news, and nothing but a change of the pods moves the step (none
-    of that times the run out). A pod never made is: the grace counts from the take-up."""
+    of that times the run out). A pod never made is: once the pods made are reached, the grace counts from the
+    take-up."""
     before = status(Phase.PENDING, not_before=None)
     run = run_of(job(RUN1, created=NOW - M, started=NOW - M), *pods)
     result = decide(GANG, before, run)
@@ -1248,10 +1251,14 @@ def test_a_new_runs_grace_counts_from_when_the_cluster_caught_up_with_it(
     assert record_from(run.job, run.pods, GANG.parallelism) == (None if grace_from is None else NOW - grace_from)
     if not recorded:
         assert result.status is before
+        missing = len(pods) < GANG.parallelism
         assert quiet_until(GANG, before, NOW, run=run, cfg=CFG, sj_name=SJ) == (
-            FOREVER if grace_from is None else NOW - grace_from + record_grace(CFG))
-        if grace_from is None:
-            assert decide(GANG, before, run, now=NOW + 30 * M) == result, "however long it waits so"
+            NOW - grace_from + record_grace(CFG) if grace_from is not None else None if missing else FOREVER)
+        later = decide(GANG, before, run, now=NOW + 30 * M)
+        if grace_from is None and not missing:
+            assert later == result, "however long it waits so"
+        elif grace_from is None:
+            assert [e.reason for e in later.events] == ["StartTimeout"], "the pod never made times the run out"
 
 
 def test_record_grace_is_shorter_than_the_start_timeout() -> None:
