@@ -22,7 +22,6 @@ from sj_operator.resources import to_milli
 from sj_operator.settings import (
     DEFAULT_AGING_STEP,
     DEFAULT_CACHE_TIMEOUT,
-    DEFAULT_LAUNCH_WINDOW,
     DEFAULT_MAX_PROTECTION,
     DEFAULT_MAX_RETRY_BACKOFF,
     DEFAULT_MAX_TERMINATION_GRACE,
@@ -117,9 +116,6 @@ class OperatorConfig(BaseModel):
     uncapped. A namespace's own ScavengerQuota can only tighten it."""
     default_namespace_weight: int = Field(1, ge=1, le=MAX_WEIGHT)
     """The fair-share weight of every namespace that no ScavengerClusterQuota selects."""
-    launch_window: int = Field(DEFAULT_LAUNCH_WINDOW, ge=0)
-    """The most pods of new runs the cluster has not caught up with yet (`lifecycle.record_from`) before the
-    launches of admitted SJs wait; 0: no window."""
 
     @property
     def spec_limits(self) -> SpecLimits:
@@ -237,11 +233,6 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
     ("--default-namespace-weight", "SJ_DEFAULT_NAMESPACE_WEIGHT", "default_namespace_weight",
      "fair-share weight of a namespace that no ScavengerClusterQuota selects, 1 to 1000; the namespace's own "
      "ScavengerQuota can only lower it (default 1)"),
-    ("--launch-window", "SJ_LAUNCH_WINDOW", "launch_window",
-     "the most pods of new runs the cluster has not caught up with yet (Jobs the Job controller has not taken "
-     "up, pods the scheduler has not looked at or their nodes have not taken up); beyond it the launches of "
-     "admitted SJs wait, their room held, so that a burst of SJs does not bury the control plane; 0 for no "
-     "window (default 500)"),
 )
 
 _DURATIONS = {"start_timeout", "tick", "cache_timeout", "stall_timeout", "retry_backoff", "max_retry_backoff",

@@ -213,7 +213,6 @@ class Controller:
         once are seconds of work: done in slices, giving the loop's other tasks (watches, probes, the webhook,
         the background lane) a turn between them."""
         now, pacer, kept, work = self.clock(), Pacer(self.hold_budget), self._kept, self.memo.work
-        began = self.monotonic()
         # 1. The view with the runs this process made and the protection labels it wrote that the watch does not
         #    show yet.
         view = self.ledger.with_labels(self.ledger.with_launched(view))
@@ -241,7 +240,6 @@ class Controller:
                                            gone=None if full else gone, position=None if full else work.position,
                                            layout=work.layout, pacer=pacer)
         self.ledger.add_launched(view, runs)
-        self.launcher.window_moved(began)  # the launches waiting for the launch window look again
         if not self.ledger.behind:
             self.recorder.caught_up()  # the Events waiting for the control plane go now
         # 4. Admission, on the statuses about to be written: a waiting SJ's reason (Admitted=False) goes out

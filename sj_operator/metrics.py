@@ -96,14 +96,6 @@ class Metrics:
                                          "level crossed the protecting one, or a period began) its pods' label was "
                                          "written, by toggle (protect, unprotect)", ["toggle"],
                                          buckets=_TOGGLE_BUCKETS, registry=r)
-        self.unreached_pods = Gauge("scavenger_unreached_pods",
-                                    "Pods of new runs the cluster has not caught up with yet (Jobs not taken up, "
-                                    "pods not looked at by the scheduler or not taken up by their nodes): the "
-                                    "launch window's count (--launch-window)", registry=r)
-        self.launch_window_waits = Counter("scavenger_launch_window_waits_total",
-                                           "Times a launch worker waited for the launch window (--launch-window) to "
-                                           "open before taking the next launch",
-                                           registry=r)
         self.leader = Gauge("scavenger_leader", "1 while this replica is the one that decides", registry=r)
         self._leading: bool | None = None
         self.last_pass = Gauge("scavenger_last_pass_timestamp_seconds", "When the last decision pass ended",

@@ -44,10 +44,6 @@ DEFAULT_MAX_TERMINATION_GRACE: Final = 300
 """The most seconds an SJ may hold its room after being told to give it back (its grace period)."""
 DEFAULT_MIN_DURATION: Final = timedelta(seconds=10)
 """The shortest ``spec.duration`` accepted: shorter periods make checkpointing the main work."""
-DEFAULT_LAUNCH_WINDOW: Final = 500
-"""The most pods of new runs the cluster has not caught up with yet before launches wait (``--launch-window``):
-on a cluster that keeps up, a run's pods are reached within a second or two, so it paces nothing short of
-hundreds of pods a second; in a burst it keeps the control plane's backlog to about that many pods."""
 
 
 def check_threshold(value: float) -> float:

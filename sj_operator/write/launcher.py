@@ -7,22 +7,9 @@ deterministic, so a launch repeated after a crash finds its Job and adopts it; o
 found so: an object of a child's name that someone else made holds the SJ back (``NameTaken``), as a refusal
 of the API server does. The state machine says what to record: the ``Launched`` Event (the run itself is
 written into the status by a later pass, `lifecycle.launched`), or why no run was made.
-
-**The launch window.** A worker takes the next launch only while fewer than ``--launch-window`` pods of new
-runs are ones the cluster has not caught up with yet (`Ledger.unreached_pods`: Jobs the Job controller has not
-taken up, pods the scheduler has not looked at or their nodes have not taken up, runs being made or not shown
-by the watch yet). A burst of thousands of admitted SJs is so fed to the control plane as fast as it takes
-their runs up, not piled onto it at once: a pile is work the controller manager, the scheduler and the nodes
-each do again and again (every pod's change wakes its Job's sync; a node agent behind replays what it saw),
-on the same cores as the API server on a small control plane. The SJs waiting for the window keep their room
-and their place (they are being launched, in the order admitted); at most one launch per worker goes past the
-window at once, and a run larger than the window goes when nothing else is unreached. Each pass says when the
-count may have moved (`window_moved`); a worker looks again at least every `WINDOW_RECHECK` seconds.
 """
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -46,15 +33,13 @@ from sj_operator.write.gate import Gate, Refusal
 from sj_operator.write.ledger import Launching, Ledger
 from sj_operator.write.pool import Pool
 
-__all__ = ["LAUNCH_WORKERS", "WINDOW_RECHECK", "Candidate", "Launcher"]
+__all__ = ["LAUNCH_WORKERS", "Candidate", "Launcher"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LAUNCH_WORKERS = 24
 """Launches under way at once."""
-WINDOW_RECHECK = 1.0
-"""Seconds between two looks at the launch window, for a launch waiting for it, when no pass says it moved."""
 
 _NO_RUN = Run(job=None)
 
@@ -91,49 +76,7 @@ class Launcher:
         self.kube, self.config, self.ledger, self.gate, self.metrics = kube, config, ledger, gate, metrics
         self.clock, self._apply, self._on_fault = clock, apply, on_fault
         self.pool: Pool[_Order] = Pool("launches", LAUNCH_WORKERS, self._launch_queued, drained=wake,
-                                        ready=self._window_open, describe=lambda order: order.candidate.sj.key)
-        self._making: dict[str, tuple[tuple[str, str], int]] = {}
-        """By SJ uid: the launches workers have taken, each with its run and pods, until done."""
-        self._done: dict[str, tuple[tuple[str, str], int, float]] = {}
-        """By SJ uid: the launches done since the last pass began (monotonic), which it could not see."""
-        self._moved = asyncio.Event()
-        """Set when a pass may have moved the launch window's count (`window_moved`)."""
-        self._closed = False
-        """Whether the window was last found full (logged when that changes)."""
-
-    def window_moved(self, began: float) -> None:
-        """A pass that ``began`` then (monotonic) found the runs in flight anew (with the launches done before it
-        began): the launches waiting for the window look again."""
-        for uid in [uid for uid, (_, _, at) in self._done.items() if at < began]:
-            del self._done[uid]
-        self.metrics.unreached_pods.set(self._unreached())
-        self._moved.set()
-
-    def _unreached(self) -> int:
-        making = {key: pods for key, pods, _ in self._done.values()}
-        making.update(self._making.values())
-        return self.ledger.unreached_pods(making)
-
-    async def _window_open(self) -> bool:
-        """Waits until fewer than ``launch_window`` pods of new runs are unreached (see the module docstring), or
-        no launch is left to take (the others' workers took them, or they were dropped)."""
-        window = self.config.launch_window
-        waited = False
-        while window and self.pool.queue and (unreached := self._unreached()) >= window:
-            if not self._closed:
-                self._closed = True
-                log.info("launch window full: %d pod(s) of new runs the cluster has not caught up with yet "
-                         "(--launch-window %d); %d launch(es) wait", unreached, window, len(self.pool.queue))
-            if not waited:
-                waited = True
-                self.metrics.launch_window_waits.inc()
-            self._moved.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._moved.wait(), WINDOW_RECHECK)
-        if self._closed:
-            self._closed = False
-            log.info("launch window open again: %d launch(es) queued", len(self.pool.queue))
-        return True
+                                        describe=lambda order: order.candidate.sj.key)
 
     def queue(self, now: datetime, admitted: Iterable[tuple[Candidate, int]]) -> None:
         """Queues the admitted SJs' launches (each with the configuration the admission chose); their room stays
@@ -154,17 +97,12 @@ class Launcher:
 
     async def _launch_queued(self, order: _Order) -> None:
         w = order.candidate
-        uid, entry = w.sj.uid, self.ledger.launching.get(w.sj.uid)
-        if entry is not None:
-            self._making[uid] = (entry.run_key, entry.run.pods)
         try:
             await self.launch(w, order.admitted_at, order.config_index)
         except Exception as exc:
             self._on_fault(w.sj, exc)
         finally:
-            if (making := self._making.pop(uid, None)) is not None:
-                self._done[uid] = (*making, self.ledger.monotonic())
-            self.ledger.end_launch(uid)
+            self.ledger.end_launch(w.sj.uid)
 
     async def launch(self, w: Candidate, now: datetime, config_index: int = 0) -> None:
         """Creates the next run of an admitted SJ (idempotent) in the configuration the admission chose,

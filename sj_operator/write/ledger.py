@@ -18,7 +18,7 @@ from sj_operator.api import InvalidSpec, Phase, ScavengerJobSpec
 from sj_operator.decide import ClusterView, Decided, in_flight
 from sj_operator.observed import JobView, PodView, SJObject
 from sj_operator.pacing import Pacer, paced
-from sj_operator.policy.lifecycle import WAITING, next_run, record_from
+from sj_operator.policy.lifecycle import WAITING, next_run
 from sj_operator.policy.snapshot import InFlightRun
 
 __all__ = ["BEHIND_AT", "LAUNCHED_TTL", "WRITTEN_TTL", "Labelled", "Launched", "Launching", "Ledger", "Written"]
@@ -104,9 +104,6 @@ class Ledger:
     """By SJ uid."""
     _behind: dict[str, RunKey] = field(default_factory=dict)
     """The SJs (uids) of ``_starting`` whose entry is `_Starting.behind`, and its run."""
-    _unreached: dict[str, tuple[RunKey, int]] = field(default_factory=dict)
-    """By SJ uid: its new run the cluster has not caught up with yet (`lifecycle.record_from`), and its pods, as
-    the last pass found it (`unreached_pods`)."""
     _in_flight: tuple[int | None, dict[RunKey, InFlightRun]] | None = None
     """The runs in flight `in_flight` last found, in order, with the layout of the SJs they were ordered by: sorted
     again only when an SJ came or the layout moved; otherwise the entries that changed or went are changed in
@@ -214,26 +211,9 @@ class Ledger:
         runs = {*self._behind.values(), *(launching.run_key for launching in self.launching.values()), *unseen}
         return len(runs) >= BEHIND_AT  # (each once: a run launched is also an SJ's run in flight)
 
-    def unreached_pods(self, making: Mapping[RunKey, int]) -> int:
-        """The pods of the new runs the cluster has not caught up with yet (the launch window's count,
-        `write.launcher.Launcher`): the runs being ``making`` (by run, their pods), those made that the watch
-        does not show yet, and those whose Job the Job controller has not taken up, or whose pods the scheduler
-        has not all looked at or their nodes not all taken up, as the last pass found them
-        (`lifecycle.record_from`). Not counted: pods the Job controller took the Job up and could not make, and
-        pods the scheduler found no room for (the cluster has decided about those)."""
-        runs = dict(self._unreached.values())
-        if self._unseen is not None:
-            for key in self._unseen[2]:
-                if key not in runs and (entry := self.launched.get(key)) is not None:
-                    runs[key] = entry.run.pods
-        for key, pods in making.items():
-            runs.setdefault(key, pods)
-        return sum(runs.values())
-
     def not_leading(self) -> None:
         """Another replica decides: what the last pass found behind is no longer looked at again."""
         self._behind = {}
-        self._unreached = {}
         self._unseen = None
 
     # --- the view ---------------------------------------------------------------------
@@ -279,7 +259,7 @@ class Ledger:
         place meanwhile, for `behind`."""
         before = self._starting
         full = gone is None
-        made, behind, unreached = ({}, {}, {}) if full else (self._starting, self._behind, self._unreached)
+        made, behind = ({}, {}) if full else (self._starting, self._behind)
         removed: list[RunKey] = []
         updated: list[str] = []
         came = False
@@ -291,10 +271,8 @@ class Ledger:
 
         for uid in gone or ():
             drop(uid)
-            unreached.pop(uid, None)
         async for d in paced(decided, pacer):
             uid = d.observed.sj.uid
-            _note_unreached(unreached, uid, d)
             last = before.get(uid)
             entry = _in_flight_entry(d, last, on_fault)
             if entry is None:
@@ -311,7 +289,7 @@ class Ledger:
                 else:
                     came = True
         if full:
-            self._starting, self._behind, self._unreached = made, behind, unreached
+            self._starting, self._behind = made, behind
         return dict(self._in_order(made, position, layout, again=full or came, removed=removed, updated=updated))
 
     def _in_order(self, made: dict[str, _Starting], position: Callable[[str], int] | None, layout: int | None, *,
@@ -387,30 +365,6 @@ def _in_flight_entry(d: Decided, last: _Starting | None,
         on_fault(o.sj, exc)
         return None
     return _Starting(spec, scheduled, run, key, behind)
-
-
-def _note_unreached(unreached: dict[str, tuple[RunKey, int]], uid: str, d: Decided) -> None:
-    """Keeps the SJ's new run in ``unreached`` while the cluster has not caught up with it (`_unreached_run`)."""
-    if (run := _unreached_run(d)) is not None:
-        unreached[uid] = run
-    else:
-        unreached.pop(uid, None)
-
-
-def _unreached_run(d: Decided) -> tuple[RunKey, int] | None:
-    """The decided SJ's new run (Starting, or not written into its status yet) when the cluster has not caught up
-    with it yet (`lifecycle.record_from`), and its pods; None otherwise (a run the watch does not show yet is
-    counted from the launches, `Ledger.unreached_pods`)."""
-    st, o = d.step.status, d.observed
-    starting = st.phase is Phase.STARTING
-    job_name = st.job_name if starting else _unrecorded_run(d)
-    job = o.run.job
-    if not job_name or job is None or job.name != job_name or job.deleting or isinstance(o.spec, InvalidSpec):
-        return None
-    spec = o.spec if starting else o.spec.launched_config(job.config_index)
-    if record_from(job, o.run.pods, spec.parallelism) is not None:
-        return None
-    return (o.sj.namespace, job_name), spec.parallelism
 
 
 def _unrecorded_run(d: Decided) -> str | None:

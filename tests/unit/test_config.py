@@ -53,7 +53,6 @@ DEFAULTS: dict[str, Any] = {
     "cluster_domain": "cluster.local",
     "default_namespace_quota": {},
     "default_namespace_weight": 1,
-    "launch_window": 500,
 }
 
 
@@ -138,8 +137,6 @@ VALID: list[tuple[str, list[str], dict[str, str], dict[str, Any]]] = [
     ("the default namespace quota from the environment", [],
      {"SJ_DEFAULT_NAMESPACE_QUOTA": "cpu=500m", "SJ_DEFAULT_NAMESPACE_WEIGHT": "1000"},
      {"default_namespace_quota": {"cpu": 500}, "default_namespace_weight": 1000}),
-    ("a launch window", ["--launch-window", "64"], {}, {"launch_window": 64}),
-    ("no launch window, from the environment", [], {"SJ_LAUNCH_WINDOW": "0"}, {"launch_window": 0}),
 ]
 
 
@@ -196,8 +193,6 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("--default-namespace-quota", "SJ_DEFAULT_NAMESPACE_QUOTA", "bad name=1", "name part must be"),
     ("--default-namespace-weight", "SJ_DEFAULT_NAMESPACE_WEIGHT", "0", "greater than or equal to 1"),
     ("--default-namespace-weight", "SJ_DEFAULT_NAMESPACE_WEIGHT", "1001", "less than or equal to 1000"),
-    ("--launch-window", "SJ_LAUNCH_WINDOW", "-1", "greater than or equal to 0"),
-    ("--launch-window", "SJ_LAUNCH_WINDOW", "many", "valid integer"),
 ]
 INVALID_IDS = [f"{flag} {value}" for flag, _, value, _ in INVALID]
 

@@ -1687,18 +1687,17 @@ def test_an_incremental_pass_changes_a_run_in_flight_where_it_is_and_drops_the_r
 def _gang_decided(controller: Controller, pods: str, *, rv: str = "1", taken_up: bool = False,
                   name: str = "work") -> Decided:
     """A Starting gang of three whose pods are, one letter each: ``-`` not made yet, ``u`` made and not looked at
-    by the scheduler yet, ``n`` found no room by it (placed, unbound), ``b`` bound to a node, ``s`` bound and
-    taken up by its node's agent (its startTime); its Job ``taken_up`` by the Job controller (its startTime) or
-    not yet."""
+    by the scheduler yet, ``n`` found no room by it (placed, unbound), ``b`` bound to a node; its Job ``taken_up``
+    by the Job controller (its startTime) or not yet."""
     status = {"phase": "Starting", "attempt": 1, "jobName": f"{name}-r1", "launchedTimestamp": NOW.isoformat()}
     job = job_view({"metadata": {"namespace": "ns", "name": f"{name}-r1", "uid": f"j-{name}",
                                  "creationTimestamp": NOW.isoformat(), "labels": {"scavenger.dev/job-name": name},
                                  "ownerReferences": owned_by(name)},
                     "status": {"startTime": NOW.isoformat()} if taken_up else {}})
     members = tuple(PodView(namespace="ns", name=f"{name}-r1-{i}", uid=f"p-{name}-{i}", sj=name, run=f"{name}-r1",
-                            node="n1" if state in "bs" else None, phase="Pending", deleting=False,
+                            node="n1" if state == "b" else None, phase="Pending", deleting=False,
                             requests={"cpu": 1000}, all_running=False, index=i,
-                            placed=None if state == "u" else NOW, started=NOW if state == "s" else None)
+                            placed=None if state == "u" else NOW)
                     for i, state in enumerate(pods) if state != "-")
     v = view(sj(status, rv=rv, name=name, parallelism=3), jobs={("ns", f"{name}-r1"): job},
              run_pods={("ns", f"{name}-r1"): members})
@@ -1730,76 +1729,6 @@ def test_the_control_plane_is_behind_while_a_run_in_flight_has_its_job_not_taken
     in_flight_now(controller.ledger, [_gang_decided(controller, "bbb", taken_up=True)], lambda s, exc: None)
     in_flight_now(controller.ledger, [_gang_decided(controller, pods, rv="2", taken_up=taken_up)], lambda s, exc: None)
     assert controller.ledger.behind is behind
-
-
-@pytest.mark.parametrize(("pods", "taken_up", "unreached"), [
-    ("---", False, 3),  # the Job controller has not taken the Job up yet
-    ("uu-", False, 3),
-    ("---", True, 0),   # it took it up and made none: it could not (a policy refusing them), no backlog
-    ("ss-", True, 0),   # ... or made only some, the others reached
-    ("uu-", True, 3),   # the scheduler has not looked at the pods made yet
-    ("ssu", True, 3),   # ... one of them
-    ("ssb", True, 3),   # one bound, and its node has not taken it up yet
-    ("nnn", True, 0),   # the scheduler found no room for any: decided, the run waits for room, not for it
-    ("ssn", True, 0),
-    ("sss", True, 0),   # every pod taken up by its node: reached (its images may still be pulled)
-])
-def test_the_launch_window_counts_the_pods_of_new_runs_the_cluster_has_not_caught_up_with(
-        controller, pods, taken_up, unreached):
-    """`Ledger.unreached_pods`: a new run's pods count whole until its Job is taken up, every pod made is looked at
-    by the scheduler and each bound one taken up by its node (`lifecycle.record_from`); whatever the pass before
-    found; with the runs being made (each run once)."""
-    ledger = controller.ledger
-    in_flight_now(ledger, [_gang_decided(controller, "sss", taken_up=True)], lambda s, exc: None)
-    assert ledger.unreached_pods({}) == 0
-    in_flight_now(ledger, [_gang_decided(controller, pods, rv="2", taken_up=taken_up)], lambda s, exc: None)
-    assert ledger.unreached_pods({}) == unreached
-    assert ledger.unreached_pods({("ns", "other-r1"): 2}) == unreached + 2
-    assert ledger.unreached_pods({("ns", "work-r1"): 3}) == 3, "a run being made and unreached counts once"
-    ledger.not_leading()
-    assert ledger.unreached_pods({}) == 0, "another replica decides"
-
-
-def test_launches_wait_for_the_launch_window_and_go_once_the_cluster_reaches_the_runs(kube):
-    """A window of two pods: of three one-pod SJs admitted at once, two are launched and the third waits, its room
-    held (not admitted again) while the first two runs' Jobs are not taken up; once a pass sees the first one's
-    pod bound and taken up by its node, the third is launched. Each run is made once."""
-    controller = Controller(kube, OperatorConfig(launch_window=2), clock=lambda: NOW)  # type: ignore[arg-type]
-    sjs = [sj(name=name, created=NOW - timedelta(minutes=3 - i)) for i, name in enumerate("abc")]
-
-    def made(name: str, *, taken_up: bool) -> JobView:
-        job = kube.job(f"{name}-r1", created=NOW)
-        return job if taken_up else replace(job, started=None)
-
-    async def passes() -> tuple[list[str], list[str], float]:
-        await controller.reconcile(view(*sjs))
-        for _ in range(100):  # the two launches the window lets through
-            await asyncio.sleep(0)
-        first = launched(kube)
-        jobs = {("ns", "a-r1"): made("a", taken_up=False), ("ns", "b-r1"): made("b", taken_up=False)}
-        await controller.reconcile(view(*sjs, jobs=jobs))
-        for _ in range(100):
-            await asyncio.sleep(0)
-        behind = launched(kube)
-        waits = controller.metrics.launch_window_waits._value.get()
-        pod = PodView(namespace="ns", name="a-r1-0", uid="p-a", sj="a", run="a-r1", node="n1", phase="Pending",
-                      deleting=False, requests={"cpu": 1000}, placed=NOW, started=NOW)
-        jobs[("ns", "a-r1")] = made("a", taken_up=True)
-        await controller.reconcile(view(*sjs, jobs=jobs, run_pods={("ns", "a-r1"): (pod,)}))
-        await controller.settle()
-        return first, behind, waits
-
-    first, behind, waits = asyncio.run(passes())
-    assert first == behind == ["a-r1", "b-r1"] and waits > 0
-    assert launched(kube) == ["a-r1", "b-r1", "c-r1"]
-    assert controller.metrics.unreached_pods._value.get() == 1  # b's, until the watch shows c's run
-
-
-def test_no_launch_window_launches_every_admitted_sj_at_once(kube):
-    controller = Controller(kube, OperatorConfig(launch_window=0), clock=lambda: NOW)  # type: ignore[arg-type]
-    run(controller, view(*(sj(name=name, created=NOW - timedelta(minutes=3 - i)) for i, name in enumerate("abc"))))
-    assert launched(kube) == ["a-r1", "b-r1", "c-r1"]
-    assert controller.metrics.launch_window_waits._value.get() == 0
 
 
 def test_the_control_plane_is_no_longer_behind_once_an_incremental_pass_finds_the_pods_looked_at_or_the_sj_gone(
