@@ -186,7 +186,8 @@ def record_from(job: JobView, pods: Iterable[PodView], expected: int) -> datetim
     to reach this one, a scheduler as long to look at its pods and a node's agent to take them up, and writing the run
     as Starting meanwhile would be a second status write and Event per SJ, when its pods run a moment after the cluster
     reaches them (a burst of 10,000 SJs on two cores: 8,700 writes and as many Events more, to a control plane busy
-    starting their pods). Pods not reached yet never time the run out (`_starting`); pods never made do."""
+    starting their pods). A scheduler or nodes behind never time the run out (`_starting`); pods never made, and
+    pods the scheduler found no room for, do (`_unrecorded_until`)."""
     if job.started is None:
         return None
     taken_up = max(job.started, job.created) if job.created is not None else job.started
@@ -317,14 +318,7 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
             # A run to record (the launch this process just made, or one to adopt). Another run (an old
             # one still stopping) is decided at every pass.
             if cfg is not None and sj_name is not None and next_run(run, status, sj_name) is not None:
-                # Until the cluster has caught up with the run, only a change of the Job (its startTime) or of its
-                # pods changes the answer.
-                expected = spec.launched_config(job.config_index).parallelism
-                if (since := record_from(job, run.pods, expected)) is not None:
-                    return since + record_grace(cfg)
-                if job.started is not None and sum(1 for p in run.pods if not p.deleting) < expected:
-                    return None  # pods never made time the run out (`_starting`), the others waited for
-                return FOREVER
+                return _unrecorded_until(job, run.pods, spec.launched_config(job.config_index).parallelism, cfg)
             return None
         # Waiting with no run to adopt: the only clock is the backoff, which makes it eligible.
         return status.not_before if status.not_before is not None and status.not_before > now else FOREVER
@@ -333,6 +327,29 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
         return steady_until(now, status.priority_start_over_timestamp, spec.duration, spec.priority_levels,
                             cfg.protect_level, cfg.max_protection)
     return None
+
+
+def _unrecorded_until(job: JobView, pods: Sequence[PodView], expected: int, cfg: LifecycleConfig) -> datetime | None:
+    """``quiet_until`` of a waiting SJ whose next run is not written into its status yet: its grace's end once the
+    cluster caught up with the run (`record_from`), and never after the earliest moment `_starting` could time the
+    run out. Until the cluster has caught up, only a change of the Job or its pods changes the answer, unless
+    `_starting` counts time meanwhile: then the step is taken at every pass (None), or until its earliest
+    timeout."""
+    since = record_from(job, pods, expected)
+    grace_end = FOREVER if since is None else since + record_grace(cfg)
+    live = [p for p in pods if not p.deleting]
+    if len(live) < expected:
+        # Pods never made time the run out once the Job controller took it up (`MISSING_PODS_FACTOR`).
+        return grace_end if since is not None or job.started is None else None
+    placed = [p.placed for p in live if p.placed is not None]
+    if len(placed) < len(live):
+        return grace_end  # the scheduler has not looked at every pod: no timeout counts (`_starting`)
+    if all(p.node is not None for p in live) and any(p.started is None and not p.terminal for p in live):
+        return grace_end  # every pod bound, one not taken up by its node: no timeout counts
+    # The start timeout counts from the scheduler's last decision, five times as long once every pod is bound.
+    bound = all(p.node is not None for p in live)
+    since_placed = max(placed) if job.created is None else max(job.created, *placed)
+    return min(grace_end, since_placed + cfg.start_timeout * (MISSING_PODS_FACTOR if bound else 1))
 
 
 def recorded_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus, result: Step, *, run: Run,

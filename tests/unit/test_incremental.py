@@ -167,15 +167,18 @@ def test_an_unrecorded_runs_quiet_step_is_the_same_until_quiet_until_and_moves_t
     until = quiet_until(spec_, status_, NOW, run=run, cfg=cfg, sj_name=SJ)
     if first.events or first.actions or first.status != status_ or until is None:
         return
-    # A pod not looked at by the scheduler, or bound and not acknowledged by its node: nothing but a change of the
-    # pods moves the step. Otherwise its grace counts from the Job's take-up (as it was made).
-    waits = any(kind in ("unplaced", "Pending") for kind in kinds)
-    assert until == (FOREVER if waits else created + record_grace(cfg))
+    # A pod not looked at by the scheduler, or every pod bound and one not acknowledged by its node: nothing but a
+    # change of the pods moves the step. A pod not acknowledged beside one found no room: that one's start timeout
+    # does. Otherwise its grace counts from the Job's take-up (as it was made).
+    all_bound = not any(kind in ("unplaced", "unbound") for kind in kinds)
+    waits = "unplaced" in kinds or (all_bound and "Pending" in kinds)
+    times_out = not waits and "Pending" in kinds
+    assert until == (FOREVER if waits else created + cfg.start_timeout if times_out else created + record_grace(cfg))
     for offset in later:
         at = NOW + timedelta(milliseconds=offset)
         if at < until:
             assert step(spec_, status_, run, at, cfg, sj_name=SJ) == first
-    if waits:
+    if waits or times_out:
         return
     moved = step(spec_, status_, run, until, cfg, sj_name=SJ)
     assert moved.status.phase is Phase.STARTING and [e.reason for e in moved.events] == ["Starting"]

@@ -1219,29 +1219,37 @@ def _reached(phase: str, *, placed: timedelta | None, started: timedelta | None 
                    node="node-1" if bound else None, started=None if started is None else NOW - started)
 
 
-@pytest.mark.parametrize(("pods", "recorded", "grace_from"), [
-    pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=None, bound=False, index=1)),
-                 False, None, id="a-pod-the-scheduler-has-not-looked-at"),
-    pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=M, index=1)),
-                 False, None, id="a-bound-pod-its-node-has-not-taken-up"),
-    pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=M, started=9 * S, index=1)),
-                 False, 9 * S, id="taken-up-by-its-node-within-grace"),
-    pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=M, started=10 * S, index=1)),
-                 True, 10 * S, id="taken-up-by-its-node-past-grace"),
-    pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=9 * S, bound=False, index=1)),
-                 False, 9 * S, id="found-no-room-within-grace"),
-    pytest.param((_reached("Running", placed=M, started=M), _reached("Pending", placed=10 * S, bound=False, index=1)),
-                 True, 10 * S, id="found-no-room-past-grace"),
-    pytest.param((_reached("Running", placed=M, started=M),), True, M, id="a-pod-never-made"),
-    pytest.param((_reached("Pending", placed=None, bound=False),), False, None,
-                 id="a-pod-never-made-and-one-the-scheduler-has-not-looked-at"),  # (the pod never made times out)
+RUNNING_LONG = _reached("Running", placed=M, started=M)
+"""A gang member running since a minute ago (its Job made and taken up then)."""
+
+
+@pytest.mark.parametrize(("pods", "recorded", "grace_from", "quiet"), [
+    pytest.param((RUNNING_LONG, _reached("Pending", placed=None, bound=False, index=1)),
+                 False, None, FOREVER, id="a-pod-the-scheduler-has-not-looked-at"),
+    pytest.param((RUNNING_LONG, _reached("Pending", placed=M, index=1)),
+                 False, None, FOREVER, id="a-bound-pod-its-node-has-not-taken-up"),
+    pytest.param((_reached("Pending", placed=M, index=0), _reached("Pending", placed=30 * S, bound=False, index=1)),
+                 False, None, NOW + 30 * S, id="a-bound-pod-its-node-has-not-taken-up-beside-one-found-no-room"),
+    pytest.param((RUNNING_LONG, _reached("Pending", placed=M, started=9 * S, index=1)),
+                 False, 9 * S, NOW + S, id="taken-up-by-its-node-within-grace"),
+    pytest.param((RUNNING_LONG, _reached("Pending", placed=M, started=10 * S, index=1)),
+                 True, 10 * S, None, id="taken-up-by-its-node-past-grace"),
+    pytest.param((RUNNING_LONG, _reached("Pending", placed=9 * S, bound=False, index=1)),
+                 False, 9 * S, NOW + S, id="found-no-room-within-grace"),
+    pytest.param((RUNNING_LONG, _reached("Pending", placed=10 * S, bound=False, index=1)),
+                 True, 10 * S, None, id="found-no-room-past-grace"),
+    pytest.param((RUNNING_LONG,), True, M, None, id="a-pod-never-made"),
+    pytest.param((_reached("Pending", placed=None, bound=False),), False, None, None,
+                 id="a-pod-never-made-and-one-the-scheduler-has-not-looked-at"),
 ])
 def test_a_new_runs_grace_counts_from_when_the_cluster_caught_up_with_it(
-        pods: tuple[PodView, ...], recorded: bool, grace_from: timedelta | None) -> None:
+        pods: tuple[PodView, ...], recorded: bool, grace_from: timedelta | None, quiet: datetime | None) -> None:
     """A gang's run, its Job made and taken up a minute ago: its grace begins once every pod has been looked at
     by the scheduler (bound, or found no room) and, bound, taken up by its node's agent; while one has not, a
-    scheduler or a node behind is not the SJ's news, and nothing but a change of the pods moves the step (none
-    of that times the run out). A pod never made is: once the pods made are reached, the grace counts from the
+    scheduler or a node behind is not the SJ's news. ``quiet_until`` is the step's next move by time alone: the
+    grace's end, or the start timeout of a pod the scheduler found no room for or of a pod never made (None:
+    at every pass), and never a moment past it; FOREVER when only a change of the pods moves it (nothing times
+    the run out). A pod never made is the SJ's news: once the pods made are reached, the grace counts from the
     take-up."""
     before = status(Phase.PENDING, not_before=None)
     run = run_of(job(RUN1, created=NOW - M, started=NOW - M), *pods)
@@ -1249,16 +1257,18 @@ def test_a_new_runs_grace_counts_from_when_the_cluster_caught_up_with_it(
     assert (result.status.phase, [e.reason for e in result.events]) == (
         (Phase.STARTING, ["Starting"]) if recorded else (Phase.PENDING, []))
     assert record_from(run.job, run.pods, GANG.parallelism) == (None if grace_from is None else NOW - grace_from)
-    if not recorded:
-        assert result.status is before
-        missing = len(pods) < GANG.parallelism
-        assert quiet_until(GANG, before, NOW, run=run, cfg=CFG, sj_name=SJ) == (
-            NOW - grace_from + record_grace(CFG) if grace_from is not None else None if missing else FOREVER)
-        later = decide(GANG, before, run, now=NOW + 30 * M)
-        if grace_from is None and not missing:
-            assert later == result, "however long it waits so"
-        elif grace_from is None:
-            assert [e.reason for e in later.events] == ["StartTimeout"], "the pod never made times the run out"
+    if recorded:
+        return
+    assert result.status is before
+    assert quiet_until(GANG, before, NOW, run=run, cfg=CFG, sj_name=SJ) == quiet
+    later = decide(GANG, before, run, now=NOW + 30 * M)
+    if quiet is FOREVER:
+        assert later == result, "however long it waits so"
+    elif grace_from is None:
+        assert [e.reason for e in later.events] == ["StartTimeout"], "a timeout comes"
+        if quiet is not None:
+            assert decide(GANG, before, run, now=quiet - S) == result, "the same until then"
+            assert [e.reason for e in decide(GANG, before, run, now=quiet).events] == ["StartTimeout"]
 
 
 def test_record_grace_is_shorter_than_the_start_timeout() -> None:
