@@ -305,9 +305,9 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
     pass. A running SJ (given its ``run`` and ``cfg``) is quiet until its level, its period or its protection's expiry
     moves (``priority.steady_until``), for the same ``exempt`` and ``draining``. A waiting SJ whose next run exists but
     is not written into its status yet (given its ``run``, ``cfg`` and ``sj_name``) is quiet until `record_grace` has
-    passed since the cluster caught up with the run (`record_from`; `_record`; its start timeout is longer), and until a
-    change before that (None while a pod the Job controller never made may time the run out meanwhile). A decision loop
-    may reuse the quiet result until then."""
+    passed since the cluster caught up with the run (`record_from`; `_record`), and never past its start timeout
+    (`_start_clock`), and until a change before that (None while a pod the Job controller never made may time the run
+    out meanwhile). A decision loop may reuse the quiet result until then."""
     if isinstance(spec, InvalidSpec):
         return FOREVER if status.phase == Phase.FAILED else None
     phase = status.phase
@@ -318,7 +318,8 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
             # A run to record (the launch this process just made, or one to adopt). Another run (an old
             # one still stopping) is decided at every pass.
             if cfg is not None and sj_name is not None and next_run(run, status, sj_name) is not None:
-                return _unrecorded_until(job, run.pods, spec.launched_config(job.config_index).parallelism, cfg)
+                return _unrecorded_until(job, run.pods, spec.launched_config(job.config_index).parallelism, cfg,
+                                         now)
             return None
         # Waiting with no run to adopt: the only clock is the backoff, which makes it eligible.
         return status.not_before if status.not_before is not None and status.not_before > now else FOREVER
@@ -329,27 +330,22 @@ def quiet_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus
     return None
 
 
-def _unrecorded_until(job: JobView, pods: Sequence[PodView], expected: int, cfg: LifecycleConfig) -> datetime | None:
+def _unrecorded_until(job: JobView, pods: Sequence[PodView], expected: int, cfg: LifecycleConfig,
+                      now: datetime) -> datetime | None:
     """``quiet_until`` of a waiting SJ whose next run is not written into its status yet: its grace's end once the
-    cluster caught up with the run (`record_from`), and never after the earliest moment `_starting` could time the
-    run out. Until the cluster has caught up, only a change of the Job or its pods changes the answer, unless
-    `_starting` counts time meanwhile: then the step is taken at every pass (None), or until its earliest
-    timeout."""
+    cluster caught up with the run (`record_from`), and never past the earliest moment its start timeout could come
+    (`_start_clock`, from the Job's making as `_record` counts it). Until the cluster has caught up, only a change of
+    the Job or its pods changes the answer, unless a start timeout counts meanwhile: then until it comes, or at every
+    pass (None) while pods are missing."""
     since = record_from(job, pods, expected)
     grace_end = FOREVER if since is None else since + record_grace(cfg)
     live = [p for p in pods if not p.deleting]
-    if len(live) < expected:
-        # Pods never made time the run out once the Job controller took it up (`MISSING_PODS_FACTOR`).
-        return grace_end if since is not None or job.started is None else None
-    placed = [p.placed for p in live if p.placed is not None]
-    if len(placed) < len(live):
-        return grace_end  # the scheduler has not looked at every pod: no timeout counts (`_starting`)
-    if all(p.node is not None for p in live) and any(p.started is None and not p.terminal for p in live):
-        return grace_end  # every pod bound, one not taken up by its node: no timeout counts
-    # The start timeout counts from the scheduler's last decision, five times as long once every pod is bound.
-    bound = all(p.node is not None for p in live)
-    since_placed = max(placed) if job.created is None else max(job.created, *placed)
-    return min(grace_end, since_placed + cfg.start_timeout * (MISSING_PODS_FACTOR if bound else 1))
+    clock = _start_clock(job, live, expected, job.created or now, cfg)
+    if clock is None:
+        return grace_end
+    if since is None and len(live) < expected:
+        return None  # pods never made time the run out (`MISSING_PODS_FACTOR`), decided at every pass
+    return min(grace_end, clock[0] + clock[1])
 
 
 def recorded_until(spec: ScavengerJobSpec | InvalidSpec, status: ScavengerJobStatus, result: Step, *, run: Run,
@@ -522,6 +518,35 @@ def _interruption(b: _Builder, spec: ScavengerJobSpec, run: Run, cause: str, cfg
                                 if stored.startswith("interrupting: ") else cause, cfg)
 
 
+def _start_clock(job: JobView, live: Sequence[PodView], expected: int, launched_at: datetime,
+                 cfg: LifecycleConfig) -> tuple[datetime, timedelta] | None:
+    """When a launched run's start timeout counts from and how long it is (`_starting`, and `_unrecorded_until`
+    for a run not written into its status yet); None while nothing times it out. ``live``: its pods not being
+    deleted."""
+    if len(live) >= expected and all(p.placed is not None for p in live):
+        # The clock starts once the scheduler has decided about every pod (bound it, or found no room): a
+        # busy control plane that is slow to make or schedule them is not the run's fault (timing out
+        # would only make it busier). Once every pod is bound, what is left is the nodes' work (pulling
+        # images, mounting volumes): minutes for a large image, and the run holds no room it cannot use,
+        # so that waits as long as pods not yet made.
+        bound = all(p.node is not None for p in live)
+        # A bound pod whose node's agent has not taken it up yet (no ``startTime``) waits for it: the node's
+        # health decides (a lost node is tainted and its pods evicted, which interrupts the run), and a retry
+        # would only add to a busy kubelet's queue (at 10,000 SJs, kwok's: 1,668 needless retries in 31 min).
+        if bound and any(p.started is None and not p.terminal for p in live):
+            return None
+        since = max(launched_at, *(p.placed or launched_at for p in live))
+        return since, cfg.start_timeout * (MISSING_PODS_FACTOR if bound else 1)
+    # Pods not all made or not all looked at by the scheduler wait longer. Missing pods count from when
+    # the Job controller took the Job up; until it has, the run waits (a controller-manager given
+    # thousands of new Jobs may take minutes to reach this one, and a retry would only add to its queue).
+    # Pods all made but not all looked at by the scheduler wait for it: a scheduler behind is not the
+    # run's fault, and a retry would only add to its queue (at 10,000 SJs: hundreds of needless retries).
+    if len(live) >= expected or job.started is None:
+        return None
+    return max(launched_at, job.started), cfg.start_timeout * MISSING_PODS_FACTOR
+
+
 def _starting(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: LifecycleConfig) -> Step:
     """Running once every pod runs; past the start timeout the run is deleted and retried with backoff."""
     st, expected = b.status, spec.parallelism
@@ -532,35 +557,16 @@ def _starting(b: _Builder, spec: ScavengerJobSpec, run: Run, job: JobView, cfg: 
                      priority_start_over_timestamp=b.now, running_priority=0, protected=False,
                      start_timeouts=0, not_before=None)
         return b.done()
-    launched_at = st.launched_timestamp or job.created or b.now
     live = [p for p in run.pods if not p.deleting]
-    unplaced = sum(1 for p in live if p.placed is None)
-    if len(live) >= expected and not unplaced:
-        # The clock starts once the scheduler has decided about every pod (bound it, or found no room): a
-        # busy control plane that is slow to make or schedule them is not the run's fault (timing out
-        # would only make it busier). Once every pod is bound, what is left is the nodes' work (pulling
-        # images, mounting volumes): minutes for a large image, and the run holds no room it cannot use,
-        # so that waits as long as pods not yet made.
-        since = max(launched_at, *(p.placed or launched_at for p in live))
-        bound = all(p.node is not None for p in live)
-        # A bound pod whose node's agent has not taken it up yet (no ``startTime``) waits for it: the node's
-        # health decides (a lost node is tainted and its pods evicted, which interrupts the run), and a retry
-        # would only add to a busy kubelet's queue (at 10,000 SJs, kwok's: 1,668 needless retries in 31 min).
-        unacknowledged = bound and any(p.started is None and not p.terminal for p in live)
-        limit = timedelta.max if unacknowledged else cfg.start_timeout * (MISSING_PODS_FACTOR if bound else 1)
-        missing = ", all bound to nodes" if bound else ""
-    else:
-        # Pods not all made or not all looked at by the scheduler wait longer. Missing pods count from when
-        # the Job controller took the Job up; until it has, the run waits (a controller-manager given
-        # thousands of new Jobs may take minutes to reach this one, and a retry would only add to its queue).
-        # Pods all made but not all looked at by the scheduler wait for it: a scheduler behind is not the
-        # run's fault, and a retry would only add to its queue (at 10,000 SJs: hundreds of needless retries).
-        taken_up = None if len(live) >= expected else job.started and max(launched_at, job.started)
-        since = taken_up or b.now
-        limit = cfg.start_timeout * MISSING_PODS_FACTOR if taken_up is not None else timedelta.max
-        missing = "".join([f", {expected - len(live)} never made" if len(live) < expected else "",
-                           f", {unplaced} never looked at by the scheduler" if unplaced else ""])
-    if b.now - since >= limit:
+    clock = _start_clock(job, live, expected, st.launched_timestamp or job.created or b.now, cfg)
+    if clock is not None and b.now - clock[0] >= clock[1]:
+        limit = clock[1]
+        unplaced = sum(1 for p in live if p.placed is None)
+        if len(live) >= expected and not unplaced:
+            missing = ", all bound to nodes" if all(p.node is not None for p in live) else ""
+        else:
+            missing = "".join([f", {expected - len(live)} never made" if len(live) < expected else "",
+                               f", {unplaced} never looked at by the scheduler" if unplaced else ""])
         reason = (f"run {st.job_name} did not have all pods running within "
                   f"{format_duration(limit)} ({expected - running} of {expected} not running{missing}); "
                   f"it was deleted and will be retried")
