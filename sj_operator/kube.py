@@ -29,6 +29,7 @@ import functools
 import json
 import logging
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from sj_operator.names import GROUP, PLURAL, VERSION, controlled_by, controller_uid
+from sj_operator.names import GROUP, MAX_OBJECT_NAME_LENGTH, PLURAL, VERSION, controlled_by, controller_uid
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -316,6 +317,8 @@ class Kube:
         self.on_request: Callable[[str], None] = lambda operation: None
         """Told of every attempt (operation): the metrics."""
         self._session: aiohttp.ClientSession | None = None
+        self._event_stamp = 0
+        """The last stamp an Event's name was given (`_event_name`)."""
         self._senders: dict[bool, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]] = {}
 
     @classmethod
@@ -732,7 +735,7 @@ class Kube:
             return False
 
     # --- events ------------------------------------------------------------------
-    @needs(Access("", "events", "create"))
+    @needs(Access("", "events", "create"), Access("", "events", "get"))
     async def event(self, *, namespace: str, name: str, uid: str, kind: str, api_version: str,
                     type_: str, reason: str, message: str, component: str = "scavenger",
                     at: datetime | None = None, first: datetime | None = None, count: int = 1,
@@ -741,8 +744,9 @@ class Kube:
         then). With ``named``, its name and uid (the answer is read for them), None when it could not be recorded
         (logged: an Event is best effort); else None (the answer is not decoded)."""
         now = at or datetime.now(UTC)
+        event_name = self._event_name(name)
         body = {
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "metadata": {"name": event_name, "namespace": namespace},
             "involvedObject": {"apiVersion": api_version, "kind": kind, "name": name,
                                "namespace": namespace, "uid": uid},
             "type": type_,
@@ -756,14 +760,29 @@ class Kube:
             "count": count,
         }
         try:
-            made = await self._send("POST", f"/api/v1/namespaces/{namespace}/events", "create_namespaced_event", body,
-                                    read=named)
+            try:
+                made = await self._send("POST", f"/api/v1/namespaces/{namespace}/events", "create_namespaced_event",
+                                        body, read=named)
+            except Conflict:
+                # The name is this call's own: an earlier attempt of it was stored though its answer was lost (a
+                # 504, a dropped connection). It is recorded; a named one is read back for its uid.
+                made = await self._send("GET", f"/api/v1/namespaces/{namespace}/events/{event_name}",
+                                        "read_namespaced_event", read=True) if named else None
         except KubeError as exc:  # an event is best effort: never block a transition on it
             log.warning("could not record event %s on %s/%s: %s", reason, namespace, name, exc)
             return None
         meta = made.get("metadata") if isinstance(made, dict) else None
         made_name, made_uid = (meta.get("name"), meta.get("uid")) if isinstance(meta, dict) else (None, None)
         return EventRef(made_name, made_uid) if isinstance(made_name, str) and isinstance(made_uid, str) else None
+
+    def _event_name(self, involved: str) -> str:
+        """A new Event's name, as client-go's recorder names one: the object's name and a stamp (hex nanoseconds,
+        never the same twice in this process). Fixed before the first attempt, so that a create retried after an
+        attempt whose answer was lost finds the Event made (409) instead of making a second one, as a
+        ``generateName`` would."""
+        self._event_stamp = max(time.time_ns(), self._event_stamp + 1)
+        stamp = f"{self._event_stamp:x}"
+        return f"{involved[:MAX_OBJECT_NAME_LENGTH - len(stamp) - 1]}.{stamp}"
 
     @needs(Access("", "events", "patch"))
     async def update_event(self, namespace: str, event: EventRef, *, count: int, last: datetime, message: str) -> bool:

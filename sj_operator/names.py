@@ -57,6 +57,9 @@ ANNOTATION_CHECKPOINT_VOLUME: Final = f"{GROUP}/checkpoint-volume"
 """On an adopted Job: the SJ's ``duration``, ``priorityLevels`` and ``checkpointVolume``."""
 ANNOTATION_CONFIG_INDEX: Final = f"{GROUP}/config-index"
 """On a run's Job launched in a fallback configuration: its index (``status.configIndex`` once recorded)."""
+ANNOTATION_LAUNCH: Final = f"{GROUP}/launch"
+"""On a run's Job: the launch that made it (a token of the launch's own), so that a create retried after an attempt
+that was stored though its answer was lost knows the Job it finds for its own, not another decider's."""
 JOB_MANAGER: Final = f"{GROUP}/operator"
 """``spec.managedBy`` of an adopted Job: the built-in Job controller leaves it (and its status) to the operator."""
 

@@ -11,6 +11,7 @@ written into the status by a later pass, `lifecycle.launched`), or why no run wa
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,7 +26,7 @@ from sj_operator.config import OperatorConfig
 from sj_operator.decide import Observed, in_flight
 from sj_operator.kube import Forbidden, Invalid, Kube, KubeError, NameTaken, check_owner
 from sj_operator.metrics import Metrics
-from sj_operator.names import LABEL_PROTECTED, mpi_secret_name, run_job_name
+from sj_operator.names import ANNOTATION_LAUNCH, LABEL_PROTECTED, mpi_secret_name, run_job_name
 from sj_operator.observed import SJObject, job_view
 from sj_operator.policy.lifecycle import Run, Step, launch_refused, launched, refusal_reason
 from sj_operator.policy.priority import launch_class
@@ -128,6 +129,8 @@ class Launcher:
                                 config_index=config_index, cluster_domain=self.config.cluster_domain)
         except ValueError as exc:
             return launch_refused(status, now, "InvalidSpec", f"invalid spec: {exc}")
+        meta = job["metadata"]
+        meta["annotations"] = {**meta.get("annotations", {}), ANNOTATION_LAUNCH: uuid.uuid4().hex}
         try:
             refusal = await self.gate.refusal(sj, spec, job)
             made_now = (self.gate.hold(sj, status, now, refusal) if refusal is not None
@@ -146,8 +149,8 @@ class Launcher:
         made = job_view({**job, "metadata": {**job["metadata"], "creationTimestamp": made_at.isoformat()}})
         self.ledger.made((sj.namespace, job_name), in_flight(sj, spec, 0), made)
         if not made_now:
-            # Another decider (or an earlier try of this one whose answer was lost) made it: its Event and
-            # count are that launch's, and the run is recorded as any other.
+            # Another decider (or an earlier launch of this one) made it: its Event and count are that launch's,
+            # and the run is recorded as any other.
             log.info("run %s of %s already exists: kept", job_name, sj.key)
             return Step(status)
         self.metrics.launched.inc()
@@ -159,17 +162,24 @@ class Launcher:
 
     async def _make(self, w: Candidate, now: datetime, spec: ScavengerJobSpec, job: Mapping[str, Any],
                     job_name: str) -> bool | Step:
-        """Makes the run's objects, its Job last: whether the Job was made now (False: this SJ made it before).
+        """Makes the run's objects, its Job last: whether the Job was made now, by this launch (False: another
+        launch of this SJ made it; an attempt of this one that was stored though its answer was lost is this
+        launch's, by the Job's `ANNOTATION_LAUNCH`).
         When the API server refuses one of them, or one of their names is held by an object the SJ does not
         control, the SJ is held back instead (`Gate.hold`), saying what refused or whose name it is."""
         try:
             await self._create_children(w.sj, spec, job_name)
-            return await self._create(job, w.sj) is None
+            stored = await self._create(job, w.sj)
         except NameTaken as exc:
             return self.gate.hold(w.sj, w.status, now, Refusal(
                 "NameTaken", f"{exc.message}: it is neither used nor deleted; the SJ waits until that name is free"))
         except _Refused as exc:
             return self.gate.hold(w.sj, w.status, now, Refusal(refusal_reason(str(exc)), str(exc)))
+        if stored is None:
+            return True
+        annotations = stored.get("metadata", {}).get("annotations")
+        mine = job["metadata"]["annotations"][ANNOTATION_LAUNCH]
+        return isinstance(annotations, dict) and annotations.get(ANNOTATION_LAUNCH) == mine
 
     async def _create(self, body: Mapping[str, Any], sj: SJObject) -> dict[str, Any] | None:
         """Creates one of the SJ's objects (`Kube.create_child`): None when made, the stored object when the SJ

@@ -326,6 +326,26 @@ def test_a_run_another_decider_already_made_is_kept_without_its_event_or_count(c
     assert kube.kinds() == [], "not launched again: the run stands for itself until the watch shows it"
 
 
+class LostAnswer(FakeKube):
+    """The API server stores the Job but its answer is lost: the create, retried, is refused as existing (as
+    `Kube.create_child` then returns the Job stored)."""
+
+    async def create_child(self, body, owner_uid):
+        if body["kind"] == "Job" and ("Job", body["metadata"]["name"]) not in self.objects:
+            await super().create_child(body, owner_uid)
+        return await super().create_child(body, owner_uid)
+
+
+def test_a_run_whose_create_was_stored_though_its_answer_was_lost_is_this_launchs():
+    """The Job found is the one this launch made (its launch annotation is this launch's): one Launched Event and
+    one count, as if the first answer had come back."""
+    kube = LostAnswer()
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    run(controller, view(sj()))
+    assert kube.kinds() == ["job", "event"] and controller.metrics.launched._value.get() == 1
+    assert len(kube.made["work-r1"]["metadata"]["annotations"]["scavenger.dev/launch"]) == 32
+
+
 def test_stale_cache_after_a_launch_does_not_launch_twice(controller, kube):
     pending = sj({"phase": "Pending", "interruptedCount": 0})
     run(controller, view(pending))

@@ -90,7 +90,7 @@ def test_the_loop_launches_the_fallback_and_then_judges_the_run_by_it():
     ctl.run(controller, ctl.view(waiting))
     assert ("job", "work-r1") in kube.calls and ("event", "Launched") in kube.calls
     assert "status" not in kube.kinds(), "the run is recorded by a later pass"
-    assert kube.made["work-r1"]["metadata"]["annotations"] == {"scavenger.dev/config-index": "1"}
+    assert kube.made["work-r1"]["metadata"]["annotations"]["scavenger.dev/config-index"] == "1"
     # Running with both pods of the fallback: all of the run's pods run, though the preferred shape has 16.
     job = kube.job("work-r1", created=ctl.NOW)
     pods = tuple(ctl.PodView(namespace="ns", name=f"work-r1-{i}", uid=f"p{i}", sj="work", run="work-r1", node="n1",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import threading
 from collections.abc import Callable
@@ -379,6 +380,33 @@ def test_an_aggregated_event_is_made_with_its_count_and_updated_by_name_and_uid(
     assert server.requests[1] == Request("PATCH", "/api/v1/namespaces/ns/events/sj.1a2b", {}, MERGE, "Bearer t0ken",
                                          {"metadata": {"uid": "e-1"}, "count": 5,
                                           "lastTimestamp": "2026-11-25T12:05:00Z", "message": "level 2"})
+
+
+def test_an_event_create_retried_after_its_answer_was_lost_makes_no_second_event() -> None:
+    """An Event is named before its first attempt (the SJ's name and a stamp, as client-go's recorder names one),
+    so a create retried after an attempt that was stored but not answered (504) is refused as existing (409): the
+    Event is recorded once. A named one is read back for its uid; each call names a new Event."""
+    async def use(kube: Kube) -> list[Any]:
+        return [await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
+                                 type_="Normal", reason="Launched", message="run sj-r1 launched"),
+                await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
+                                 type_="Normal", reason="Protected", message="level 1", named=True),
+                await kube.event(namespace="ns", name="s" * 253, uid="u", kind="ScavengerJob", api_version="v",
+                                 type_="Normal", reason="Launched", message="long")]
+
+    with ApiServer(_status(504, "the request timed out"), _status(409, "already exists"),
+                   _status(504, "the request timed out"), _status(409, "already exists"),
+                   (200, {"metadata": {"name": "x", "uid": "e-1"}}), (201, {})) as server:
+        answers = asyncio.run(server.run(use, server.kube(attempts=3)))
+    posts = [r for r in server.requests if r.method == "POST"]
+    names = [r.body["metadata"]["name"] for r in posts]
+    assert all("generateName" not in r.body["metadata"] for r in posts)
+    assert names[0] == names[1] and names[2] == names[3] and len(set(names)) == 3
+    assert all(re.fullmatch(r"sj\.[0-9a-f]+", n) for n in names[:4])
+    assert len(names[4]) == 253 and names[4].startswith("s" * 200)
+    assert server.requests[4] == Request("GET", f"/api/v1/namespaces/ns/events/{names[2]}", {}, "",
+                                         "Bearer t0ken", None)
+    assert answers == [None, EventRef("x", "e-1"), None]
 
 
 # --- _send: the writes made for every SJ, on the loop -------------------------------------------------

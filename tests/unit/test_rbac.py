@@ -76,8 +76,9 @@ SAMPLES: dict[str, Callable[[Kube], Awaitable[Any]]] = {
     "dry_run_pod": lambda k: k.dry_run_pod(NAMED),
     "label_pod": lambda k: k.label_pod("a", "x", {"scavenger.dev/protected": "true"}),
     "ensure_priority_class": lambda k: k.ensure_priority_class({"metadata": {"name": "x"}}),
-    "event": lambda k: k.event(namespace="a", name="s", uid="u", kind="ScavengerJob", api_version="v",
-                               type_="Normal", reason="R", message="m"),
+    "event": lambda k: _each(*(k.event(namespace="a", name="s", uid="u", kind="ScavengerJob", api_version="v",
+                                       type_="Normal", reason="R", message="m", named=named)
+                               for named in (False, True))),
     "update_event": lambda k: k.update_event("a", EventRef("s.1", "e"), count=2,
                                              last=datetime(2026, 1, 1, tzinfo=UTC), message="m"),
 }
