@@ -43,6 +43,10 @@ else lands there). It goes through the same cluster in turn:
    gang's Service as the operator builds them in place of the plain Job (`operator_objects`): what the operator's
    objects cost the cluster, apart from its process (but a gang's EndpointSlice, which the operator writes once its
    pods have addresses: the ceiling's gangs have no DNS names, which their sleeping pods do not need). With
+   ``--ceiling-recorded``, those objects and each SJ's record as the operator writes it for a run that starts at
+   once (its state machine's status patch as Running, its ``Launched`` and ``Running`` Events), written as soon as
+   the objects are made: what every write an operator must make costs the cluster, apart from its process; where
+   this ceiling is itself far from the floor, the writes, not the operator's way of making them, are the limit. With
    ``--standby``, the ceiling again while a replica of the operator watches on standby, as the operator does
    (another identity holds its Lease, so it decides and writes nothing): what watching costs, before any decision.
    Also measured: that replica's CPU while the units are created.
@@ -83,6 +87,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -139,12 +144,16 @@ from benchmarks.harness.scale_report import (  # noqa: E402
     without_run,
 )
 from benchmarks.harness.stats import percentile  # noqa: E402
+from sj_operator.api import ScavengerJobStatus  # noqa: E402
 from sj_operator.api.fields import parse_duration  # noqa: E402
 from sj_operator.api.parse import parse_spec  # noqa: E402
 from sj_operator.builders.job import build_run_job  # noqa: E402
 from sj_operator.builders.priority_classes import priority_class_objects  # noqa: E402
 from sj_operator.builders.service import build_gang_service  # noqa: E402
-from sj_operator.names import GROUP, LABEL_PROTECTED, PLURAL, VERSION, run_job_name  # noqa: E402
+from sj_operator.names import API_VERSION, GROUP, KIND, LABEL_PROTECTED, PLURAL, VERSION, run_job_name  # noqa: E402
+from sj_operator.observed import PodView, job_view  # noqa: E402
+from sj_operator.policy.lifecycle import LifecycleConfig, launched, step  # noqa: E402
+from sj_operator.policy.outcomes import Run  # noqa: E402
 from sj_operator.policy.priority import launch_class  # noqa: E402
 from tests.e2e.kube import unique  # noqa: E402
 
@@ -364,9 +373,48 @@ def operator_objects(sj: dict[str, Any], *, services: bool = True,
     return [*service, ("Job", job if without is None else without_part(job, without))]
 
 
+def operator_record(sj: dict[str, Any], job: dict[str, Any],
+                    now: datetime) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """What the operator writes of a created SJ whose first run (``job``, as `operator_objects` builds it) starts
+    at once, as its own state machine says: the status patch that records the run as Running, and the Events it
+    records (reason, message: ``Launched`` when the Job is made, then the transition's)."""
+    meta, spec = sj["metadata"], parse_spec(sj["spec"])
+    status = ScavengerJobStatus()
+    made = job_view({**job, "metadata": {**job["metadata"], "uid": f"{meta['uid']}-r1",
+                                         "creationTimestamp": now.isoformat()},
+                     "status": {"startTime": now.isoformat()}})
+    pods = tuple(PodView(namespace=meta["namespace"], name=f"{made.name}-{i}", uid=f"{made.name}-{i}",
+                         sj=meta["name"], run=made.name, node="node", phase="Running", deleting=False,
+                         requests={}, all_running=True, index=i, started=now, placed=now)
+                 for i in range(spec.parallelism))
+    launch = launched(status, now, job_name=made.name, priority_class_name=launch_class(0), pods=spec.parallelism)
+    record = step(spec, status, Run(made, pods), now, LifecycleConfig(), sj_name=meta["name"])
+    if record.status.phase is None or record.status.phase.value != "Running":
+        raise AssertionError(f"the state machine did not record {meta['name']}'s run as Running: {record}")
+    return record.status.to_patch(), [(ev.reason, ev.message) for ev in (*launch.events, *record.events)]
+
+
+def recorded(custom: client.CustomObjectsApi, core: client.CoreV1Api, sj: dict[str, Any], job: dict[str, Any]) -> None:
+    """Writes what the operator writes of ``sj``'s run (`operator_record`): its status patch and its Events, as
+    the operator names and fills them (`Kube.event`)."""
+    meta, now = sj["metadata"], datetime.now(UTC)
+    patch, events = operator_record(sj, job, now)
+    retrying(lambda: custom.patch_namespaced_custom_object_status(GROUP, VERSION, meta["namespace"], PLURAL,
+                                                                  meta["name"], {"status": patch}))
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for i, (reason, message) in enumerate(events):
+        body = {"metadata": {"name": f"{meta['name']}.{time.time_ns() + i:x}", "namespace": meta["namespace"]},
+                "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"],
+                                   "namespace": meta["namespace"], "uid": meta["uid"]},
+                "type": "Normal", "reason": reason, "message": message,
+                "source": {"component": "scavenger"}, "reportingComponent": "scavenger",
+                "reportingInstance": "scavenger", "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+        retrying(lambda: core.create_namespaced_event(meta["namespace"], body))  # noqa: B023 (called here)
+
+
 def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result, *,
                 standby: bool = False, as_operator: bool = False, services: bool = True,
-                without: str | None = None) -> None:
+                without: str | None = None, records: bool = False) -> None:
     """The most any operator could do on this cluster: the SJs created as in the operator's run (``threads``
     at a time), and each one's plain Job created as soon as its SJ exists, by as many threads again, with no
     operator running: an operator that costs nothing and writes nothing but the Jobs. The API server's work
@@ -381,11 +429,18 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
     (`operator_objects`) in place of the plain Job: what the objects an operator must write cost this cluster,
     apart from the operator's process; without ``services``, its Jobs alone (what the gangs' Services cost is
     the difference); with ``without``, those Jobs with one part as the plain Job has it (`without_part`: what
-    that part costs is the difference from the Jobs whole)."""
+    that part costs is the difference from the Jobs whole).
+
+    ``records`` (with ``as_operator``): the same, and each SJ's run recorded as the operator records a run that
+    starts at once (`operator_record`: its status patch as Running, its ``Launched`` and ``Running`` Events), each
+    written as soon as the SJ's objects are made: what an operator that writes what it must (its objects and its
+    record of them) costs the cluster, apart from its process and from when it writes."""
     batch, core, custom = client.BatchV1Api(api), client.CoreV1Api(api), client.CustomObjectsApi(api)
     run, what = ((without_run(without), f"the ceiling of the operator's Jobs without their {without}")
                  if as_operator and without is not None
                  else ("ceiling_watched", "the ceiling watched") if standby
+                 else ("ceiling_recorded", "the ceiling of the operator's objects and records")
+                 if as_operator and records
                  else ("ceiling_shaped", "the ceiling of the operator's objects") if as_operator and services
                  else ("ceiling_shaped_jobs", "the ceiling of the operator's Jobs") if as_operator
                  else ("ceiling", "the ceiling"))
@@ -411,12 +466,15 @@ def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str
                     GROUP, VERSION, namespace, PLURAL, scavenger_job(f"sj-{i:05d}", work.gangs[i], period)))
 
             def create_job(i: int) -> None:
-                objects = (operator_objects(made.pop(i), services=services, without=without) if as_operator
+                sj = made.pop(i)
+                objects = (operator_objects(sj, services=services, without=without) if as_operator
                            else [("Job", plain_job(f"sj-{i:05d}-r1", work.gangs[i]))])
                 for kind, body in objects:
                     create = core.create_namespaced_service if kind == "Service" else batch.create_namespaced_job
                     retrying(lambda: create(namespace, body))  # noqa: B023 (called here, in this iteration)
                 created.append(time.monotonic() - start)
+                if records:
+                    recorded(custom, core, sj, objects[-1][1])
 
             in_parallel_then(create_sj, create_job, len(work.gangs), threads, "SJs created")
             took = time.monotonic() - start
@@ -608,6 +666,8 @@ def runs(api: client.ApiClient, args: argparse.Namespace, work: Workload, result
                               "the ceiling of the operator's objects", {"as_operator": True}),
                               (args.ceiling_operator_jobs, "the ceiling of the operator's Jobs",
                                {"as_operator": True, "services": False}),
+                              (args.ceiling_recorded, "the ceiling of the operator's objects and records",
+                               {"as_operator": True, "records": True}),
                               (args.standby, "the ceiling watched", {"standby": True}),
                               *((True, f"the ceiling of the operator's Jobs without their {part}",
                                  {"as_operator": True, "services": False, "without": part})
@@ -659,6 +719,10 @@ def main() -> int:
     parser.add_argument("--ceiling-operator-jobs", action="store_true",
                         help="then the ceiling of the operator's objects without the gangs' headless Services: its "
                              "Jobs alone (what the Services cost is the difference)")
+    parser.add_argument("--ceiling-recorded", action="store_true",
+                        help="then the ceiling of the operator's objects with each SJ's run recorded as the operator "
+                             "records it (a status patch, the Launched and Running Events): what the writes an "
+                             "operator must make cost the cluster, apart from its process")
     parser.add_argument("--ceiling-jobs-without", nargs="+", choices=SHAPE_PARTS, metavar="PART",
                         help="then the ceiling of the operator's Jobs again for each PART, with that part as the plain "
                              f"Job has it ({', '.join(SHAPE_PARTS)}): what each part of their shape costs")

@@ -166,6 +166,7 @@ CATALOG: tuple[Benchmark, ...] = (
                "operator_running_seconds", "floor_mean_running_seconds", "ceiling_running_to_floor",
                "ceiling_running_seconds", "ceiling_shaped_running_to_floor", "ceiling_shaped_running_seconds",
                "ceiling_shaped_jobs_running_to_floor", "ceiling_shaped_jobs_running_seconds",
+               "ceiling_recorded_running_to_floor", "ceiling_recorded_running_seconds",
                *(f"{run}_running_seconds" for run in scale_report.WITHOUT_RUNS),
                "ceiling_watched_running_to_floor", "ceiling_watched_running_seconds", "latency_p50", "latency_p99",
                "operator_start_timeouts", "loop_lag_over_1s", "operator_events_dropped", "operator_cpu_seconds",

@@ -133,6 +133,8 @@ RATIOS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("floor_mean_running_seconds", "floor_running_seconds")),
     ("ceiling_shaped_jobs_running_to_floor", "ceiling_shaped_jobs_running_seconds",
      ("floor_mean_running_seconds", "floor_running_seconds")),
+    ("ceiling_recorded_running_to_floor", "ceiling_recorded_running_seconds",
+     ("floor_mean_running_seconds", "floor_running_seconds")),
     ("ceiling_watched_running_to_floor", "ceiling_watched_running_seconds",
      ("floor_mean_running_seconds", "floor_running_seconds")),
     *((f"{run}_running_to_floor", f"{run}_running_seconds", ("floor_mean_running_seconds", "floor_running_seconds"))
@@ -286,13 +288,15 @@ def rows(result: Result) -> list[Row]:
 
 
 def _ceiling_rows(f: Mapping[str, Any]) -> list[Row]:
-    """The ceiling (``--ceiling``), the ceiling of the operator's objects (``--ceiling-as-operator``) and the
-    ceiling watched by a standby replica (``--standby``), when they ran: the units per second, and the time to
+    """The ceiling (``--ceiling``), the ceiling of the operator's objects (``--ceiling-as-operator``), that of its
+    objects and records (``--ceiling-recorded``) and the ceiling watched by a standby replica (``--standby``), when
+    they ran: the units per second, and the time to
     99.5 % of their pods running."""
     out: list[Row] = []
     floor, floor_running = f.get("floor_mean_per_second"), f.get("floor_mean_running_seconds")
     for run, what in (("ceiling", "the ceiling: SJ + its Job, no operator"),
                       ("ceiling_shaped", "the ceiling of the operator's objects (SJ, its Job and Service)"),
+                      ("ceiling_recorded", "the ceiling of its objects and records (+ status, Events)"),
                       ("ceiling_watched", "the ceiling watched by a standby replica")):
         if f"{run}_per_second" not in f:
             continue

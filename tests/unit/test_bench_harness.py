@@ -11,6 +11,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -396,6 +397,21 @@ def test_the_ceiling_of_the_operators_objects_makes_what_the_operator_would() ->
     assert [kind for kind, _ in gang] == ["Service", "Job"]
     assert [kind for kind, _ in bench_scale.operator_objects(created("sj-00002", 4), services=False)] == ["Job"]
     assert gang[1][1]["spec"]["completionMode"] == "Indexed" and gang[1][1]["spec"]["parallelism"] == 4
+
+
+@pytest.mark.parametrize("pods", [1, 4])
+def test_the_ceiling_records_each_run_as_the_operators_state_machine_does(pods: int) -> None:
+    """``--ceiling-recorded``: a run that starts at once is recorded as the operator records it: one status patch
+    (Running, attempt 1, its Job) and its Launched and Running Events, their messages the operator's own."""
+    sj = bench_scale.scavenger_job("sj-00003", pods, "60s")
+    sj["metadata"].update(namespace="ns", uid="uid-sj-00003")
+    job = bench_scale.operator_objects(sj)[-1][1]
+    now = datetime(2026, 12, 6, 12, tzinfo=UTC)
+    patch, events = bench_scale.operator_record(sj, job, now)
+    assert (patch["phase"], patch["attempt"], patch["jobName"]) == ("Running", 1, "sj-00003-r1")
+    assert patch["launchedTimestamp"] == patch["runningTimestamps"][0] == "2026-12-06T12:00:00Z"
+    assert [reason for reason, _ in events] == ["Launched", "Running"]
+    assert events[1][1] == f"run sj-00003-r1: all {pods} pod(s) running"
 
 
 @pytest.mark.parametrize(("part", "changed"), [
