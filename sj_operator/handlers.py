@@ -88,6 +88,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     metrics = Metrics()
     memo.kube.on_error = metrics.api_error
     memo.kube.on_request = metrics.api_request
+    memo.kube.instance = config.identity
     memo.controller = Controller(memo.kube, config, metrics=metrics, wake=memo.wake.set)
     for pc in priority_class_objects():
         if await memo.kube.ensure_priority_class(pc):

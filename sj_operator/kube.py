@@ -318,6 +318,9 @@ class Kube:
         """Told of every attempt (operation): the metrics."""
         self._session: aiohttp.ClientSession | None = None
         self._event_stamp = 0
+        self.instance = "scavenger"
+        """Who records the Events (their ``reportingInstance``): the process's identity, as client-go's recorder
+        names its host, so that an Event tells which replica recorded it."""
         """The last stamp an Event's name was given (`_event_name`)."""
         self._senders: dict[bool, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]] = {}
 
@@ -754,7 +757,7 @@ class Kube:
             "message": message[:1024],
             "source": {"component": component},
             "reportingComponent": component,
-            "reportingInstance": component,
+            "reportingInstance": self.instance,
             "firstTimestamp": _timestamp(first or now),
             "lastTimestamp": _timestamp(now),
             "count": count,

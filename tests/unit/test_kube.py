@@ -387,6 +387,7 @@ def test_an_event_create_retried_after_its_answer_was_lost_makes_no_second_event
     so a create retried after an attempt that was stored but not answered (504) is refused as existing (409): the
     Event is recorded once. A named one is read back for its uid; each call names a new Event."""
     async def use(kube: Kube) -> list[Any]:
+        kube.instance = "scavenger-operator-7fddb5cb85-4z2qv"
         return [await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
                                  type_="Normal", reason="Launched", message="run sj-r1 launched"),
                 await kube.event(namespace="ns", name="sj", uid="u", kind="ScavengerJob", api_version="v",
@@ -401,6 +402,7 @@ def test_an_event_create_retried_after_its_answer_was_lost_makes_no_second_event
     posts = [r for r in server.requests if r.method == "POST"]
     names = [r.body["metadata"]["name"] for r in posts]
     assert all("generateName" not in r.body["metadata"] for r in posts)
+    assert {r.body["reportingInstance"] for r in posts} == {"scavenger-operator-7fddb5cb85-4z2qv"}, "which replica"
     assert names[0] == names[1] and names[2] == names[3] and len(set(names)) == 3
     assert all(re.fullmatch(r"sj\.[0-9a-f]+", n) for n in names[:4])
     assert len(names[4]) == 253 and names[4].startswith("s" * 200)
