@@ -150,6 +150,7 @@ from sj_operator.api.parse import parse_spec  # noqa: E402
 from sj_operator.builders.job import build_run_job  # noqa: E402
 from sj_operator.builders.priority_classes import priority_class_objects  # noqa: E402
 from sj_operator.builders.service import build_gang_service  # noqa: E402
+from sj_operator.kube import event_body  # noqa: E402
 from sj_operator.names import API_VERSION, GROUP, KIND, LABEL_PROTECTED, PLURAL, VERSION, run_job_name  # noqa: E402
 from sj_operator.observed import PodView, job_view  # noqa: E402
 from sj_operator.policy.lifecycle import LifecycleConfig, launched, step  # noqa: E402
@@ -396,19 +397,15 @@ def operator_record(sj: dict[str, Any], job: dict[str, Any],
 
 def recorded(custom: client.CustomObjectsApi, core: client.CoreV1Api, sj: dict[str, Any], job: dict[str, Any]) -> None:
     """Writes what the operator writes of ``sj``'s run (`operator_record`): its status patch and its Events, as
-    the operator names and fills them (`Kube.event`)."""
+    the operator fills them (`kube.event_body`)."""
     meta, now = sj["metadata"], datetime.now(UTC)
     patch, events = operator_record(sj, job, now)
     retrying(lambda: custom.patch_namespaced_custom_object_status(GROUP, VERSION, meta["namespace"], PLURAL,
                                                                   meta["name"], {"status": patch}))
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     for i, (reason, message) in enumerate(events):
-        body = {"metadata": {"name": f"{meta['name']}.{time.time_ns() + i:x}", "namespace": meta["namespace"]},
-                "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"],
-                                   "namespace": meta["namespace"], "uid": meta["uid"]},
-                "type": "Normal", "reason": reason, "message": message,
-                "source": {"component": "scavenger"}, "reportingComponent": "scavenger",
-                "reportingInstance": "scavenger", "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+        body = event_body(f"{meta['name']}.{time.time_ns() + i:x}", namespace=meta["namespace"], name=meta["name"],
+                          uid=meta["uid"], kind=KIND, api_version=API_VERSION, type_="Normal", reason=reason,
+                          message=message, component="scavenger", instance="scavenger", at=now, first=now, count=1)
         retrying(lambda: core.create_namespaced_event(meta["namespace"], body))  # noqa: B023 (called here)
 
 

@@ -318,10 +318,10 @@ class Kube:
         """Told of every attempt (operation): the metrics."""
         self._session: aiohttp.ClientSession | None = None
         self._event_stamp = 0
+        """The last stamp an Event's name was given (`_event_name`)."""
         self.instance = "scavenger"
         """Who records the Events (their ``reportingInstance``): the process's identity, as client-go's recorder
         names its host, so that an Event tells which replica recorded it."""
-        """The last stamp an Event's name was given (`_event_name`)."""
         self._senders: dict[bool, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]] = {}
 
     @classmethod
@@ -748,20 +748,9 @@ class Kube:
         (logged: an Event is best effort); else None (the answer is not decoded)."""
         now = at or datetime.now(UTC)
         event_name = self._event_name(name)
-        body = {
-            "metadata": {"name": event_name, "namespace": namespace},
-            "involvedObject": {"apiVersion": api_version, "kind": kind, "name": name,
-                               "namespace": namespace, "uid": uid},
-            "type": type_,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": component},
-            "reportingComponent": component,
-            "reportingInstance": self.instance,
-            "firstTimestamp": _timestamp(first or now),
-            "lastTimestamp": _timestamp(now),
-            "count": count,
-        }
+        body = event_body(event_name, namespace=namespace, name=name, uid=uid, kind=kind, api_version=api_version,
+                          type_=type_, reason=reason, message=message, component=component, instance=self.instance,
+                          at=now, first=first or now, count=count)
         try:
             try:
                 made = await self._send("POST", f"/api/v1/namespaces/{namespace}/events", "create_namespaced_event",
@@ -802,6 +791,26 @@ class Kube:
         except (NotFound, Conflict, Invalid):
             return False
         return True
+
+
+def event_body(event_name: str, *, namespace: str, name: str, uid: str, kind: str, api_version: str, type_: str,
+               reason: str, message: str, component: str, instance: str, at: datetime, first: datetime,
+               count: int) -> dict[str, Any]:
+    """An Event named ``event_name`` about the object ``name`` (its kind, API version and uid), as `Kube.event`
+    records one: occurred ``count`` times from ``first`` to ``at``, recorded by ``instance`` of ``component``."""
+    return {
+        "metadata": {"name": event_name, "namespace": namespace},
+        "involvedObject": {"apiVersion": api_version, "kind": kind, "name": name, "namespace": namespace, "uid": uid},
+        "type": type_,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": instance,
+        "firstTimestamp": _timestamp(first),
+        "lastTimestamp": _timestamp(at),
+        "count": count,
+    }
 
 
 def _timestamp(at: datetime) -> str:
