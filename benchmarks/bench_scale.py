@@ -297,12 +297,17 @@ class Account:
 
 def to_running(result: Result, run: str, account: Account) -> None:
     """What ``run`` cost the cluster until its units ran (`Account`), as ``{run}_cpu_to_running``,
-    ``{run}_writes_to_running`` and (profiled) ``{run}_control_plane_cpu``, also logged (the most first)."""
+    ``{run}_writes_to_running`` (the requests to write, refused ones too), ``{run}_refused_to_running`` (those
+    refused, by code) and (profiled) ``{run}_control_plane_cpu``, also logged (the most first)."""
     seconds = result.figures[f"{run}_cpu_to_running"] = account.cpu.seconds()
     written = result.figures[f"{run}_writes_to_running"] = account.writes.writes()
+    refused = result.figures[f"{run}_refused_to_running"] = account.writes.refused
     log("  CPU to running: " + ", ".join(f"{name} {s:.0f}s" for name, s in seconds.items()))
     log(f"  writes to running: {sum(written.values()):.0f}, the most "
         + ", ".join(f"{key} {n:.0f}" for key, n in list(written.items())[:8]))
+    if refused:
+        log(f"  of which refused: {sum(refused.values()):.0f}, the most "
+            + ", ".join(f"{key} {n:.0f}" for key, n in list(refused.items())[:8]))
     if account.profiles is not None:
         spent = result.figures[f"{run}_control_plane_cpu"] = account.profiles.seconds()
         for name, parts in by_component(spent).items():

@@ -259,17 +259,27 @@ def apiserver_metrics(api: client.ApiClient) -> str:
 
 class WritesSince:
     """The writes the API server serves from the moment this is made (`metrics.apiserver_writes`: by resource and
-    verb, whoever made them)."""
+    verb, whoever made them), and which of them it refused."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
-        self.start = apiserver_writes(apiserver_metrics(api))
+        text = apiserver_metrics(api)
+        self.start = apiserver_writes(text)
+        self.start_refused = apiserver_writes(text, refused=True)
+        self.refused: dict[str, float] = {}
 
     def writes(self) -> dict[str, float]:
-        """The writes since, by resource and verb, the most first (none left out)."""
-        now = apiserver_writes(apiserver_metrics(self.api))
-        grown = {key: n - self.start.get(key, 0.0) for key, n in now.items()}
-        return dict(sorted(((k, n) for k, n in grown.items() if n > 0), key=lambda kv: (-kv[1], kv[0])))
+        """The writes since, by resource and verb, the most first (none left out); `refused` is updated to those
+        of them the server refused since, by resource, verb and code."""
+        text = apiserver_metrics(self.api)
+        self.refused = _grown(self.start_refused, apiserver_writes(text, refused=True))
+        return _grown(self.start, apiserver_writes(text))
+
+
+def _grown(start: Mapping[str, float], now: Mapping[str, float]) -> dict[str, float]:
+    """What grew from ``start`` to ``now``, key by key, the most first."""
+    grown = {key: n - start.get(key, 0.0) for key, n in now.items()}
+    return dict(sorted(((k, n) for k, n in grown.items() if n > 0), key=lambda kv: (-kv[1], kv[0])))
 
 
 def earlier_runs_gone(api: client.ApiClient, prefix: str, timeout: float = 1800) -> None:

@@ -56,10 +56,12 @@ APISERVER_WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
 """The API server's request verbs (``apiserver_request_total``) that write."""
 
 
-def apiserver_writes(text: str) -> dict[str, float]:
+def apiserver_writes(text: str, *, refused: bool = False) -> dict[str, float]:
     """The writes an API server has served so far, from its metrics' text (``apiserver_request_total``), by
     resource and verb (``pods/status PATCH``, ``jobs POST``), whoever made them: the operator, the controllers, the
-    scheduler, kwok. Requests refused count too (each cost the server a request)."""
+    scheduler, kwok. Requests refused count too (each cost the server a request). ``refused``: only those the
+    server answered with an error, by resource, verb and code (``pods/status PATCH 409``): they wrote nothing
+    and woke no watch, so what was written is the difference."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line.startswith("apiserver_request_total{"):
@@ -69,8 +71,11 @@ def apiserver_writes(text: str) -> dict[str, float]:
         label = {k: v.strip('"') for k, v in parsed.items()}
         if label.get("verb") not in APISERVER_WRITE_VERBS:
             continue
+        code = label.get("code", "")
+        if refused and code.startswith("2"):
+            continue
         resource = label.get("resource", "") + (f"/{label['subresource']}" if label.get("subresource") else "")
-        key = f"{resource} {label['verb']}"
+        key = f"{resource} {label['verb']}" + (f" {code}" if refused else "")
         out[key] = out.get(key, 0.0) + float(value)
     return out
 

@@ -178,6 +178,7 @@ def test_the_api_servers_writes_are_read_by_resource_and_verb_whoever_made_them(
         'apiserver_request_duration_seconds_count{verb="POST",resource="jobs"} 99',
     ])
     assert metrics.apiserver_writes(text) == {"jobs POST": 9.0, "pods/status PATCH": 40.0}
+    assert metrics.apiserver_writes(text, refused=True) == {"jobs POST 409": 2.0}
 
 
 def test_the_machines_cpu_is_accounted_to_the_processes_named_the_rest_and_idle() -> None:
