@@ -43,7 +43,8 @@ PY_TREES := sj_operator gang tests benchmarks demo hack/images hack/mutation-sco
 
 lint: venv ## the gates: ruff, mypy --strict, import-linter layers, shellcheck
 	@echo "[lint] ruff"; $(VENV)/bin/ruff check $(PY_TREES)
-	@echo "[lint] mypy --strict"; $(VENV)/bin/mypy && $(VENV)/bin/mypy --strict hack/kind/netd.py hack/chart-readme && $(VENV)/bin/mypy --strict hack/run-docs
+	@echo "[lint] mypy --strict"; $(VENV)/bin/mypy && $(VENV)/bin/mypy --strict hack/kind/netd.py hack/chart-readme && $(VENV)/bin/mypy --strict hack/run-docs \
+	  && $(VENV)/bin/mypy --config-file benchmarks/mypy.ini --cache-dir .mypy_cache/benchmarks -p benchmarks
 	@echo "[lint] import-linter"; $(VENV)/bin/lint-imports --no-cache
 	@echo "[lint] shellcheck"; $(VENV)/bin/shellcheck $(SHELL_SCRIPTS) && $(VENV)/bin/shellcheck -s sh gang/mpi-entrypoint.sh
 	@echo "[lint] all gates pass"

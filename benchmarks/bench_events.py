@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -109,8 +109,8 @@ class Events:
         """One event of ``body`` (``raw_type`` None: seen in the initial listing)."""
         await processing.process_resource_event(
             lifecycle=kopf.lifecycles.all_at_once, indexers=self.indexers, registry=self.registry,
-            settings=self.settings, memories=self.memories, memobase=self.memo, resource=self.resource,
-            raw_event={"type": raw_type, "object": body}, event_queue=asyncio.Queue(), no_throttling=True)
+            settings=self.settings, memories=self.memories, memobase=cast(Any, self.memo), resource=self.resource,
+            raw_event=cast(Any, {"type": raw_type, "object": body}), event_queue=asyncio.Queue(), no_throttling=True)
 
 
 NODES = references.Resource(group="", version="v1", plural="nodes", kind="Node", namespaced=False)

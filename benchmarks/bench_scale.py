@@ -752,7 +752,7 @@ def main() -> int:
         parser.error("no cluster: set KUBECONFIG (make bench-scale starts the local cluster)")
     Account.profiling = args.profile_control_plane
     config.load_kube_config()
-    client.Configuration._default.connection_pool_maxsize = 32  # type: ignore[attr-defined]
+    client.Configuration._default.connection_pool_maxsize = 32
     api = client.ApiClient()
     work = workload(args.sjs, args.gang_share, args.rate, args.stream, args.node_cpu, args.seed)
     result = Result()

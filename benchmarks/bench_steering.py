@@ -26,6 +26,7 @@ import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,6 +44,11 @@ SJS = ("a", "b", "c", "d")
 
 def _parse(ts: str) -> datetime:
     return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+def _succeeded(core: client.CoreV1Api, ns: str, name: str) -> bool:
+    """Whether pod ``name`` has succeeded."""
+    return bool(core.read_namespaced_pod(name, ns).status.phase == "Succeeded")
 
 
 def _victim(core: client.CoreV1Api, api: client.ApiClient, ns: str) -> tuple[str, float] | None:
@@ -107,8 +113,7 @@ def run_mode(api: client.ApiClient, protect_level: int, rounds: int, seed: int,
                 lost.append(seconds)
                 print(f"  protect-level {protect_level} round {i + 1}: victim {name}, lost {seconds:5.1f} s",
                       flush=True)
-                wait_for("owner done", lambda owner=owner: core.read_namespaced_pod(owner, ns).status.phase
-                         == "Succeeded", timeout=60)
+                wait_for("owner done", partial(_succeeded, core, ns, owner), timeout=60)
                 wait_for("victim's pods gone", lambda: _victim(core, api, ns) is None, timeout=60)
     finally:
         op.stop()

@@ -76,7 +76,7 @@ async def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     results.add_arguments(parser)
     args = parser.parse_args()
-    config.load_kube_config()  # type: ignore[no-untyped-call]
+    config.load_kube_config()
     kube = Kube()
     namespaces: list[str] = []
     figures: dict[str, list[tuple[float, float]]] = {"on the loop (Kube._send)": [], "the client in a thread": []}

@@ -244,7 +244,7 @@ def apiserver_get(api: client.ApiClient, path: str, *, query: Sequence[tuple[str
     method, url, headers, body, _ = api.param_serialize("GET", path, query_params=list(query),
                                                         auth_settings=["BearerToken"])
     response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
-    response.read()  # type: ignore[no-untyped-call]
+    response.read()
     data = response.data
     if not isinstance(data, bytes):
         raise ValueError(f"the API server sent no body for {path}")
@@ -376,7 +376,7 @@ def resource_version(obj: Any) -> str:
     return str(obj.metadata.resource_version)
 
 
-class RawWatch(watch.Watch):
+class RawWatch(watch.Watch):  # type: ignore[misc]  # the client is not type-checked here (benchmarks/mypy.ini)
     """A watch whose objects stay the API server's JSON (dicts). The client's typed models cost about a
     millisecond per object to build; a watch in this process would take that from the threads creating
     the measured objects (they share its interpreter lock and the machine's cores) while they are timed."""

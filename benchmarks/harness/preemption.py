@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from kubernetes import client
@@ -35,7 +36,7 @@ class Stream:
         for i, (at, cpu) in enumerate(self.arrivals):
             time.sleep(max(0.0, start + at - time.monotonic()))
             name = f"high-{i:04d}"
-            retrying(lambda n=name, c=cpu: self.core.create_namespaced_pod(self.namespace, self.pod(n, c)))
+            retrying(partial(self.core.create_namespaced_pod, self.namespace, self.pod(name, cpu)))
             self.made.append(name)
         log(f"  {len(self.made)} high-priority pods arrived over {time.monotonic() - start:.0f}s")
 

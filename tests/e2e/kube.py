@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
@@ -69,7 +69,7 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60, inte
         except ApiException as exc:  # a transient API error is just another "not yet"
             last = exc
         if last and not isinstance(last, ApiException):
-            return last
+            return cast(T, last)
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
 

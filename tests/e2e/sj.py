@@ -9,7 +9,7 @@ import sys
 import threading
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 
@@ -111,11 +111,11 @@ def custom(api: client.ApiClient) -> client.CustomObjectsApi:
 
 def create_sj(api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ScavengerJob", "metadata": {"name": name}, "spec": spec}
-    return custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    return cast(dict[str, Any], custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body))
 
 
 def get_sj(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    return custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return cast(dict[str, Any], custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
 
 
 def patch_sj(api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
@@ -176,7 +176,8 @@ def event_messages(api: client.ApiClient, namespace: str, name: str, reason: str
 
 
 def run_pods(api: client.ApiClient, namespace: str, run: str) -> list[Any]:
-    return client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"scavenger.dev/run={run}").items
+    return cast(list[Any], client.CoreV1Api(api).list_namespaced_pod(namespace,
+                                                                     label_selector=f"scavenger.dev/run={run}").items)
 
 
 def protected(api: client.ApiClient, namespace: str, name: str) -> bool | None:
@@ -211,4 +212,5 @@ def wait_published(api: client.ApiClient, namespace: str, run: str, pods: int, t
 
 
 def jobs_of(api: client.ApiClient, namespace: str, sj: str) -> list[Any]:
-    return client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=f"scavenger.dev/job-name={sj}").items
+    return cast(list[Any], client.BatchV1Api(api).list_namespaced_job(
+        namespace, label_selector=f"scavenger.dev/job-name={sj}").items)
