@@ -214,6 +214,38 @@ def delete_namespace(api: client.ApiClient, name: str, timeout: float = 120, col
     print(f"namespace {name} still terminating after {timeout:.0f}s", file=sys.stderr)
 
 
+def pods_quiet(api: client.ApiClient, quiet: float = 10, timeout: float = 900) -> None:
+    """Waits until the API server has served no write to a pod for ``quiet`` seconds: once a namespace is gone,
+    kwok still plays the stages it queued for its pods (each a ``pods/status`` patch answered 404) for a minute
+    or more, and a run begun meanwhile was charged with them (12,000 at 10,000 units, and kwok's CPU)."""
+    def pod_writes() -> float:
+        return sum(n for key, n in apiserver_writes(apiserver_metrics(api)).items() if key.startswith("pods"))
+
+    tail = until_still(pod_writes, quiet, timeout)
+    if tail is None:
+        print(f"pods still written {timeout:.0f}s after their namespace went", file=sys.stderr)
+    elif tail[0]:
+        log(f"  {tail[0]:.0f} writes to pods after their namespace went, the last {tail[1]:.0f}s after it")
+
+
+def until_still(count: Callable[[], float], quiet: float, timeout: float, poll: float = 2, *,
+                clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], object] = time.sleep) -> tuple[float, float] | None:
+    """Polls ``count`` until it has not moved for ``quiet`` seconds: how much it grew meanwhile and how long
+    after the start it last moved; None when it still moved after ``timeout``."""
+    start = clock()
+    first = last = count()
+    since = start
+    while clock() - since < quiet:
+        if clock() - start > timeout:
+            return None
+        sleep(poll)
+        now = count()
+        if now != last:
+            last, since = now, clock()
+    return last - first, since - start
+
+
 def each(names: Callable[[], list[str]], delete: Callable[[str], object], what: str, threads: int = 16) -> None:
     """``delete(name)`` for each of ``names()``, ``threads`` at a time, its progress printed as ``what``; an object
     gone already, or a call the API server dropped, is passed over (the namespace controller deletes what is
@@ -292,6 +324,8 @@ def earlier_runs_gone(api: client.ApiClient, prefix: str, timeout: float = 1800)
     for name in left:
         log(f"namespace {name} of an earlier run: deleting it before this run")
         delete_namespace(api, name, timeout=timeout)
+    if left:
+        pods_quiet(api)
 
 
 @contextmanager
@@ -306,6 +340,7 @@ def run_namespace(api: client.ApiClient, prefix: str, whose: str, *, followed: b
         if followed:
             log(f"  deleting {whose} namespace")
             delete_namespace(api, namespace, timeout=1800)
+            pods_quiet(api)
         else:
             log(f"  deleting {whose} namespace (not waited for: nothing runs after it)")
             delete_namespace(api, namespace, timeout=5, collections=False)

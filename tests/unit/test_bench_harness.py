@@ -181,6 +181,23 @@ def test_the_api_servers_writes_are_read_by_resource_and_verb_whoever_made_them(
     assert metrics.apiserver_writes(text, refused=True) == {"jobs POST 409": 2.0}
 
 
+@pytest.mark.parametrize(("counts", "timeout", "expected"), [
+    ([5, 5, 5, 5, 5, 5, 5], 60, (0, 0)),  # still from the start: waits `quiet` only
+    ([5, 7, 9, 9, 9, 9, 9, 9, 9], 60, (4, 4)),  # moved twice, the last 4 s in, then still for 10 s
+    ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 6, None),  # still moving past the timeout
+])
+def test_the_pods_are_quiet_once_their_writes_stop_for_a_while(counts: list[int], timeout: float,
+                                                               expected: tuple[float, float] | None) -> None:
+    now = [0.0]
+    left = iter(counts)
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    assert kube.until_still(lambda: next(left), quiet=10, timeout=timeout, poll=2, clock=lambda: now[0],
+                            sleep=sleep) == expected
+
+
 def test_the_machines_cpu_is_accounted_to_the_processes_named_the_rest_and_idle() -> None:
     account = processes.CpuAccount({"this test": os.getpid()})
     burnt = processes.CpuSince.of_pid(os.getpid())
