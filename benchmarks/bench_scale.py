@@ -300,8 +300,8 @@ def to_running(result: Result, run: str, account: Account) -> None:
     ``{run}_writes_to_running`` (the requests to write, refused ones too), ``{run}_refused_to_running`` (those
     refused, by code) and (profiled) ``{run}_control_plane_cpu``, also logged (the most first)."""
     seconds = result.figures[f"{run}_cpu_to_running"] = account.cpu.seconds()
-    written = result.figures[f"{run}_writes_to_running"] = account.writes.writes()
-    refused = result.figures[f"{run}_refused_to_running"] = account.writes.refused
+    written, refused = account.writes.writes()
+    result.figures[f"{run}_writes_to_running"], result.figures[f"{run}_refused_to_running"] = written, refused
     log("  CPU to running: " + ", ".join(f"{name} {s:.0f}s" for name, s in seconds.items()))
     log(f"  writes to running: {sum(written.values()):.0f}, the most "
         + ", ".join(f"{key} {n:.0f}" for key, n in list(written.items())[:8]))

@@ -298,14 +298,13 @@ class WritesSince:
         text = apiserver_metrics(api)
         self.start = apiserver_writes(text)
         self.start_refused = apiserver_writes(text, refused=True)
-        self.refused: dict[str, float] = {}
 
-    def writes(self) -> dict[str, float]:
-        """The writes since, by resource and verb, the most first (none left out); `refused` is updated to those
-        of them the server refused since, by resource, verb and code."""
+    def writes(self) -> tuple[dict[str, float], dict[str, float]]:
+        """The writes since, by resource and verb, the most first (none left out), and those of them the server
+        refused, by resource, verb and code, from one read of its metrics."""
         text = apiserver_metrics(self.api)
-        self.refused = _grown(self.start_refused, apiserver_writes(text, refused=True))
-        return _grown(self.start, apiserver_writes(text))
+        refused = _grown(self.start_refused, apiserver_writes(text, refused=True))
+        return _grown(self.start, apiserver_writes(text)), refused
 
 
 def _grown(start: Mapping[str, float], now: Mapping[str, float]) -> dict[str, float]:
