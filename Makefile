@@ -67,9 +67,9 @@ chart: binaries venv ## the Helm chart (deploy/chart): helm lint, and helm templ
 	@echo "[chart] README.md"; $(PY) hack/chart-readme --check
 	@echo "[chart] ok"
 
-release: binaries ## the release artifacts of VERSION=x.y.z under dist/: the Helm chart, the operator image (OCI archive; root), the wheel with kubectl-sj
+release: binaries venv ## the release artifacts of VERSION=x.y.z under dist/: the Helm chart, the operator image (OCI archive; root), the wheel with kubectl-sj
 	@test -n "$(VERSION)" || { echo "usage: make release VERSION=x.y.z [RELEASE_ARGS=--no-image]" >&2; exit 2; }
-	PYTHON=$(PYTHON) hack/release $(VERSION) $(RELEASE_ARGS)
+	PYTHON=$(abspath $(PY)) hack/release $(VERSION) $(RELEASE_ARGS)
 
 mutation: venv ## on demand: mutation testing of the pure core (policy, state machine, write plan, gang); hours, SAMPLE=N every N-th mutant
 	VENV=$(VENV) hack/mutation $(if $(SAMPLE),sample $(SAMPLE),score)
@@ -118,7 +118,7 @@ cluster-up: setup
 cluster-down:
 	hack/cluster down
 
-demo: setup ## the main job: local cluster, the operator in the background, a demo ScavengerJob
+demo: venv binaries ## the main job: local cluster, the operator in the background, a demo ScavengerJob (no host MPI needed)
 	hack/demo up
 
 demo-down:

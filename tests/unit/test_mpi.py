@@ -226,7 +226,8 @@ def test_generated_keypairs_differ() -> None:
 def test_hostnames_are_the_gang_hosts(namespace: str, cluster_domain: str, hosts: list[str]) -> None:
     assert gang_hosts("heat-r2", 3, namespace=namespace, cluster_domain=cluster_domain) == hosts
     assert worker_hosts("heat-r2", 3, namespace=namespace, cluster_domain=cluster_domain) == hosts[1:]
-    with pytest.raises(ValueError):
+    assert worker_hosts("heat-r2", 2, namespace=namespace, cluster_domain=cluster_domain) == hosts[1:2]
+    with pytest.raises(ValueError, match=r"^an MPI gang needs at least 2 pods \(a launcher and a worker\), got 1$"):
         worker_hosts("heat-r2", 1, namespace=namespace)
 
 
