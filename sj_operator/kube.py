@@ -29,6 +29,8 @@ import functools
 import json
 import logging
 import ssl
+import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -203,6 +205,48 @@ def _refused(status: int, reason: str, message: str) -> Exception:
 def _error(status: int, reason: str, message: str) -> KubeError:
     cls = {403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone, 422: Invalid}.get(status, KubeError)
     return cls(status, reason, message)
+
+
+DEEPEST_JSON = 10_000
+"""How deeply nested a document the API server decodes and so may store (its JSON decoder's limit), in the
+fields a schema leaves free-form: a CRD's preserved unknown fields, an object's ``managedFields``."""
+
+
+def decoded(document: bytes | str) -> Any:
+    """A JSON document from the API server, however deeply it nests. Python's decoder stops at its recursion
+    limit (about 1,000 levels) with a RecursionError, which is not a ValueError: one tenant's object nested
+    deeper would end a watch cache's task, and its list again at every start. Such a document is decoded
+    once more on a thread of its own, with a stack and a recursion limit for `DEEPEST_JSON` levels (a few
+    milliseconds, while the loop waits)."""
+    try:
+        return json.loads(document)
+    except RecursionError:
+        return _decoded_deep(document)
+
+
+def _decoded_deep(document: bytes | str) -> Any:
+    out: list[Any] = []
+    failed: list[BaseException] = []
+
+    def decode() -> None:
+        try:
+            out.append(json.loads(document))
+        except BaseException as exc:  # handed to the caller's thread as it is
+            failed.append(exc)
+
+    limit = sys.getrecursionlimit()
+    stack = threading.stack_size(256 * 2**20)
+    try:
+        sys.setrecursionlimit(max(limit, 2 * DEEPEST_JSON + limit))
+        thread = threading.Thread(target=decode, name="deep-json", daemon=True)
+        thread.start()
+        thread.join()
+    finally:
+        threading.stack_size(stack)
+        sys.setrecursionlimit(limit)
+    if failed:
+        raise ValueError(f"JSON document not decoded: {failed[0]!r}") from failed[0]
+    return out[0]
 
 
 def split_lines(buffer: bytearray, chunk: bytes) -> list[bytes]:
@@ -472,7 +516,7 @@ class Kube:
         while True:
             response = await self._get(path, params, timeout=60)
             try:
-                found = json.loads(await response.read())
+                found = decoded(await response.read())
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 raise KubeError(0, type(exc).__name__, str(exc)) from exc
             finally:
@@ -496,7 +540,7 @@ class Kube:
         try:
             async for chunk in response.content.iter_any():
                 for line in split_lines(buffer, chunk):
-                    event = json.loads(line)
+                    event = decoded(line)
                     kind, obj = event.get("type", ""), event.get("object") or {}
                     if kind == "ERROR":
                         raise _error(int(obj.get("code") or 0), obj.get("reason") or "", obj.get("message") or "")

@@ -39,10 +39,15 @@ def parse_quantity(quantity: str | int | float | Decimal) -> Decimal:
 
 @lru_cache(maxsize=4096)
 def to_milli(quantity: str | int | float | Decimal) -> int:
-    """Kubernetes quantity in milli-units, rounded up like ``MilliValue``. Remembered for the last 4,096
-    quantities: a cluster's pods and SJs repeat a few dozen ("500m", "1Gi"), and the watches and passes
-    convert them tens of thousands of times in a burst."""
-    return math.ceil(parse_quantity(quantity) * 1000)
+    """Kubernetes quantity in milli-units, rounded up like ``MilliValue``, at most `MOST` either way (a quota's
+    ``1e999990``, which its schema's pattern admits, would take a minute of CPU made into an int before it
+    was cut down, and the watch and the loop with it). Remembered for the last 4,096 quantities: a cluster's
+    pods and SJs repeat a few dozen ("500m", "1Gi"), and the watches and passes convert them tens of thousands
+    of times in a burst. ValueError for no quantity; ArithmeticError past what a decimal holds."""
+    milli = parse_quantity(quantity) * 1000
+    if not milli.is_finite():
+        raise ValueError(f"not a finite quantity: {quantity!r}")
+    return MOST if milli >= MOST else -MOST if milli <= -MOST else math.ceil(milli)
 
 
 def resources_milli(raw: Mapping[str, Any] | None) -> dict[str, int]:

@@ -78,8 +78,6 @@ operator adds its own)."""
 MAX_ARGS: Final = 1024
 """Items of ``command`` or ``args``."""
 MAX_ENV: Final = 512
-MAX_VALUE_FROM_SOURCES: Final = 1
-"""An env var's ``valueFrom`` names one source, as in Kubernetes."""
 MAX_VOLUMES: Final = 64
 MAX_TOLERATIONS: Final = 64
 MAX_IMAGE_PULL_SECRETS: Final = 32

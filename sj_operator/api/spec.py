@@ -49,12 +49,12 @@ from sj_operator.api.bounds import (
     MAX_POD_ANNOTATIONS_BYTES,
     MAX_POD_LABELS,
     MAX_PRIORITY_LEVELS,
+    MAX_QUALIFIED_NAME_LENGTH,
     MAX_RESOURCES,
     MAX_SLOTS_PER_WORKER,
     MAX_TERMINATION_GRACE_SECONDS,
     MAX_TOLERATION_SECONDS,
     MAX_TOLERATIONS,
-    MAX_VALUE_FROM_SOURCES,
     MAX_VOLUMES,
 )
 from sj_operator.api.fields import (
@@ -80,6 +80,7 @@ MIN_DURATION = timedelta(seconds=1)
 DURATION_FLOOR_MESSAGE = f"must be longer than {format_duration(MIN_DURATION)}"
 DEFAULT_FALLBACK_AFTER = "10m"
 VOLUME_SOURCES = ("persistentVolumeClaim", "configMap", "secret", "emptyDir")
+ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
 
 Image = Annotated[StrictStr, Field(min_length=1, max_length=MAX_IMAGE_LENGTH)]
 Arg = Annotated[StrictStr, Field(max_length=MAX_ARG_LENGTH)]
@@ -110,6 +111,57 @@ class _SpecModel(FrozenModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel)  # frozen: FrozenModel
 
 
+class ObjectFieldSelector(_SpecModel):
+    """A field of the pod (``metadata.name``, ``status.podIP``, ...), as in a Kubernetes ObjectFieldSelector."""
+
+    api_version: Annotated[StrictStr, Field(max_length=MAX_QUALIFIED_NAME_LENGTH)] | None = Field(
+        default=None, description="Version of the schema fieldPath is written in (v1).")
+    field_path: Annotated[StrictStr, Field(min_length=1, max_length=MAX_QUALIFIED_NAME_LENGTH)] = Field(
+        description="Path of the field.")
+
+
+class ResourceFieldSelector(_SpecModel):
+    """A resource of the container (``limits.cpu``, ``requests.memory``, ...)."""
+
+    container_name: DNSLabel | None = Field(default=None, description="The container; the SJ's own when unset.")
+    resource: Annotated[StrictStr, Field(min_length=1, max_length=MAX_QUALIFIED_NAME_LENGTH)] = Field(
+        description="The resource.")
+    divisor: Quantity | None = Field(default=None, description="The unit the value is given in (1 when unset).")
+
+
+class KeySelector(_SpecModel):
+    """A key of a ConfigMap or Secret in the SJ's namespace."""
+
+    name: DNSSubdomain = Field(description="Name of the ConfigMap or Secret.")
+    key: Annotated[StrictStr, Field(min_length=1, max_length=MAX_QUALIFIED_NAME_LENGTH)] = Field(
+        description="The key.")
+    optional: StrictBool | None = Field(default=None, description="Start the pod without it when it is missing.")
+
+
+class EnvVarSource(_SpecModel):
+    """Where an environment variable's value comes from, as in a Kubernetes EnvVarSource: exactly one source.
+    Typed, not free-form: the API server keeps a free-form object nested 10,000 deep, deeper than Python's
+    JSON decoder goes, and the operator decodes every SJ it watches."""
+
+    model_config = ConfigDict(json_schema_extra=_cel_rules(
+        _cel("[" + ", ".join(f"has(self.{source})" for source in ENV_SOURCES) + "].filter(x, x).size() == 1",
+             "must set exactly one of " + ", ".join(ENV_SOURCES)),
+    ))
+
+    field_ref: ObjectFieldSelector | None = Field(default=None, description="A field of the pod.")
+    resource_field_ref: ResourceFieldSelector | None = Field(default=None, description="A resource of the container.")
+    config_map_key_ref: KeySelector | None = Field(default=None, description="A key of a ConfigMap.")
+    secret_key_ref: KeySelector | None = Field(default=None, description="A key of a Secret.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVarSource:
+        sources = (self.field_ref, self.resource_field_ref, self.config_map_key_ref, self.secret_key_ref)
+        chosen = [alias for alias, source in zip(ENV_SOURCES, sources, strict=True) if source is not None]
+        if len(chosen) != 1:
+            raise invalid(f"must set exactly one of {', '.join(ENV_SOURCES)} (found: {', '.join(chosen) or 'none'})")
+        return self
+
+
 class EnvVar(_SpecModel):
     """An environment variable of the container, as in a Kubernetes EnvVar."""
 
@@ -122,10 +174,8 @@ class EnvVar(_SpecModel):
         description="Name of the variable.")
     value: Annotated[StrictStr, Field(max_length=MAX_ENV_VALUE_LENGTH)] | None = Field(
         default=None, description="Literal value.")
-    value_from: dict[str, Any] | None = Field(
-        default=None, max_length=MAX_VALUE_FROM_SOURCES,
-        description="Source of the value (fieldRef, configMapKeyRef, secretKeyRef, ...)."
-    )
+    value_from: EnvVarSource | None = Field(
+        default=None, description="Source of the value: fieldRef, resourceFieldRef, configMapKeyRef or secretKeyRef.")
 
     @field_validator("name")
     @classmethod
@@ -135,13 +185,6 @@ class EnvVar(_SpecModel):
         if name in RESERVED_ENV_NAMES:
             raise invalid(f"{name} is set by the operator")
         return name
-
-    @field_validator("value_from")
-    @classmethod
-    def _value_from_not_empty(cls, value_from: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value_from is not None and not value_from:
-            raise invalid("must name a source")
-        return value_from
 
     @model_validator(mode="after")
     def _one_value(self) -> EnvVar:

@@ -22,7 +22,7 @@ from sj_operator.policy.snapshot import (
     QueuedSJ,
     Taint,
 )
-from sj_operator.resources import sub, to_milli, total
+from sj_operator.resources import MOST, sub, to_milli, total
 from sj_operator.settings import Pool
 from tests.unit.helpers import add, fits, parse_resources, scale, tol
 
@@ -592,8 +592,14 @@ def test_decide_is_deterministic(snap: ClusterSnapshot, config: PolicyConfig) ->
         ("1Gi", 1073741824000),
         ("100M", 100_000_000_000),
         ("0.1m", 1),  # rounded up, like Kubernetes MilliValue
+        ("1e18", MOST),
+        ("1e999990", MOST),  # as an int first: a minute of CPU, the loop's
+        ("9" * 60 + "e999900", MOST),
+        ("-1e999990", -MOST),
+        ("1e-999990", 1),
     ],
 )
+@pytest.mark.timeout(30)
 def test_to_milli(quantity: str | int, expected: int) -> None:
     assert to_milli(quantity) == expected
 

@@ -137,10 +137,11 @@ CASES: list[Case] = [
           {"env": [{"name": "V" * (b.MAX_ENV_NAME_LENGTH + 1)}]}),
     _case("env-value", "spec.env[0].value", {"env": [{"name": "V", "value": "x" * b.MAX_ENV_VALUE_LENGTH}]},
           {"env": [{"name": "V", "value": "x" * (b.MAX_ENV_VALUE_LENGTH + 1)}]}),
-    _case("env-valueFrom", "spec.env[0].valueFrom",
-          {"env": [{"name": "V", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]},
-          {"env": [{"name": "V", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"},
-                                               "secretKeyRef": {"name": "s", "key": "k"}}}]}),
+    _case("env-valueFrom-key", "spec.env[0].valueFrom.secretKeyRef.key",
+          {"env": [{"name": "V", "valueFrom": {"secretKeyRef": {"name": "s",
+                                                                "key": "k" * b.MAX_QUALIFIED_NAME_LENGTH}}}]},
+          {"env": [{"name": "V", "valueFrom": {"secretKeyRef": {"name": "s",
+                                                                "key": "k" * (b.MAX_QUALIFIED_NAME_LENGTH + 1)}}}]}),
     _case("volumes", "spec.volumes", {"volumes": _items(b.MAX_VOLUMES, _volume)},
           {"volumes": _items(b.MAX_VOLUMES + 1, _volume)}),
     _case("tolerations", "spec.tolerations", {"tolerations": [{"operator": "Exists"}] * b.MAX_TOLERATIONS},
@@ -211,7 +212,7 @@ def test_the_crd_bounds_what_its_structural_schema_cannot_with_cel_rules() -> No
 
 def test_every_string_list_and_map_of_the_spec_is_bounded_in_the_crd() -> None:
     """No field of the spec's schema is left without a bound on its size, or a pattern, enum or CEL rule
-    that fixes it (a free-form valueFrom is bounded by its entries and the whole spec's size)."""
+    that fixes it."""
     unbounded: list[str] = []
 
     def walk(node: dict[str, Any], path: str) -> None:

@@ -12,11 +12,11 @@ import json
 import re
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import urllib3
@@ -28,6 +28,7 @@ from tenacity import stop_after_attempt
 from sj_operator.kube import (
     API_THREADS,
     BACKGROUND_THREADS,
+    DEEPEST_JSON,
     Conflict,
     EventRef,
     Forbidden,
@@ -38,9 +39,12 @@ from sj_operator.kube import (
     NameTaken,
     NotFound,
     _unread,
+    decoded,
     in_background,
 )
 from sj_operator.names import owner_reference
+
+T = TypeVar("T")
 
 REASONS = {0: "", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 409: "Conflict",
            422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error",
@@ -509,19 +513,21 @@ def test_a_list_is_answered_while_more_watches_than_before_hold_their_connection
             await asyncio.gather(*watches, return_exceptions=True)
             await kube.close()
 
-    async def main() -> tuple[list[dict[str, Any]], str]:
-        app = web.Application()
-        app.router.add_route("GET", "/{tail:.*}", handle)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        try:
-            return await use(runner.addresses[0][1])
-        finally:
-            await runner.cleanup()
+    assert asyncio.run(_serving(handle, use)) == ([], "7")
 
-    assert asyncio.run(main()) == ([], "7")
+
+async def _serving(handle: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                   use: Callable[[int], Awaitable[T]]) -> T:
+    """``use(port)`` while ``handle`` answers every GET on that port."""
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        return await use(runner.addresses[0][1])
+    finally:
+        await runner.cleanup()
 
 
 def _status(status: int, message: str) -> tuple[int, dict[str, Any]]:
@@ -814,3 +820,46 @@ def test_a_rotated_token_is_read_again_for_each_request() -> None:
 
     kube = _configured(api_key={"BearerToken": "Bearer zero"}, refresh_api_key_hook=refresh)
     assert [kube._headers()["authorization"] for _ in range(2)] == ["Bearer one", "Bearer two"]
+
+
+def _nested(depth: int) -> str:
+    return '{"a":' * depth + "{}" + "}" * depth
+
+
+@pytest.mark.parametrize("depth", [10, 2_000, DEEPEST_JSON - 10])
+def test_a_document_nested_as_deep_as_the_api_server_stores_is_decoded(depth: int) -> None:
+    value = decoded(_nested(depth))
+    for _ in range(depth):
+        value = value["a"]
+    assert value == {}
+    with pytest.raises(ValueError):
+        decoded(_nested(depth)[:-1])
+
+
+def test_a_tenants_deeply_nested_object_neither_ends_a_watch_nor_stops_a_list() -> None:
+    """Python's decoder gives up at about 1,000 levels with a RecursionError; the API server keeps objects
+    nested up to 10,000 deep in free-form fields. The cache's list and watch take such an object like any."""
+    deep = '{"metadata":{"name":"deep","resourceVersion":"5","managedFields":[{"fieldsV1":' + _nested(5_000) + "}]}}"
+    plain = '{"metadata":{"name":"plain","resourceVersion":"6"}}'
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if "watch" not in request.query:
+            return web.Response(text='{"metadata":{"resourceVersion":"4"},"items":[' + deep + "]}",
+                                content_type="application/json")
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for obj in (deep, plain):
+            await response.write(b'{"type":"MODIFIED","object":' + obj.encode() + b"}\n")
+        return response
+
+    async def use(port: int) -> tuple[list[str], list[str]]:
+        kube = Kube(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")),
+                    stop=stop_after_attempt(1), sleep=Sleeps())
+        try:
+            listed, _ = await kube.list_raw("/api/v1/pods")
+            watched = [obj["metadata"]["name"] async for _, obj in kube.watch_raw("/api/v1/pods", "4")]
+            return [obj["metadata"]["name"] for obj in listed], watched
+        finally:
+            await kube.close()
+
+    assert asyncio.run(_serving(handle, use)) == (["deep"], ["deep", "plain"])

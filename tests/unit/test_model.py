@@ -183,7 +183,9 @@ FULL_SPEC: dict[str, Any] = {
 def test_every_field() -> None:
     spec = parse_spec(FULL_SPEC)
     assert spec.command == ("python", "-m", "counter")
-    assert spec.env[2].value_from == {"fieldRef": {"fieldPath": "status.podIP"}}
+    value_from = spec.env[2].value_from
+    assert value_from is not None and value_from.model_dump(by_alias=True, exclude_none=True) == {
+        "fieldRef": {"fieldPath": "status.podIP"}}
     assert spec.working_dir == "/work"
     assert spec.parallelism == 4 and spec.is_gang
     assert spec.volumes[3].empty_dir is not None and spec.volumes[3].empty_dir.size_limit == "1Gi"
@@ -367,11 +369,20 @@ INVALID_SPECS: list[tuple[Any, str, str]] = [
     (spec_with(env=[{"value": "x"}]), "spec.env[0].name", "is required"),
     (spec_with(env=[{"name": "A=B"}]), "spec.env[0].name", "must not contain '='"),
     (
-        spec_with(env=[{"name": "A", "value": "1", "valueFrom": {"fieldRef": {}}}]),
+        spec_with(env=[{"name": "A", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]),
         "spec.env[0].valueFrom",
         "cannot be set together with value",
     ),
-    (spec_with(env=[{"name": "A", "valueFrom": {}}]), "spec.env[0].valueFrom", "must name a source"),
+    (spec_with(env=[{"name": "A", "valueFrom": {}}]), "spec.env[0].valueFrom", "must set exactly one of fieldRef"),
+    (
+        spec_with(env=[{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"},
+                                                   "secretKeyRef": {"name": "s", "key": "k"}}}]),
+        "spec.env[0].valueFrom",
+        "(found: fieldRef, secretKeyRef)",
+    ),
+    (spec_with(env=[{"name": "A", "valueFrom": {"fieldRef": {}}}]), "spec.env[0].valueFrom.fieldRef.fieldPath",
+     "is required"),
+    (spec_with(env=[{"name": "A", "valueFrom": {"a": {"a": {"a": {}}}}}]), "spec.env[0].valueFrom.a", "unknown field"),
     (spec_with(env=[{"name": "A", "value": 1}]), "spec.env[0].value", "must be a string"),
     # not an object at all
     ("image: x", "spec", "must be an object"),
