@@ -116,6 +116,30 @@ def test_the_operators_runs_are_not_refused(api, band_guard, namespace, operator
     assert {pod.spec.priority_class_name for pod in run_pods(api, namespace, "banded-r1")} == {"scavenger-band-0"}
 
 
+def test_a_users_change_to_a_band_runs_spec_or_the_operators_labels_is_refused(api, band_guard, user_api, namespace,
+                                                                                 operator):
+    """A namespace editor may not scale their run's Job past what was admitted, protect their own pods from
+    preemption, or take off the labels the operator counts and watches its runs by; their own labels are theirs."""
+    create_sj(api, namespace, "guarded", sj_spec(run_for="600s", parallelism=2))
+    wait_phase(api, namespace, "guarded", "Running")
+    wait_for("both pods", lambda: len(run_pods(api, namespace, "guarded-r1")) == 2)
+    batch, core = client.BatchV1Api(user_api), client.CoreV1Api(user_api)
+    pod = run_pods(api, namespace, "guarded-r1")[0].metadata.name
+    own = {"scavenger.dev/job-name": None}
+    for call in (lambda: batch.patch_namespaced_job("guarded-r1", namespace,
+                                                    {"spec": {"parallelism": 5, "completions": 5}}),
+                 lambda: batch.patch_namespaced_job("guarded-r1", namespace, {"metadata": {"labels": own}}),
+                 lambda: core.patch_namespaced_pod(pod, namespace,
+                                                   {"metadata": {"labels": {"scavenger.dev/protected": "true"}}}),
+                 lambda: core.patch_namespaced_pod(pod, namespace, {"metadata": {"labels": own}})):
+        assert "runs in the scavenger band: only the scavenger operator changes" in _refused(call)
+    mine = {"metadata": {"labels": {"team": "vision"}}}
+    assert core.patch_namespaced_pod(pod, namespace, mine).metadata.labels["team"] == "vision"
+    assert batch.patch_namespaced_job("guarded-r1", namespace, mine).metadata.labels["team"] == "vision"
+    job = client.BatchV1Api(api).read_namespaced_job("guarded-r1", namespace)
+    assert (job.spec.parallelism, job.metadata.labels["scavenger.dev/job-name"]) == (2, "guarded")
+
+
 def test_an_sj_cannot_choose_its_pods_priority_class(api, band_guard, namespace, operator):
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ScavengerJob", "metadata": {"name": "chooser"},
             "spec": sj_spec(priorityClassName="system-cluster-critical")}
