@@ -11,50 +11,104 @@ operator its manager (:mod:`sj_operator.adoption`). On every pass the leader:
   operator's limits were tightened after the Job was admitted, or when an SJ of that name exists that
   is not this Job's.
 
+A Job whose SJ the API server forbids (a ResourceQuota ``count/scavengerjobs.scavenger.dev``, a policy)
+stays suspended and gets a Warning ``AdoptionRefused`` Event naming the API server's message, once per
+refusal in a row with that message. Any failed attempt holds the Job back before it is tried again, for a
+wait that doubles per failure in a row (`policy.lifecycle.held_again`, as a launch its namespace refused
+waits), so refused Jobs cost a pass nothing while they wait. A pass writes for at most
+`ADOPTIONS_PER_PASS` Jobs, taking the namespaces in turns, so no tenant's Jobs make a pass long or keep
+another tenant's Jobs waiting for long.
+
 Every write is idempotent, so a pass that repeats one after a failover changes nothing.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sj_operator.adoption import job_final_status, sj_for_job
 from sj_operator.api import InvalidSpec, SpecLimits
 from sj_operator.decide import ClusterView
 from sj_operator.faults import Fault, describe
-from sj_operator.kube import Invalid, Kube, KubeError, NotFound
+from sj_operator.kube import Forbidden, Invalid, Kube, KubeError, NotFound
 from sj_operator.names import KIND
 from sj_operator.observed import AdoptedJob, SJObject
+from sj_operator.policy.lifecycle import Hold, LifecycleConfig, held_again, holds
 
 log = logging.getLogger(__name__)
 
 _ENDED = ("Succeeded", "Failed")
+_NEVER = datetime.min.replace(tzinfo=UTC)
+
+ADOPTIONS_PER_PASS = 32
+"""Adopted Jobs a pass writes for at most (an SJ to create, a Job to end). The adopter takes them one at a
+time inside the leader's pass, each a parse of the Job's spec and a request or two (tens of milliseconds on
+a healthy API server): 32 add at most a second or so to a pass, and still adopt hundreds of Jobs a minute at
+the default 5 s tick (more when the watches wake passes sooner). The others wait for the next passes: a
+burst of thousands of labelled Jobs is adopted over minutes rather than holding up one pass for them all."""
+
+
+class _CreateForbidden(Forbidden):
+    """The API server forbade the Job's SJ itself (a ResourceQuota, a policy), not another of its writes."""
 
 
 class Adopter:
     def __init__(self, kube: Kube, limits: SpecLimits, *, handles: Callable[[str], bool],
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 lifecycle: Callable[[], LifecycleConfig] = LifecycleConfig,
                  on_fault: Callable[[Fault], None] = lambda fault: None) -> None:
         self.kube, self.limits, self.handles, self.clock = kube, limits, handles, clock
-        self.on_fault = on_fault
+        self.lifecycle, self.on_fault = lifecycle, on_fault
+        self.held: dict[str, Hold] = {}
+        """The Jobs whose last attempt failed, held back until their wait has passed, by Job uid."""
+        self.told: dict[str, str] = {}
+        """The API server's message of the refusal each Job was last told of (its ``AdoptionRefused`` Event),
+        by Job uid: the same refusal again is not told again."""
 
-    async def reconcile(self, view: ClusterView) -> None:
+    async def reconcile(self, view: ClusterView, clock: float) -> None:
+        """One pass over the adopted Jobs at ``clock`` (monotonic seconds, the controller's)."""
         # Ended Jobs stay labelled until deleted: the SJs are indexed only when some Job is still running.
         pending = [job for job in view.adopted if job.managed and not job.finished and self.handles(job.namespace)]
-        if not pending:
-            return
-        sjs = {sj.key: sj for sj in view.sjs}
-        for job in pending:
+        sjs = {sj.key: sj for sj in view.sjs} if pending else {}
+        due = [job for job in pending if _writes(job, sjs.get(job.key))]
+        if self.held or self.told:  # a Job gone, ended or with its SJ running starts over
+            wanted = {job.uid for job in due}
+            self.held = {uid: hold for uid, hold in self.held.items() if uid in wanted}
+            self.told = {uid: told for uid, told in self.told.items() if uid in wanted}
+        for job in in_turns((job for job in due if not holds(self.held.get(job.uid), clock)), ADOPTIONS_PER_PASS):
             try:
                 await self._one(job, sjs.get(job.key))
             except KubeError as exc:
-                log.warning("adopted Job %s: %s; retrying on the next pass", job.key, exc)
+                wait = self._hold(job, clock)
+                log.warning("adopted Job %s: %s; trying again in %ss", job.key, exc, int(wait.total_seconds()))
+                if isinstance(exc, _CreateForbidden):  # no pass makes its SJ as things stand: its owner is told
+                    await self._refused(job, exc.message or str(exc), wait)
             except Exception as exc:  # one Job's bug never stops the others' adoption, nor the pass
+                self._hold(job, clock)
                 self.on_fault(Fault("Job", job.namespace, job.name, "observe", describe(exc)))
                 log.debug("adopted Job %s failed", job.key, exc_info=exc)
+            else:
+                self.held.pop(job.uid, None)
+                self.told.pop(job.uid, None)
+
+    def _hold(self, job: AdoptedJob, clock: float) -> timedelta:
+        """Holds the Job back after a failed attempt; the wait, which doubles per failure in a row."""
+        self.held[job.uid], wait = held_again(self.held.get(job.uid), clock, self.lifecycle())
+        return wait
+
+    async def _refused(self, job: AdoptedJob, message: str, wait: timedelta) -> None:
+        """Tells the Job's owner that the API server forbids its SJ (a Warning Event, which ``kubectl describe
+        job`` shows), once per refusal in a row with that message: not again on each attempt."""
+        if self.told.get(job.uid) == message:
+            return
+        self.told[job.uid] = message
+        await self._event(job, "Warning", "AdoptionRefused",
+                          f"cannot create its {KIND}: {message} (the Job stays suspended; trying again in "
+                          f"{int(wait.total_seconds())}s, then less often)")
 
     async def _one(self, job: AdoptedJob, sj: SJObject | None) -> None:
         if sj is None:
@@ -77,6 +131,8 @@ class Adopter:
             return
         except NotFound:  # the namespace is going away
             return
+        except Forbidden as exc:
+            raise _CreateForbidden(exc.status, exc.reason, exc.message) from exc
         if created:
             log.info("adopted Job %s: %s %s runs it", job.key, KIND, job.name)
             await self._event(job, "Normal", "Adopted", f"suspended and run by {KIND} {job.name}")
@@ -91,6 +147,26 @@ class Adopter:
     async def _event(self, job: AdoptedJob, type_: str, reason: str, message: str) -> None:
         await self.kube.event(namespace=job.namespace, name=job.name, uid=job.uid, kind="Job",
                               api_version="batch/v1", type_=type_, reason=reason, message=message)
+
+
+def _writes(job: AdoptedJob, sj: SJObject | None) -> bool:
+    """Whether the Job has something to write (`Adopter._one`): its SJ to create, or its end (its SJ is not its
+    own, or has ended). A Job whose SJ runs costs a pass nothing."""
+    return sj is None or sj.job_owner != job.uid or sj.status.get("phase") in _ENDED
+
+
+def in_turns(jobs: Iterable[AdoptedJob], count: int) -> list[AdoptedJob]:
+    """The first ``count`` of ``jobs`` with the namespaces taking turns: each namespace's oldest Job, then each
+    one's second oldest, and so on (within a turn, oldest first; the same age by key). A stable order: the Jobs
+    left out keep their places for the next pass, and a tenant with thousands of Jobs to adopt takes one Job a
+    turn, not the pass."""
+    turns: Counter[str] = Counter()
+    ranked: list[tuple[int, AdoptedJob]] = []
+    for job in sorted(jobs, key=lambda job: (job.created or _NEVER, job.key)):
+        ranked.append((turns[job.namespace], job))
+        turns[job.namespace] += 1
+    ranked.sort(key=lambda turn_job: turn_job[0])  # stable: oldest first within a turn
+    return [job for _, job in ranked[:count]]
 
 
 def _pods(spec: Mapping[str, Any]) -> int:

@@ -146,7 +146,7 @@ class Controller:
         self.memo = PassMemo(self.config.spec_limits)
         self.quarantine = Quarantine(report=self._report_fault)
         self.adopter = Adopter(self.kube, self.config.spec_limits, handles=self.handles, clock=self.clock,
-                               on_fault=self.metrics.skipped_object)
+                               lifecycle=lambda: self.lifecycle_config, on_fault=self.metrics.skipped_object)
         self.ledger = Ledger(self.monotonic)
         self.gate = Gate(self.kube, self.monotonic, lambda: self.lifecycle_config,
                          lambda namespace: self.resource_quotas(namespace))
@@ -200,7 +200,7 @@ class Controller:
     async def reconcile(self, view: ClusterView) -> None:
         started = time.perf_counter()
         decided, gone, launching = await self._pass(view)
-        await self.adopter.reconcile(view)
+        await self.adopter.reconcile(view, self.monotonic())
         self.metrics.reconcile.observe(time.perf_counter() - started)
         await self.gauges.report(view, decided, launching, gone=gone)
         self.steering_lane.starting(self.gauges.starting)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from sj_operator.api import (
     InvalidSpec,
@@ -72,12 +72,15 @@ __all__ = [
     "Action",
     "DeleteRun",
     "Event",
+    "Hold",
     "LifecycleConfig",
     "Run",
     "SetProtection",
     "Step",
     "StepKind",
     "capped_doubling",
+    "held_again",
+    "holds",
     "launch_refused",
     "launched",
     "next_run",
@@ -258,6 +261,28 @@ def retry_delay(failures: int, cfg: LifecycleConfig) -> timedelta:
     """Backoff after the n-th start timeout, or the n-th launch held back in a row (the controller's
     refusals): retry_backoff * 2^(n-1), capped."""
     return capped_doubling(cfg.retry_backoff, failures, cfg.max_retry_backoff)
+
+
+class Hold(NamedTuple):
+    """Something refused, held back before it is tried again: until when (monotonic seconds), after how many
+    refusals in a row (an SJ its namespace refused, `write.gate`; an adopted Job whose SJ was refused,
+    `adopter`)."""
+    until: float
+    refusals: int
+
+
+def held_again(hold: Hold | None, clock: float, cfg: LifecycleConfig) -> tuple[Hold, timedelta]:
+    """The hold after one more refusal in a row at ``clock`` (monotonic seconds), ``hold`` the one so far (None:
+    the first), and its wait: `retry_delay`, so it doubles per refusal up to the cap. The caller forgets the hold
+    when what was refused succeeds or is gone, and the next refusal starts the waits over."""
+    refusals = (hold.refusals if hold is not None else 0) + 1
+    delay = retry_delay(refusals, cfg)
+    return Hold(clock + delay.total_seconds(), refusals), delay
+
+
+def holds(hold: Hold | None, clock: float) -> bool:
+    """Whether ``hold`` still holds back at ``clock`` (monotonic seconds)."""
+    return hold is not None and hold.until > clock
 
 
 def step(

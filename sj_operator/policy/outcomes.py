@@ -82,6 +82,9 @@ EVENT_REASONS: dict[str, tuple[Literal["Normal", "Warning"], str, str]] = {
                          "is tried again"),
     "Adopted": ("Normal", "Job", "a Job labelled scavenger.dev/scavenge=true is suspended and run by its SJ"),
     "Completed": ("Normal", "Job", "an adopted Job's SJ succeeded: the Job is Complete"),
+    "AdoptionRefused": ("Warning", "Job", "the API server forbade the SJ of a Job labelled for adoption (a "
+                        "ResourceQuota, a policy), with its message: the Job stays suspended and is tried again "
+                        "after a wait that doubles each time; told again only when the message changes"),
 }
 """Every Event reason the state machine, the launches and the adopter record (the adopted Job's ``Failed`` is
 the SJ's own reason); the faults' Warnings (``faults.REASONS``) come on top. The reference's table."""

@@ -18,12 +18,14 @@ from sj_operator.builders.job import admission_shape
 from sj_operator.kube import Forbidden, Kube
 from sj_operator.observed import SJObject
 from sj_operator.policy.lifecycle import (
+    Hold,
     LifecycleConfig,
     NamespaceRefusal,
     Step,
+    held_again,
+    holds,
     launch_forbidden,
     refusal_reason,
-    retry_delay,
 )
 from sj_operator.policy.tenancy import ResourceQuotaView, quota_shortfall
 from sj_operator.resources import resources_milli
@@ -40,12 +42,6 @@ ResourceQuota (whose room changes with every pod), and a refusal is never reused
 namespace meanwhile is met by the next dry run, or by the Job's pods."""
 _DRY_RUNS_KEPT = 1024
 """Accepted shapes remembered before the expired ones are dropped."""
-
-
-class Hold(NamedTuple):
-    """An SJ held back by its namespace: until when (monotonic seconds), after how many refusals in a row."""
-    until: float
-    refusals: int
 
 
 class Refusal(NamedTuple):
@@ -66,8 +62,7 @@ class Gate:
 
     def holds(self, uid: str, clock: float) -> bool:
         """Whether the SJ is held back at ``clock`` (monotonic seconds)."""
-        hold = self.held.get(uid)
-        return hold is not None and hold.until > clock
+        return holds(self.held.get(uid), clock)
 
     async def refusal(self, sj: SJObject, spec: ScavengerJobSpec, job: Mapping[str, Any]) -> Refusal | None:
         """Why the SJ's namespace would refuse the run's pods, before anything is made."""
@@ -101,10 +96,7 @@ class Gate:
 
     def hold(self, sj: SJObject, status: ScavengerJobStatus, now: datetime, refusal: Refusal) -> Step:
         """The SJ waits, saying why; it is tried again after a delay that doubles per refusal in a row."""
-        held = self.held.get(sj.uid)
-        refusals = (held.refusals if held is not None else 0) + 1
-        delay = retry_delay(refusals, self.lifecycle())
-        self.held[sj.uid] = Hold(self.monotonic() + delay.total_seconds(), refusals)
+        self.held[sj.uid], delay = held_again(self.held.get(sj.uid), self.monotonic(), self.lifecycle())
         log.info("%s waits: %s (trying again in %ss)", sj.key, refusal.message, delay.total_seconds())
         return launch_forbidden(status, now, refusal.reason,
                                 f"{refusal.message} (trying again in {int(delay.total_seconds())}s)")

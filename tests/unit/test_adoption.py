@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from sj_operator.adopter import Adopter
+from sj_operator.adopter import ADOPTIONS_PER_PASS, Adopter, in_turns
 from sj_operator.adoption import job_final_status, mutate_review, sj_for_job, sj_spec_for_job
 from sj_operator.api import DEFAULT_LIMITS, InvalidSpec
 from sj_operator.decide import ClusterView
-from sj_operator.kube import Invalid
+from sj_operator.kube import Forbidden, Invalid, KubeError
 from sj_operator.observed import adopted_job, sj_object
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -153,15 +153,22 @@ def test_the_final_status_is_what_the_api_server_requires_of_an_external_manager
 
 
 class FakeKube:
-    def __init__(self, *, invalid: bool = False) -> None:
+    def __init__(self, *, invalid: bool = False, answers: list[KubeError | None] = ()) -> None:  # type: ignore[assignment]
         self.created: list[dict[str, Any]] = []
+        self.attempts = 0
         self.statuses: list[tuple[str, dict[str, Any]]] = []
         self.events: list[str] = []
+        self.messages: list[str] = []
         self.invalid = invalid
+        self.answers = list(answers)
+        """What each create answers in turn (None: made); made once they run out."""
 
     async def create_sj(self, sj: dict[str, Any]) -> bool:
+        self.attempts += 1
         if self.invalid:
             raise Invalid(422, "Invalid", "spec: refused by a CEL rule")
+        if self.answers and (refused := self.answers.pop(0)) is not None:
+            raise refused
         self.created.append(sj)
         return True
 
@@ -170,6 +177,7 @@ class FakeKube:
 
     async def event(self, **kw: Any) -> None:
         self.events.append(kw["reason"])
+        self.messages.append(kw["message"])
 
 
 def view(jobs: list[dict[str, Any]], sjs: list[dict[str, Any]] = ()) -> ClusterView:  # type: ignore[assignment]
@@ -183,9 +191,13 @@ def sj_of(phase: str | None, owner: str = "job-uid") -> dict[str, Any]:
             "spec": {"parallelism": 2}, "status": {"phase": phase, "message": "all done"} if phase else {}}
 
 
+def adopter(kube: FakeKube, handles: str | None = None) -> Adopter:
+    return Adopter(kube, DEFAULT_LIMITS, handles=lambda ns: handles in (None, ns),  # type: ignore[arg-type]
+                   clock=lambda: NOW)
+
+
 def adopt(kube: FakeKube, v: ClusterView, handles: str | None = None) -> None:
-    asyncio.run(Adopter(kube, DEFAULT_LIMITS, handles=lambda ns: handles in (None, ns),  # type: ignore[arg-type]
-                        clock=lambda: NOW).reconcile(v))
+    asyncio.run(adopter(kube, handles).reconcile(v, 0.0))
 
 
 @pytest.mark.parametrize(("jobs", "sjs", "created", "ended", "events"), [
@@ -223,3 +235,123 @@ def test_jobs_outside_the_namespaces_handled_are_left() -> None:
     kube = FakeKube()
     adopt(kube, view([job()]), handles="other")
     assert not kube.created and not kube.statuses
+
+
+QUOTA = Forbidden(403, "Forbidden", 'scavengerjobs.scavenger.dev "j" is forbidden: exceeded quota: q, requested: '
+                  "count/scavengerjobs.scavenger.dev=1, used: count/scavengerjobs.scavenger.dev=0, limited: "
+                  "count/scavengerjobs.scavenger.dev=0")
+POLICY = Forbidden(403, "Forbidden", "denied by policy no-sj")
+DOWN = KubeError(503, "ServiceUnavailable", "etcd is slow")
+
+
+# Passes at these clocks (monotonic seconds); the default waits: 10 s after the first refusal, doubling.
+@pytest.mark.parametrize(("answers", "clocks", "tried", "events"), [
+    ([QUOTA] * 9, [0, 5, 9.9, 10, 15, 29.9, 30, 69.9, 70],
+     [True, False, False, True, False, False, True, False, True], ["AdoptionRefused"]),
+    ([DOWN] * 9, [0, 9.9, 10, 29.9, 30], [True, False, True, False, True], []),
+    ([QUOTA, QUOTA, None, QUOTA], [0, 10, 30, 31, 40.9, 41], [True, True, True, True, False, True],
+     ["AdoptionRefused", "Adopted", "AdoptionRefused", "Adopted"]),
+    ([QUOTA, POLICY, POLICY], [0, 10, 30], [True, True, True], ["AdoptionRefused", "AdoptionRefused"]),
+    ([QUOTA] * 9, [600 * n for n in range(9)], [True] * 9, ["AdoptionRefused"]),
+    ([QUOTA] * 20, [0, 10, 30, 70, 150, 310, 630, 1230, 1829.9, 1830], [True] * 8 + [False, True],
+     ["AdoptionRefused"]),
+], ids=["forbidden-waits-doubling", "any-error-waits", "success-starts-over", "a-new-message-is-told",
+        "waited-out-every-time", "the-wait-stops-at-the-cap"])
+def test_a_refused_job_waits_before_it_is_tried_again(answers, clocks, tried, events) -> None:
+    kube, v = FakeKube(answers=answers), view([job()])
+    a = adopter(kube)
+    attempts = []
+    for clock in clocks:
+        before = kube.attempts
+        asyncio.run(a.reconcile(v, clock))
+        attempts.append(kube.attempts > before)
+    assert attempts == tried
+    assert kube.events == events
+    assert kube.statuses == [], "a refusal that may pass once the namespace changes never ends the Job"
+
+
+def test_a_forbidden_sj_is_told_on_the_job_with_the_api_servers_message() -> None:
+    kube = FakeKube(answers=[QUOTA, QUOTA])
+    a = adopter(kube)
+    asyncio.run(a.reconcile(view([job()]), 0))
+    asyncio.run(a.reconcile(view([job()]), 10))
+    assert kube.attempts == 2
+    [message] = kube.messages
+    assert message == (f"cannot create its ScavengerJob: {QUOTA.message} (the Job stays suspended; trying again in "
+                       "10s, then less often)")
+
+
+def test_a_job_that_goes_away_starts_over() -> None:
+    kube = FakeKube(answers=[QUOTA, QUOTA, QUOTA])
+    a = adopter(kube)
+    asyncio.run(a.reconcile(view([job()]), 0))
+    asyncio.run(a.reconcile(view([]), 1))
+    assert a.held == {} and a.told == {}
+    asyncio.run(a.reconcile(view([job()]), 2))  # made again with the same uid: tried and told at once
+    assert kube.attempts == 2 and kube.events == ["AdoptionRefused", "AdoptionRefused"]
+
+
+def test_a_job_whose_other_writes_fail_waits_too_and_is_not_told_of_a_create() -> None:
+    class Refusing(FakeKube):
+        async def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+            raise POLICY
+
+    kube = Refusing()
+    a = adopter(kube)
+    v = view([job()], [sj_of("Succeeded")])
+    for clock in (0, 5, 10):
+        asyncio.run(a.reconcile(v, clock))
+    assert a.held["job-uid"].refusals == 2 and kube.events == []
+
+
+def labelled(namespace: str, n: int, minute: int) -> dict[str, Any]:
+    """Job ``j{n}`` of the namespace, made ``minute`` minutes after the first."""
+    body = job()
+    made = NOW - timedelta(hours=6) + timedelta(minutes=minute)
+    body["metadata"].update(name=f"j{n}", namespace=namespace, uid=f"{namespace}-{n}",
+                            creationTimestamp=made.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return body
+
+
+@pytest.mark.parametrize(("jobs", "count", "order"), [
+    ([("a", 1, 0), ("a", 2, 1), ("a", 3, 2), ("b", 1, 5)], 4, ["a/j1", "b/j1", "a/j2", "a/j3"]),
+    ([("a", 1, 0), ("a", 2, 1), ("a", 3, 2), ("b", 1, 5)], 2, ["a/j1", "b/j1"]),
+    ([("b", 2, 9), ("c", 1, 3), ("b", 1, 4), ("a", 1, 3)], 9, ["a/j1", "c/j1", "b/j1", "b/j2"]),
+    ([("a", 2, 0), ("a", 1, 0)], 9, ["a/j1", "a/j2"]),
+], ids=["namespaces-take-turns", "the-bound", "oldest-first-in-a-turn", "same-age-by-name"])
+def test_namespaces_take_turns_oldest_first(jobs, count, order) -> None:
+    adopted = [adopted_job(labelled(ns, n, minute)) for ns, n, minute in jobs]
+    assert [job.key for job in in_turns(adopted, count)] == order
+    assert [job.key for job in in_turns(reversed(adopted), count)] == order, "a stable order"
+
+
+def running(made: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**sj, "status": {"phase": "Running"}} for sj in made]
+
+
+def test_a_pass_writes_for_at_most_the_bound_and_the_rest_come_in_later_passes() -> None:
+    jobs = [labelled("big", n, n) for n in range(3 * ADOPTIONS_PER_PASS)] + [labelled("small", n, n) for n in range(3)]
+    kube = FakeKube()
+    a = adopter(kube)
+    passes = []
+    while len(kube.created) < len(jobs):
+        before = len(kube.created)
+        asyncio.run(a.reconcile(view(jobs, running(kube.created)), len(passes)))
+        passes.append([f"{sj['metadata']['namespace']}/{sj['metadata']['name']}" for sj in kube.created[before:]])
+    assert [len(p) for p in passes] == [ADOPTIONS_PER_PASS] * 3 + [3]
+    assert passes[0][:6] == ["big/j0", "small/j0", "big/j1", "small/j1", "big/j2", "small/j2"], \
+        "the small tenant's Jobs are not behind the big one's"
+    assert sorted(k for p in passes for k in p) == sorted(f"{j['metadata']['namespace']}/{j['metadata']['name']}"
+                                                          for j in jobs), "each Job once"
+
+
+def test_held_jobs_leave_the_pass_to_the_others() -> None:
+    jobs = [labelled("a", n, n) for n in range(ADOPTIONS_PER_PASS + 8)]
+    kube = FakeKube(answers=[QUOTA] * ADOPTIONS_PER_PASS)
+    a = adopter(kube)
+    asyncio.run(a.reconcile(view(jobs), 0))
+    assert kube.attempts == ADOPTIONS_PER_PASS and not kube.created
+    asyncio.run(a.reconcile(view(jobs), 1))  # the refused ones wait: the other 8 are tried
+    assert kube.attempts == ADOPTIONS_PER_PASS + 8
+    assert {sj["metadata"]["name"] for sj in kube.created} == {f"j{n}" for n in range(ADOPTIONS_PER_PASS, len(jobs))}
+    assert kube.events.count("AdoptionRefused") == ADOPTIONS_PER_PASS
