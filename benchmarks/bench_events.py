@@ -61,7 +61,7 @@ POD: dict[str, Any] = {
                  "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "sj-a-r1", "uid": "job-1",
                                       "controller": True, "blockOwnerDeletion": True}],
                  "finalizers": ["batch.kubernetes.io/job-tracking"]},
-    "spec": {"nodeName": "node-1", "priorityClassName": "scavenger-0", "restartPolicy": "Never",
+    "spec": {"nodeName": "node-1", "priorityClassName": "scavenger-band-0", "restartPolicy": "Never",
              "terminationGracePeriodSeconds": 30,
              "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", "sleep 3600"],
                              "env": [{"name": f"SJ_{i}", "value": str(i)} for i in range(6)],

@@ -135,7 +135,8 @@ class SimulatedAPI:
         self.pods[key] = (pod_view({
             "metadata": {"namespace": meta["namespace"], "name": f"{meta['name']}-0", "uid": f"pod-{meta['name']}",
                          "labels": template["metadata"]["labels"]},
-            "spec": {"nodeName": node, "containers": template["spec"]["containers"]},
+            "spec": {"nodeName": node, "containers": template["spec"]["containers"],
+                     "priorityClassName": template["spec"]["priorityClassName"]},
             "status": {"phase": "Running", "startTime": "2026-11-23T12:00:01Z",
                        "containerStatuses": [{"name": "main", "state": {"running": {}}}]}}),)
 

@@ -106,7 +106,12 @@ class _Seen:
 
 @dataclass
 class PodSums:
-    """What the active pods request (milli-units): per node, per namespace (SJ pods only) and in all.
+    """What the active pods request (milli-units): per node, per namespace (its pods in the scavenger band only)
+    and in all.
+
+    A namespace's sum is what its caps and fair share weigh, so it counts the pods by ``PodView.band``, which the
+    namespace cannot change, not by their SJ label, which it can: a run's pod whose label was taken off still
+    counts, and a pod of another workload labelled like an SJ's does not.
 
     ``update`` takes the pods a watch cache shows now and counts only the pods that changed since the
     last call (a pod view is immutable: an unchanged pod is the same object). ``node_versions`` moves
@@ -153,7 +158,7 @@ class PodSums:
             _add(self.nodes.setdefault(pod.node, {}), pod.requests, sign)
             self.node_versions[pod.node] = self.node_versions.get(pod.node, 0) + 1
             self.moved.add(pod.node)
-        if pod.sj is not None:
+        if pod.band:
             _add(self.namespaces.setdefault(pod.namespace, {}), pod.requests, sign)
 
 
@@ -688,8 +693,9 @@ class PassMemo:
         return node
 
     def _namespace_used(self, runs: tuple[InFlightRun, ...]) -> dict[str, Resources]:
-        """What each namespace's SJ pods request, scheduled or not, and the unscheduled pods of launched runs
-        (counted twice while they are pending: conservative, like the threshold), from the running sums."""
+        """What each namespace's pods in the scavenger band request, scheduled or not, and the unscheduled pods of
+        launched runs (counted twice while they are pending: conservative, like the threshold), from the running
+        sums."""
         used = {ns: dict(amounts) for ns, amounts in self.sums.namespaces.items()}
         for run in runs:
             _add(used.setdefault(run.key.split("/", 1)[0], {}),

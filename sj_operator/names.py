@@ -82,6 +82,19 @@ CHECKPOINT_ENV: Final = (ENV_NAME, ENV_NAMESPACE, ENV_RESTART_COUNT, ENV_CHECKPO
 RESERVED_ENV_NAMES: Final = frozenset({*CHECKPOINT_ENV, ENV_RANK, ENV_WORLD_SIZE, ENV_HOSTS, ENV_CONFIG_INDEX})
 """Set by the operator on every pod; user ``env`` may not define them."""
 
+# --- the PriorityClass band ------------------------------------------------------------------------
+BAND_CLASS_PREFIX: Final = "scavenger-band-"
+"""What the name of every PriorityClass of the scavenger band starts with (`policy.priority.PRIORITY_BAND`). The
+chart's band guard lets nobody but the operator's Jobs make a pod in a class so named, and a pod's class cannot
+change once it exists: unlike its labels, which its namespace may edit, it tells an SJ's pod for certain."""
+
+
+def in_band(priority_class_name: object) -> bool:
+    """Whether a pod's ``spec.priorityClassName`` (as the API gives it: anything) is a class of the scavenger band,
+    as the band guard reads it."""
+    return isinstance(priority_class_name, str) and priority_class_name.startswith(BAND_CLASS_PREFIX)
+
+
 # --- names of an SJ's children ---------------------------------------------------------------------
 MAX_RUN_JOB_NAME_LENGTH: Final = 52
 """Run names stay short so that Indexed pod hostnames (``<job>-<index>``) and labels fit in 63."""

@@ -21,6 +21,7 @@ from sj_operator.names import (
     LABEL_RUN,
     LABEL_SJ,
     controller_uid,
+    in_band,
 )
 from sj_operator.resources import Resources, accumulate, resources_milli
 
@@ -127,6 +128,11 @@ class PodView:
     hostname: str | None = None
     """Its hostname when it is named under its run's Service (a gang member: ``spec.subdomain`` is its run's
     name); None for any other pod."""
+    band: bool = False
+    """Whether it runs in the scavenger band (`names.in_band` of its ``spec.priorityClassName``): a pod of an SJ's
+    run, whatever its labels say. ``sj`` and ``run`` map a pod to its SJ and run, but its namespace may edit them;
+    what a namespace's SJs use is counted from this, which it cannot (`memo.PodSums`). A bool, not the class's
+    name: every pod of the cluster has a view."""
 
     @property
     def terminal(self) -> bool:
@@ -201,6 +207,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         placed=placed if placed is not None or not spec.get("nodeName") else parse_time(meta.get("creationTimestamp")),
         ip=_text(status.get("podIP")),
         hostname=_text(spec.get("hostname")) if run is not None and spec.get("subdomain") == run else None,
+        band=in_band(spec.get("priorityClassName")),
     )
 
 

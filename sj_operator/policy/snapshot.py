@@ -186,7 +186,8 @@ class ClusterSnapshot:
     """What every other namespace gets (the operator's defaults); None: no cap and weight 1. With neither
     this nor any ``quotas``, one queue for all (no fair share, no caps)."""
     namespace_used: Mapping[str, Resources] = field(default_factory=dict)
-    """What each namespace's SJ pods request now, scheduled or not (in-flight runs' unseen pods too)."""
+    """What each namespace's SJ pods request now, scheduled or not (in-flight runs' unseen pods too): its pods in
+    the scavenger band, whatever their labels (`memo.PodSums`)."""
 
     def __post_init__(self) -> None:
         nodes = tuple(self.nodes)

@@ -57,11 +57,12 @@ def admission_snapshot(view: ClusterView, queue: tuple[QueuedSJ, ...], runs: tup
 
 
 def namespace_used(view: ClusterView, runs: tuple[InFlightRun, ...]) -> dict[str, dict[str, int]]:
-    """What each namespace's SJ pods request, scheduled or not, and the unscheduled pods of launched runs
-    (counted twice while they are pending: conservative, like the threshold, until they are scheduled)."""
+    """What each namespace's pods in the scavenger band request, whatever their labels, scheduled or not, and the
+    unscheduled pods of launched runs (counted twice while they are pending: conservative, like the threshold,
+    until they are scheduled)."""
     used: dict[str, dict[str, int]] = {}
     for pod in view.active_pods:
-        if pod.sj is not None:
+        if pod.band:
             accumulate(used.setdefault(pod.namespace, {}), pod.requests)
     for run in runs:
         ns = run.key.split("/", 1)[0]

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from sj_operator.names import BAND_CLASS_PREFIX
 from sj_operator.webhook import adoption_configuration, webhook_configuration
 from tests.unit.chart import of_kind, render
 
@@ -51,3 +52,12 @@ def test_the_image_is_pulled_with_the_secrets_named(sets: tuple[str, ...],
                                                     expected: list[dict[str, str]] | None) -> None:
     deployment, = of_kind(render(*sets), "Deployment")
     assert deployment["spec"]["template"]["spec"].get("imagePullSecrets") == expected
+
+
+def test_the_band_guard_guards_the_classes_the_operator_counts_usage_by() -> None:
+    """A namespace's usage is counted from its pods whose class starts with `names.BAND_CLASS_PREFIX`, trusting that
+    only the operator's Jobs make such pods: the guard must refuse that same prefix to everyone else."""
+    [policy] = [p for p in of_kind(render(), "ValidatingAdmissionPolicy")
+                if p["metadata"]["name"] == "scavenger-band-guard"]
+    [in_band] = [v["expression"] for v in policy["spec"]["variables"] if v["name"] == "inBand"]
+    assert f"priorityClassName.startsWith('{BAND_CLASS_PREFIX}')" in in_band

@@ -340,9 +340,11 @@ NODES = tuple(NodeInfo(name=f"n{i}", allocatable=freeze({"cpu": 8000, "memory": 
 
 
 def a_pod(uid: int, node: int | None, cpu: int, sj: bool, ns: str = "a") -> PodView:
-    return PodView(namespace=ns, name=f"p{uid}", uid=f"p{uid}", sj="x" if sj else None, run=None,
+    """``sj``: an SJ's pod (in the scavenger band) whose SJ label its namespace took off; else another workload's
+    pod labelled like an SJ's. A namespace's sum counted from the label, not the band, is off."""
+    return PodView(namespace=ns, name=f"p{uid}", uid=f"p{uid}", sj=None if sj else "x", run=None,
                    node=None if node is None else f"n{node}", phase="Running", deleting=False,
-                   requests=freeze({"cpu": cpu, "memory": 2 * cpu, "pods": 1000}))
+                   requests=freeze({"cpu": cpu, "memory": 2 * cpu, "pods": 1000}), band=sj)
 
 
 POD_CHANGES = st.lists(st.tuples(st.integers(0, 7), st.sampled_from(["add", "remove", "move", "resize", "keep"]),
@@ -356,7 +358,7 @@ def from_scratch(pods: tuple[PodView, ...]) -> tuple[dict[str, Any], dict[str, A
     for p in pods:
         if p.node:
             accumulate(per_node.setdefault(p.node, {}), p.requests)
-        if p.sj is not None:
+        if p.band:
             accumulate(per_ns.setdefault(p.namespace, {}), p.requests)
     return (dict(total(p.requests for p in pods)), {k: dict(freeze(v)) for k, v in per_node.items() if freeze(v)},
             {k: dict(freeze(v)) for k, v in per_ns.items() if freeze(v)})

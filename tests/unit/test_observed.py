@@ -232,6 +232,18 @@ PODS: list[tuple[str, dict[str, Any], PodView]] = [
     ("gated: not looked at yet", pod(spec={"containers": SPEC["containers"]}, status={
         "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
                                             "lastTransitionTime": "2025-03-01T12:00:00Z"}]}), view(node=None)),
+    # In the scavenger band: from the class alone, never from the labels (a namespace may edit them).
+    ("in the band", pod(spec={**SPEC, "priorityClassName": "scavenger-band-2"}), view(band=True)),
+    ("in the band, its SJ labels taken off", pod(labels={}, spec={**SPEC, "priorityClassName": "scavenger-band-0"}),
+     view(sj=None, run=None, band=True)),
+    ("SJ labels without a class", pod(), view(band=False)),
+    ("SJ labels in a class outside the band", pod(spec={**SPEC, "priorityClassName": "high-priority"}),
+     view(band=False)),
+    ("a class that only contains the band's name", pod(spec={**SPEC, "priorityClassName": "x-scavenger-band-0"}),
+     view(band=False)),
+    ("the band's name in capitals", pod(spec={**SPEC, "priorityClassName": "Scavenger-Band-0"}), view(band=False)),
+    ("a class that is not a string", pod(spec={**SPEC, "priorityClassName": ["scavenger-band-0"]}),
+     view(band=False)),
 ]
 
 

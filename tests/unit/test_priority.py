@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from sj_operator.builders.priority_classes import priority_class_objects
+from sj_operator.names import in_band
 from sj_operator.policy.priority import (
     PRIORITY_BAND,
     RunClock,
@@ -141,6 +142,13 @@ def test_band_is_below_everything_and_the_autoscaler_cutoff() -> None:
         ("scavenger-band-3", -997),
     ]
     assert max(PRIORITY_BAND.values()) < -10
+
+
+def test_every_class_of_the_band_is_read_as_in_the_band() -> None:
+    """A namespace's usage is counted from its pods in the band (`names.in_band`): every class the operator
+    launches in must be one of them, and nothing else around them."""
+    assert all(in_band(name) for name in PRIORITY_BAND)
+    assert not any(in_band(name) for name in ("", "scavenger", "system-cluster-critical", None))
 
 
 def test_priority_class_objects() -> None:

@@ -12,8 +12,10 @@ import pytest
 
 from sj_operator.api import DEFAULT_LIMITS
 from sj_operator.api.quota import LabelSelector, ScavengerClusterQuotaSpec
+from sj_operator.caches import PodCache
 from sj_operator.decide import ClusterView
 from sj_operator.memo import PassMemo
+from sj_operator.names import LABEL_RUN, LABEL_SJ
 from sj_operator.observed import (
     ClusterQuotaView,
     NamespaceView,
@@ -266,3 +268,66 @@ def test_the_memo_applies_the_quotas_as_the_pure_functions() -> None:
         mine = memo.admission(view, queue, (), NOW, policy)
         assert mine == decide_pass(admission_snapshot(view, queue, (), policy.quota_defaults), NOW, policy)
         assert Counter(a.key.split("/")[0] for a in mine.admitted) == expected
+
+
+# --- what a namespace uses: its pods in the scavenger band, whatever their labels ----------------------------
+
+RUN_LABELS = {LABEL_SJ: "sj-x", LABEL_RUN: "sj-x-r1"}
+
+
+def a_pod(name: str, namespace: str = "team-a", *, labels: dict[str, str] = RUN_LABELS,
+          priority_class: str | None = "scavenger-band-0", phase: str = "Running", node: str | None = "big",
+          cpu: int = 2) -> dict[str, Any]:
+    """A pod as the watch brings it (2 CPUs): by default one of an SJ's run, with the labels the operator gives."""
+    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {"requests": {"cpu": str(cpu)}}}]}
+    if priority_class is not None:
+        spec["priorityClassName"] = priority_class
+    if node is not None:
+        spec["nodeName"] = node
+    return {"metadata": {"namespace": namespace, "name": name, "uid": f"{namespace}-{name}", "labels": labels},
+            "spec": spec, "status": {"phase": phase}}
+
+
+USAGE: list[tuple[str, list[dict[str, Any]], int]] = [
+    # (case, the pods of the cluster, the CPUs team-a's SJs use)
+    ("a run's pod", [a_pod("p")], 2),
+    ("a run's pod not scheduled yet", [a_pod("p", node=None)], 2),
+    ("a run's pod, its SJ label taken off", [a_pod("p", labels={LABEL_RUN: "sj-x-r1"})], 2),
+    ("a run's pod, every label taken off", [a_pod("p", labels={})], 2),
+    ("two runs' pods, one unlabelled", [a_pod("p"), a_pod("q", labels={}, priority_class="scavenger-band-3")], 4),
+    ("another workload's pod labelled like an SJ's", [a_pod("p", priority_class=None)], 0),
+    ("a pod labelled like an SJ's in a class outside the band", [a_pod("p", priority_class="high-priority")], 0),
+    ("a run's pod that ended", [a_pod("p", phase="Succeeded")], 0),
+    ("a run's pod of another namespace", [a_pod("p", namespace="team-b")], 0),
+]
+
+
+@pytest.mark.parametrize(("pods", "used"), [c[1:] for c in USAGE], ids=[c[0] for c in USAGE])
+def test_a_namespace_uses_what_its_pods_in_the_band_request_whatever_their_labels(pods: list[dict[str, Any]],
+                                                                                   used: int) -> None:
+    """Labels are the namespace's to edit (a run's pods keep running without ``scavenger.dev/job-name``); the
+    pod's class is not, and only the operator's Jobs make pods in the band: a namespace's usage, which its cap
+    holds down, is counted from that, through the watch cache as the controller does."""
+    cache = PodCache()
+    for body in pods:
+        cache.apply("ADDED", body)
+    view = ClusterView(sjs=(), jobs={}, run_pods={}, active_pods=cache.active(), nodes=NODES, namespaces=NAMESPACES,
+                       cluster_quotas=(cq("tenants", TENANTS, cpu=6 * CPU),))
+    memo, queue = PassMemo(DEFAULT_LIMITS), tuple(backlog("team-a", 8))
+    mine = memo.admission(view, queue, (), NOW, adm.NO_THRESHOLD)
+    assert memo.sums.namespaces.get("team-a", {}).get("cpu", 0) == used * CPU
+    assert mine == decide_pass(admission_snapshot(view, queue, ()), NOW, adm.NO_THRESHOLD)
+    assert len(mine.admitted) == 6 - used, "the cap is 6 CPUs, less what the namespace's SJs use"
+
+
+def test_a_namespace_whose_run_pods_lost_their_labels_does_not_go_first_in_the_fair_share() -> None:
+    """team-a's runs hold 8 of the 16 CPUs, their pods' labels taken off: team-b, which holds none, is served first
+    and takes the 8 left."""
+    cache = PodCache()
+    for i in range(4):
+        cache.apply("ADDED", a_pod(f"p{i}", labels={}))
+    view = ClusterView(sjs=(), jobs={}, run_pods={}, active_pods=cache.active(), nodes=NODES, namespaces=NAMESPACES,
+                       cluster_quotas=(cq("tenants", TENANTS),))
+    queue = tuple(backlog("team-a", 8) + backlog("team-b", 8))
+    mine = PassMemo(DEFAULT_LIMITS).admission(view, queue, (), NOW, adm.NO_THRESHOLD)
+    assert Counter(a.key.split("/")[0] for a in mine.admitted) == {"team-b": 8}
