@@ -47,9 +47,10 @@ other SJs (never the cluster's own workloads, whose burst the backoff makes way 
 SJ would start in, which an SJ behind it would otherwise take and, running, keep. A backing-off SJ is not
 eligible, so it is never the head of the starvation rule, and nothing is held behind a starving head. An SJ
 that the holds keep out (it would be admitted on the room but for them) waits with ``NoNodeFitsGang``,
-naming the first SJ the room is held for; one that would not be admitted even then says why with the numbers
-of the room but for the holds. The backing-off SJ itself is not in ``waiting``: its ``BackingOff`` reason
-(until when) stands.
+naming the first SJ the room is held for when that SJ is of its namespace (to an SJ of another namespace the
+words say only that it is another namespace's: `_held_for`); one that would not be admitted even then says why
+with the numbers of the room but for the holds. The backing-off SJ itself is not in ``waiting``: its
+``BackingOff`` reason (until when) stands.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ RoomReason = Literal[NoRoom, "QuotaExceeded"]
 @dataclass(frozen=True, slots=True)
 class Waiting:
     """Why an SJ was not admitted in this pass, with the numbers (the SJs refused for one reason in a row share
-    one: `_Refused`)."""
+    one, or one for the SJs of a namespace and one for the others: `_Refused`, `_Why`)."""
 
     reason: RoomReason
     message: str
@@ -205,10 +206,12 @@ def _backing_off(sj: QueuedSJ, now: datetime) -> bool:
 
 def _kept_behind(head: QueuedSJ, behind: Iterable[QueuedSJ], taken: set[str], now: datetime,
                  waiting: dict[str, Waiting]) -> None:
-    """Behind a starving head, each eligible SJ waits for it: the same words for all, but their own needs."""
-    kept = _kept_for(head)
+    """Behind a starving head, each eligible SJ waits for it: the same words for all of the head's namespace and
+    the same for all of the others (`_kept_for`), but their own needs."""
+    own, named, unnamed = _namespace(head.key) + "/", _kept_for(head, named=True), _kept_for(head, named=False)
     for sj in behind:
         if sj.key not in taken and not _backing_off(sj, now):
+            kept = named if sj.key.startswith(own) else unnamed
             waiting[sj.key] = Waiting("NoNodeFitsGang", f"{needs_text(sj)}; {kept}")
 
 
@@ -220,6 +223,28 @@ def _ledger(snapshot: ClusterSnapshot, config: PolicyConfig, masks: dict[Eligibi
     for run in snapshot.in_flight:
         ledger.reserve_in_flight(run.unscheduled_pods, need_of(run.request), run.node_selector, run.tolerations)
     return ledger
+
+
+@dataclass(frozen=True, slots=True)
+class _Why:
+    """Why an SJ was not admitted, in the words for every SJ refused for the same reason (`_Refused`): ``named``
+    for the SJs of the namespace ``own`` (its name and a ``/``), ``unnamed`` for those of any other. The words
+    name another SJ (the one the room is held for) only to the SJs of its namespace: an SJ's status is its
+    tenant's to read, and another tenant's SJs, and when they wait or start, are not. ``own`` None: the words
+    name no SJ, and ``named`` is ``unnamed``. So a reason shared by thousands of SJs is two messages at most."""
+
+    named: Waiting
+    unnamed: Waiting
+    own: str | None = None
+
+    def to(self, key: str) -> Waiting:
+        """The words for the SJ ``key``."""
+        return self.named if self.own is None or key.startswith(self.own) else self.unnamed
+
+
+def _to_all(why: Waiting) -> _Why:
+    """Words that name no SJ: the same for the SJs of every namespace."""
+    return _Why(why, why)
 
 
 @dataclass(frozen=True)
@@ -237,7 +262,7 @@ class _Refused:
     node_selector: Mapping[str, str]
     tolerations: tuple[object, ...]
     reservations: int
-    why: Waiting
+    why: _Why
 
     def again(self, sj: QueuedSJ, state: CapacityLedger, waiting: dict[str, Waiting]) -> bool:
         """Whether ``sj`` is refused for this very reason (then it waits with it). SJs that share a spec share
@@ -248,7 +273,7 @@ class _Refused:
                     and sj.node_selector != self.node_selector)
                 or ((sj.tolerations or self.tolerations) and sj.tolerations != self.tolerations)):
             return False
-        waiting[sj.key] = self.why
+        waiting[sj.key] = self.why.to(sj.key)
         return True
 
 
@@ -260,17 +285,18 @@ def _refuse(sj: QueuedSJ, state: CapacityLedger, need: Need, over_quota: str | N
     deal by fair share, and it has no fallbacks), else ``refused``.
 
     The words copied are those ``holds.why_not`` would write for the next SJ of the shape: they depend only on
-    the shape, the pass's ledger, the room but for the holds and the holds themselves. The refusal lasts only
-    while the ledger's reservations are the same, so while nothing was admitted (which takes room in both
-    ledgers) nor held (a hold takes room too, and the walk drops the refusal at each hold besides): then none
-    of those changed, and the words are the same."""
+    the shape, the pass's ledger, the room but for the holds, the holds themselves and whether the SJ is of the
+    namespace of the SJ they may name (both words are kept: `_Why`). The refusal lasts only while the ledger's
+    reservations are the same, so while nothing was admitted (which takes room in both ledgers) nor held (a
+    hold takes room too, and the walk drops the refusal at each hold besides): then none of those changed, and
+    the words are the same."""
     if waiting is None:
         return refused
     if over_quota is not None:
         waiting[sj.key] = Waiting("QuotaExceeded", f"{needs_text(sj)}; {over_quota}")
         return refused
     why = holds.why_not(state, sj, need, now, fair)
-    waiting[sj.key] = why
+    waiting[sj.key] = why.to(sj.key)
     if sj.fallbacks or fair is not None:
         return refused
     return _Refused(sj.pods, sj.request, tuple(sj.request.items()), sj.node_selector, sj.tolerations,
@@ -335,14 +361,18 @@ class _Holds:
         return admission
 
     def why_not(self, state: CapacityLedger, sj: QueuedSJ, need: Need, now: datetime,
-                fair: _FairShare | None) -> Waiting:
-        """Why ``sj``, within its namespace's quota, was not admitted: the holds, when it would be without them;
-        else what keeps it out even without them (with the numbers of the room but for the holds)."""
+                fair: _FairShare | None) -> _Why:
+        """Why ``sj``, within its namespace's quota, was not admitted: the holds, when it would be without them
+        (in words that name the first holder only to the SJs of its namespace); else what keeps it out even
+        without them (with the numbers of the room but for the holds)."""
         if self._holder is None or self._unheld is None:
-            return Waiting(*state.why_not(sj, need))
+            return _to_all(Waiting(*state.why_not(sj, need)))
         if _choose(self._unheld, sj, need, now, fair, preferred=True) is not None:
-            return Waiting("NoNodeFitsGang", f"{needs_text(sj)}; {_held_for(self._holder, len(self.held) - 1)}")
-        return Waiting(*self._unheld.why_not(sj, need))
+            holder, needs, others = self._holder, needs_text(sj), len(self.held) - 1
+            return _Why(Waiting("NoNodeFitsGang", f"{needs}; {_held_for(holder, others, named=True)}"),
+                        Waiting("NoNodeFitsGang", f"{needs}; {_held_for(holder, others, named=False)}"),
+                        _namespace(holder.key) + "/")
+        return _to_all(Waiting(*self._unheld.why_not(sj, need)))
 
 
 def _place(state: CapacityLedger, sj: QueuedSJ, need: Need, now: datetime, fair: _FairShare | None, *,
@@ -466,16 +496,27 @@ def _namespace(key: str) -> str:
     return key.split("/", 1)[0]
 
 
-def _held_for(holder: QueuedSJ, others: int) -> str:
-    """Behind backing-off SJs: the room it would take is held for them (``holder`` the first)."""
-    assert holder.not_before is not None
+def _held_for(holder: QueuedSJ, others: int, *, named: bool) -> str:
+    """Behind backing-off SJs: the room it would take is held for them (``holder`` the first). ``named``: the
+    words for an SJ of the holder's namespace, which name it and say when its backoff ends. For an SJ of any
+    other namespace they say neither, nor which namespace: they are another tenant's SJ and its clock (when it
+    may start again says how its last run went). How many more backing-off SJs hold room is a count of the whole
+    queue, as the threshold's numbers are of the whole cluster, and is said to all."""
     more = f" (and for {others} more backing-off SJ(s) ahead of it)" if others else ""
+    if not named:
+        return ("the room it would take is held for an SJ of another namespace, ahead of it in the queue and "
+                f"backing off{more}")
+    assert holder.not_before is not None
     return (f"the room it would take is held for {holder.key}, ahead of it in the queue and backing off until "
             f"{holder.not_before.isoformat()}{more}")
 
 
-def _kept_for(head: QueuedSJ) -> str:
-    """Behind a starving head: the room that frees up is kept for it."""
+def _kept_for(head: QueuedSJ, *, named: bool) -> str:
+    """Behind a starving head: the room that frees up is kept for it. ``named``: the words for an SJ of the head's
+    namespace, which name it and say since when it waits; for an SJ of any other namespace they say neither, nor
+    which namespace (when another tenant's SJ began to wait is that tenant's to know)."""
+    if not named:
+        return "the room that frees up is kept for an SJ of another namespace, first in the queue and starving"
     return (f"the room that frees up is kept for {head.key}, first in the queue and waiting since "
             f"{waiting_since(head).isoformat()}")
 

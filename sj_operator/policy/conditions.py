@@ -38,7 +38,7 @@ WAIT_REASON_MEANINGS: dict[WaitReason, str] = {
     "NoNodeFitsGang": "the gang does not place at once on the free room of the nodes it may use (node selector, "
                       "taints, cordons), or a starving head of the queue holds backfill behind it, or the room it "
                       "would take is held for an SJ ahead of it that backs off after a wasted run (the message "
-                      "names it)",
+                      "names that SJ, or the starving head, only when it is of the same namespace)",
     "QuotaExceeded": "over its namespace's cap (ScavengerClusterQuota, ScavengerQuota or the operator's default), "
                      "or a ResourceQuota refused the run's pods (a server-side dry run, or a gang's sum) or one "
                      "of its objects; the message names the quota",

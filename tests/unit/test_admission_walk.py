@@ -19,16 +19,21 @@ from tests.unit.helpers import tol
 
 NOW = adm.NOW
 SHAPES = ({"cpu": 2000}, {"cpu": 2000, "memory": adm.GI}, {"cpu": 500})
+TENANTS = ("tenant-a", "tenant-b", "tenant-c")
+"""The namespaces of the SJs (names no message has otherwise): SJs alike of several tenants, one after the other,
+are refused for one reason in words that name an SJ only to those of its namespace (`policy.admission._Why`)."""
 
 
 @st.composite
 def alike_queues(draw: st.DrawFn) -> list[QueuedSJ]:
-    """Queues of a few shapes, most SJs alike, with ages, interruptions, backoffs and some fallbacks."""
+    """Queues of a few shapes, most SJs alike, of a few namespaces, with ages, interruptions, backoffs and some
+    fallbacks."""
     queue = []
     for i in range(draw(st.integers(0, 40))):
         shape = draw(st.integers(0, len(SHAPES) - 1))
         queue.append(QueuedSJ(
-            key=f"ns/sj-{i:02d}", created=NOW - timedelta(minutes=draw(st.integers(0, 90))),
+            key=f"{draw(st.sampled_from(TENANTS))}/sj-{i:02d}",
+            created=NOW - timedelta(minutes=draw(st.integers(0, 90))),
             interrupted_count=draw(st.integers(0, 1)), pods=draw(st.sampled_from([1, 1, 1, 2])),
             request=dict(SHAPES[shape]),
             node_selector={"zone": "x"} if draw(st.integers(0, 5)) == 0 else {},
