@@ -106,7 +106,9 @@ class _Seen:
 
 @dataclass
 class PodSums:
-    """What the active pods request (milli-units): per node, per namespace (SJ pods only) and in all.
+    """What the active pods request (milli-units): per node, per namespace (SJ pods only) and in all (``cluster``:
+    what the threshold counts, so without the pods the scheduler found no node for and nominated none,
+    `PodView.unschedulable`).
 
     ``update`` takes the pods a watch cache shows now and counts only the pods that changed since the
     last call (a pod view is immutable: an unchanged pod is the same object). ``node_versions`` moves
@@ -148,7 +150,8 @@ class PodSums:
             self.version += 1
 
     def _count(self, pod: PodView, sign: int) -> None:
-        _add(self.cluster, pod.requests, sign)
+        if not pod.unschedulable:
+            _add(self.cluster, pod.requests, sign)
         if pod.node:
             _add(self.nodes.setdefault(pod.node, {}), pod.requests, sign)
             self.node_versions[pod.node] = self.node_versions.get(pod.node, 0) + 1
