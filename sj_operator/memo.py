@@ -107,7 +107,8 @@ class _Seen:
 @dataclass
 class PodSums:
     """What the active pods request (milli-units): per node, per namespace (its pods in the scavenger band only)
-    and in all.
+    and in all (``cluster``: what the threshold counts, so without the pods the scheduler found no node for and
+    nominated none, `PodView.unschedulable`).
 
     A namespace's sum is what its caps and fair share weigh, so it counts the pods by ``PodView.band``, which the
     namespace cannot change, not by their SJ label, which it can: a run's pod whose label was taken off still
@@ -153,7 +154,8 @@ class PodSums:
             self.version += 1
 
     def _count(self, pod: PodView, sign: int) -> None:
-        _add(self.cluster, pod.requests, sign)
+        if not pod.unschedulable:
+            _add(self.cluster, pod.requests, sign)
         if pod.node:
             _add(self.nodes.setdefault(pod.node, {}), pod.requests, sign)
             self.node_versions[pod.node] = self.node_versions.get(pod.node, 0) + 1

@@ -123,6 +123,14 @@ class PodView:
     placed: datetime | None = None
     """When the scheduler last decided about it (its ``PodScheduled`` condition, bound or not); None while
     no scheduler has looked at it yet."""
+    unschedulable: bool = False
+    """Bound to no node, found no node by the scheduler (``PodScheduled`` False, reason ``Unschedulable``) and
+    nominated none (no ``status.nominatedNodeName``: it preempts nothing). It does not count toward the threshold
+    (`memo.PodSums`): fewer scavenger pods would not make it room (they are the lowest priority: were they in its
+    way, the scheduler's preemption would have taken them and nominated their node; a pod that may not preempt,
+    ``preemptionPolicy: Never``, is left out all the same), and one pod that can never run (a nodeSelector no
+    node has, a request no node holds) would otherwise stop scavenging for every tenant. A run's own pod is still
+    accounted for by its run (`policy.snapshot.InFlightRun`, the start timeout) and in its namespace's usage."""
     ip: str | None = None
     """Its primary address (``status.podIP``); None until it has one."""
     hostname: str | None = None
@@ -148,7 +156,8 @@ class PodView:
 
     @property
     def holds_resources(self) -> bool:
-        """Non-terminated pods count against capacity, scheduled or not (as the scheduler counts)."""
+        """Non-terminated pods count against capacity, scheduled or not (as the scheduler counts); the threshold
+        leaves out the `unschedulable` ones."""
         return not self.terminal
 
 
@@ -165,6 +174,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
     annotations = meta.get("annotations") or {}
     disruption = None
     disrupted_at = placed = None
+    no_room = False
     for cond in status.get("conditions") or []:
         if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
             disruption = (cond.get("reason") or "DisruptionTarget", cond.get("message") or "")
@@ -172,6 +182,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         elif cond.get("type") == "PodScheduled" and cond.get("reason") != "SchedulingGated":
             # Bound (True) or looked at and found no room (False): a gated pod the scheduler has not seen yet.
             placed = parse_time(cond.get("lastTransitionTime"))
+            no_room = cond.get("status") == "False" and cond.get("reason") == "Unschedulable"
     terminations = []
     statuses = status.get("containerStatuses") or []
     for cs in statuses:
@@ -205,6 +216,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         started=parse_time(status.get("startTime")),
         # Bound without the condition (made with a nodeName): placed when it was made.
         placed=placed if placed is not None or not spec.get("nodeName") else parse_time(meta.get("creationTimestamp")),
+        unschedulable=no_room and not spec.get("nodeName") and _text(status.get("nominatedNodeName")) is None,
         ip=_text(status.get("podIP")),
         hostname=_text(spec.get("hostname")) if run is not None and spec.get("subdomain") == run else None,
         band=in_band(spec.get("priorityClassName")),

@@ -1,4 +1,5 @@
-"""Queue order and admission decisions (sj_operator.policy.admission) over hand-built snapshots."""
+"""Queue order and admission decisions (sj_operator.policy.admission) over hand-built snapshots; at the end, what
+counts toward the threshold, from pods as the watch shows them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gang.placement import fit_gang, node_accepts
+from sj_operator.api import DEFAULT_LIMITS
+from sj_operator.decide import ClusterView
+from sj_operator.memo import PassMemo
+from sj_operator.observed import NodeInfo, pod_view
 from sj_operator.policy.admission import Admission, Eligibility, PolicyConfig, decide, decide_pass
 from sj_operator.policy.queue import is_starving, queue_order, waiting_since
 from sj_operator.policy.snapshot import (
@@ -22,7 +27,7 @@ from sj_operator.policy.snapshot import (
     QueuedSJ,
     Taint,
 )
-from sj_operator.resources import MOST, sub, to_milli, total
+from sj_operator.resources import MOST, freeze, sub, to_milli, total
 from sj_operator.settings import Pool
 from tests.unit.helpers import add, fits, parse_resources, scale, tol
 
@@ -694,3 +699,120 @@ def test_node_eligibility_keeps_at_most_its_bound_of_masks() -> None:
         masks[(frozenset({("zone", zone)}), (), -1)] = None
     assert kept == [0, 1, 2]  # kept while at most the bound
     assert eligibility.for_pass(nodes, ()) == {}  # past it: from none again
+
+
+# --- what counts toward the threshold: pods as the watch shows them, through the operator's sums -------------
+# Two nodes of 4 CPU at a 50 % threshold: 4 CPU may be requested. Another tenant's pod of 3.5 CPU that counts
+# leaves no room under it for an SJ of 1 CPU (which would fit on the nodes' free room); one that does not count
+# leaves all of it. `memo.PassMemo.admission` is the controller's path: the pod's view (`observed.pod_view`),
+# the running sums (`memo.PodSums`), the pools' limits (`policy.capacity`).
+
+HALF = PolicyConfig(threshold=0.5, starvation_after=timedelta(days=365))
+NO_NODE_POOL = Pool("nowhere", (("scavenger.dev/pool", "none-has-this"),), 1.0)
+"""A pool that holds no node: the default pool's used is then worked out from the nodes' sums and the unbound pods."""
+FOUR_CPU = tuple(NodeInfo(name=f"n{i}", allocatable=freeze({"cpu": 4000, "memory": 16 * GI, "pods": 110_000}),
+                          labels={}, taints=(), unschedulable=False, ready=True) for i in range(2))
+NO_ROOM = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+           "message": "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.",
+           "lastTransitionTime": "2025-01-01T11:59:00Z"}
+BOUND = {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-01-01T11:59:00Z"}
+GATED = {**NO_ROOM, "reason": "SchedulingGated", "message": "Scheduling is blocked due to non-empty scheduling gates"}
+ONE_CPU = sj("other/sj", request={"cpu": 1000, "pods": 1000})
+
+
+def raw_pod(name: str = "stuck", namespace: str = "tenant", *, node: str | None = None,
+            labels: dict[str, str] | None = None, **status: object) -> dict[str, object]:
+    """A pod of 3.5 CPU as the API server stores it (``status``: its status fields)."""
+    spec: dict[str, object] = {"nodeSelector": {"nope": "x"}, "containers": [
+        {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "3500m"}}}]}
+    if node is not None:
+        spec = {**spec, "nodeName": node, "nodeSelector": {}}
+    return {"metadata": {"namespace": namespace, "name": name, "uid": f"uid-{namespace}-{name}",
+                         "labels": labels or {}, "creationTimestamp": "2025-01-01T11:58:00Z"},
+            "spec": spec, "status": {"phase": "Pending", **status}}
+
+
+def admission_of(pods: tuple[dict[str, object], ...], runs: tuple[InFlightRun, ...] = (),
+                 pools: tuple[Pool, ...] = (), memo: PassMemo | None = None) -> tuple[str, str]:
+    """``ONE_CPU``'s fate, ``admitted`` or its waiting reason, and the cpu the threshold counts as requested."""
+    memo = PassMemo(DEFAULT_LIMITS) if memo is None else memo
+    views = tuple(pod_view(p) for p in pods)
+    view = ClusterView(sjs=(), jobs={}, run_pods={}, active_pods=tuple(v for v in views if v.holds_resources),
+                       nodes=FOUR_CPU)
+    result = memo.admission(view, (ONE_CPU,), runs, NOW, replace(HALF, pools=pools))
+    if result.admitted:
+        return "admitted", ""
+    waiting = result.waiting[ONE_CPU.key]
+    return waiting.reason, waiting.message.rsplit(" and ", 1)[-1]
+
+
+@pytest.mark.parametrize("pools", [(), (NO_NODE_POOL,)], ids=["one pool", "with pools"])
+@pytest.mark.parametrize(("pod", "expected"), [
+    # The scheduler found no node for it and preempts for none: fewer scavenger pods would not make it room.
+    (raw_pod(conditions=[NO_ROOM]), "admitted"),
+    (raw_pod(conditions=[NO_ROOM], nominatedNodeName=""), "admitted"),
+    # It preempts on a nominated node: real demand, about to land.
+    (raw_pod(conditions=[NO_ROOM], nominatedNodeName="n0"), "ThresholdReached"),
+    # Waiting for the scheduler (a backlog, or a gate not lifted yet): it may land any moment.
+    (raw_pod(), "ThresholdReached"),
+    (raw_pod(conditions=[GATED]), "ThresholdReached"),
+    # PodScheduled False for another reason than no room: not judged unschedulable.
+    (raw_pod(conditions=[{**NO_ROOM, "reason": "SchedulerError"}]), "ThresholdReached"),
+    # Bound: on its node's sums (that node has room for the SJ, the threshold does not).
+    (raw_pod(node="n0", conditions=[BOUND]), "ThresholdReached"),
+    (raw_pod(node="n0", conditions=[NO_ROOM]), "ThresholdReached"),  # bound, its condition not updated yet
+    (raw_pod(node="n0", phase="Running", conditions=[BOUND]), "ThresholdReached"),
+    # Finished: holds nothing.
+    (raw_pod(node="n0", phase="Succeeded", conditions=[BOUND]), "admitted"),
+], ids=["no room", "no room, empty nomination", "no room, nominated", "not looked at", "gated", "scheduler error",
+        "bound", "bound, stale condition", "running", "succeeded"])
+def test_a_pod_the_scheduler_found_no_node_for_and_nominated_none_does_not_count(
+        pod: dict[str, object], expected: str, pools: tuple[Pool, ...]) -> None:
+    """One pod no node can take (a nodeSelector no node has) must not stop scavenging for every tenant."""
+    reason, requested = admission_of((pod,), pools=pools)
+    assert reason == expected
+    if reason == "ThresholdReached":
+        assert requested == "3.5 CPU is requested"
+
+
+def test_the_sums_follow_a_pod_from_no_room_to_its_node() -> None:
+    """The same pod as the watch brings it: each change moves what the threshold counts, and only that."""
+    memo = PassMemo(DEFAULT_LIMITS)
+    for pod, expected, counted, on_n0 in [
+            (raw_pod(), "ThresholdReached", 3500, 0),
+            (raw_pod(conditions=[NO_ROOM]), "admitted", 0, 0),
+            (raw_pod(conditions=[NO_ROOM], nominatedNodeName="n0"), "ThresholdReached", 3500, 0),
+            (raw_pod(conditions=[NO_ROOM]), "admitted", 0, 0),  # its nomination dropped
+            (raw_pod(node="n0", conditions=[BOUND]), "ThresholdReached", 3500, 3500)]:
+        assert admission_of((pod,), memo=memo)[0] == expected
+        assert (memo.sums.cluster.get("cpu", 0), memo.sums.nodes.get("n0", {}).get("cpu", 0)) == (counted, on_n0)
+
+
+def test_many_small_pods_the_scheduler_has_not_reached_still_count() -> None:
+    """A backlog (a burst of pods not looked at yet) is demand about to land: it holds the threshold's room."""
+    small = tuple({**raw_pod(f"p{i}"), "spec": {"containers": [{"name": "main", "resources": {
+        "requests": {"cpu": "100m"}}}]}} for i in range(35))
+    assert admission_of(small) == ("ThresholdReached", "3.5 CPU is requested")
+    judged = tuple({**p, "status": {"phase": "Pending", "conditions": [NO_ROOM]}} for p in small)
+    assert admission_of(judged)[0] == "admitted"
+
+
+@pytest.mark.parametrize("status", [{}, {"conditions": [NO_ROOM]}, {"conditions": [NO_ROOM], "nominatedNodeName": ""}],
+                         ids=["not looked at", "no room", "no room, empty nomination"])
+def test_the_operators_own_pending_run_pods_are_accounted_for_their_runs_as_before(status: dict[str, object]) -> None:
+    """A launched run whose pod is pending: its run in flight reserves its room (the threshold counts it, in the
+    default pool when no node has room), and its namespace's usage counts it as an SJ pod, whatever the scheduler
+    made of it; the pod's view still reads as a pending, placed-or-not member of its run (its start timeout)."""
+    labels = {"scavenger.dev/job-name": "sj", "scavenger.dev/run": "sj-1"}
+    own = raw_pod("sj-1-0-abcde", "mine", labels=labels, **status)
+    run = InFlightRun(key="mine/sj", pods=1, request={"cpu": 3500, "pods": 1000})
+    memo = PassMemo(DEFAULT_LIMITS)
+    for pools in ((), (NO_NODE_POOL,)):
+        assert admission_of((own,), (run,), pools, memo)[0] == "ThresholdReached"
+    assert memo.sums.namespaces["mine"]["cpu"] == 3500
+    view = pod_view(own)
+    assert (view.run, view.sj, view.node, view.holds_resources) == ("sj-1", "sj", None, True)
+    assert (view.placed is not None) == bool(status)
+    # Its run scheduled: nothing left in flight, and a pod bound counts on its node.
+    bound = raw_pod("sj-1-0-abcde", "mine", node="n0", labels=labels, conditions=[BOUND])
+    assert admission_of((bound,), (), (), memo) == ("ThresholdReached", "3.5 CPU is requested")

@@ -153,6 +153,10 @@ def terminated(name: str = "main", code: int = 0, reason: str = "Completed") -> 
 PREEMPTED = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
              "message": "Preempted in order to admit critical pod"}
 
+NO_ROOM = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+           "message": "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.",
+           "lastTransitionTime": "2025-03-01T12:00:00Z"}
+
 PODS: list[tuple[str, dict[str, Any], PodView]] = [
     ("pending, unscheduled", pod(spec={"containers": SPEC["containers"]}, status={"phase": "Pending"}),
      view(node=None)),
@@ -218,10 +222,23 @@ PODS: list[tuple[str, dict[str, Any], PodView]] = [
     ("protected", pod(labels={**RUN_LABELS, "scavenger.dev/protected": "true"}), view(protected=True)),
     ("protected=false", pod(labels={**RUN_LABELS, "scavenger.dev/protected": "false"}), view()),
     ("unparsable start time", pod(status={"phase": "Pending", "startTime": "yesterday"}), view()),
-    ("no room: placed when the scheduler first found none",
+    # A run's own pod too: its run still reads it as placed and pending (its start timeout, its room in flight).
+    ("no room: placed when the scheduler first found none, left out of the threshold",
+     pod(spec={"containers": SPEC["containers"]}, status={"phase": "Pending", "conditions": [NO_ROOM]}),
+     view(node=None, placed=T0, unschedulable=True)),
+    ("no room, an empty nominated node: none",
+     pod(spec={"containers": SPEC["containers"]}, status={"phase": "Pending", "conditions": [NO_ROOM],
+                                                          "nominatedNodeName": ""}),
+     view(node=None, placed=T0, unschedulable=True)),
+    ("no room, but the scheduler preempts for it on a nominated node: it counts",
+     pod(spec={"containers": SPEC["containers"]}, status={"phase": "Pending", "conditions": [NO_ROOM],
+                                                          "nominatedNodeName": "kwok-node-1"}),
+     view(node=None, placed=T0)),
+    ("bound, its no-room condition not updated yet: it counts",
+     pod(status={"phase": "Pending", "conditions": [NO_ROOM]}), view(placed=T0)),
+    ("PodScheduled False for another reason than no room: it counts",
      pod(spec={"containers": SPEC["containers"]}, status={"phase": "Pending", "conditions": [
-         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-          "lastTransitionTime": "2025-03-01T12:00:00Z"}]}), view(node=None, placed=T0)),
+         {**NO_ROOM, "reason": "SchedulerError"}]}), view(node=None, placed=T0)),
     ("bound: placed when bound", pod(creationTimestamp="2025-03-01T11:00:00Z", status={"conditions": [
         {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-03-01T12:00:00Z"}]}),
      view(placed=T0)),
