@@ -721,10 +721,13 @@ ONE_CPU = sj("other/sj", request={"cpu": 1000, "pods": 1000})
 
 
 def raw_pod(name: str = "stuck", namespace: str = "tenant", *, node: str | None = None,
-            labels: dict[str, str] | None = None, **status: object) -> dict[str, object]:
+            labels: dict[str, str] | None = None, priority_class: str | None = None,
+            **status: object) -> dict[str, object]:
     """A pod of 3.5 CPU as the API server stores it (``status``: its status fields)."""
     spec: dict[str, object] = {"nodeSelector": {"nope": "x"}, "containers": [
         {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "3500m"}}}]}
+    if priority_class is not None:
+        spec["priorityClassName"] = priority_class
     if node is not None:
         spec = {**spec, "nodeName": node, "nodeSelector": {}}
     return {"metadata": {"namespace": namespace, "name": name, "uid": f"uid-{namespace}-{name}",
@@ -801,10 +804,10 @@ def test_many_small_pods_the_scheduler_has_not_reached_still_count() -> None:
                          ids=["not looked at", "no room", "no room, empty nomination"])
 def test_the_operators_own_pending_run_pods_are_accounted_for_their_runs_as_before(status: dict[str, object]) -> None:
     """A launched run whose pod is pending: its run in flight reserves its room (the threshold counts it, in the
-    default pool when no node has room), and its namespace's usage counts it as an SJ pod, whatever the scheduler
+    default pool when no node has room), and its namespace's usage counts it as a band pod, whatever the scheduler
     made of it; the pod's view still reads as a pending, placed-or-not member of its run (its start timeout)."""
     labels = {"scavenger.dev/job-name": "sj", "scavenger.dev/run": "sj-1"}
-    own = raw_pod("sj-1-0-abcde", "mine", labels=labels, **status)
+    own = raw_pod("sj-1-0-abcde", "mine", labels=labels, priority_class="scavenger-band-0", **status)
     run = InFlightRun(key="mine/sj", pods=1, request={"cpu": 3500, "pods": 1000})
     memo = PassMemo(DEFAULT_LIMITS)
     for pools in ((), (NO_NODE_POOL,)):
