@@ -52,6 +52,13 @@ the default 5 s tick (more when the watches wake passes sooner). The others wait
 burst of thousands of labelled Jobs is adopted over minutes rather than holding up one pass for them all."""
 
 
+MADE_GRACE = 60.0
+"""Seconds a Job whose SJ this process made is not tried again while the SJ watch does not show it yet. A pass
+right after the create may see the Job and not its SJ (the watch behind, a list under way); a create tried again
+is refused, and at a namespace's quota of SJs with 403 before the API server finds the name taken, which would
+tell the Job's owner its SJ was refused when it runs."""
+
+
 class _CreateForbidden(Forbidden):
     """The API server forbade the Job's SJ itself (a ResourceQuota, a policy), not another of its writes."""
 
@@ -68,6 +75,9 @@ class Adopter:
         self.told: dict[str, str] = {}
         """The API server's message of the refusal each Job was last told of (its ``AdoptionRefused`` Event),
         by Job uid: the same refusal again is not told again."""
+        self.made: dict[str, float] = {}
+        """When this process made each Job's SJ (monotonic seconds), by Job uid, until the SJ watch shows it or
+        `MADE_GRACE` has passed."""
 
     async def reconcile(self, view: ClusterView, clock: float) -> None:
         """One pass over the adopted Jobs at ``clock`` (monotonic seconds, the controller's)."""
@@ -75,6 +85,10 @@ class Adopter:
         pending = [job for job in view.adopted if job.managed and not job.finished and self.handles(job.namespace)]
         sjs = {sj.key: sj for sj in view.sjs} if pending else {}
         due = [job for job in pending if _writes(job, sjs.get(job.key))]
+        if self.made:  # an SJ made and not seen yet is not made again (the watch behind)
+            self.made = {job.uid: self.made[job.uid] for job in due if job.uid in self.made
+                         and job.key not in sjs and clock - self.made[job.uid] < MADE_GRACE}
+            due = [job for job in due if job.uid not in self.made]
         if self.held or self.told:  # a Job gone, ended or with its SJ running starts over
             wanted = {job.uid for job in due}
             self.held = {uid: hold for uid, hold in self.held.items() if uid in wanted}
@@ -94,6 +108,8 @@ class Adopter:
             else:
                 self.held.pop(job.uid, None)
                 self.told.pop(job.uid, None)
+                if job.key not in sjs:
+                    self.made[job.uid] = clock
 
     def _hold(self, job: AdoptedJob, clock: float) -> timedelta:
         """Holds the Job back after a failed attempt; the wait, which doubles per failure in a row."""

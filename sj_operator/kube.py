@@ -212,41 +212,72 @@ DEEPEST_JSON = 10_000
 fields a schema leaves free-form: a CRD's preserved unknown fields, an object's ``managedFields``."""
 
 
-def decoded(document: bytes | str) -> Any:
+async def decoded(document: bytes | str) -> Any:
     """A JSON document from the API server, however deeply it nests. Python's decoder stops at its recursion
     limit (about 1,000 levels) with a RecursionError, which is not a ValueError: one tenant's object nested
-    deeper would end a watch cache's task, and its list again at every start. Such a document is decoded
-    once more on a thread of its own, with a stack and a recursion limit for `DEEPEST_JSON` levels (a few
-    milliseconds, while the loop waits)."""
+    deeper would end a watch cache's task, and its list again at every start. Such a document is decoded once
+    more on a thread of its own (`_decoded_deep`) while the loop goes on; ValueError when it is no JSON."""
     try:
         return json.loads(document)
     except RecursionError:
-        return _decoded_deep(document)
+        pass
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[Any] = loop.create_future()
 
-
-def _decoded_deep(document: bytes | str) -> Any:
-    out: list[Any] = []
-    failed: list[BaseException] = []
+    def settle(value: Any, error: BaseException | None) -> None:
+        if answer.done():
+            return
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(value)
 
     def decode() -> None:
         try:
-            out.append(json.loads(document))
-        except BaseException as exc:  # handed to the caller's thread as it is
-            failed.append(exc)
+            value = _decoded_deep(document)
+        except BaseException as exc:  # handed to the loop's task as it is
+            loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            loop.call_soon_threadsafe(settle, value, None)
 
-    limit = sys.getrecursionlimit()
-    stack = threading.stack_size(256 * 2**20)
-    try:
-        sys.setrecursionlimit(max(limit, 2 * DEEPEST_JSON + limit))
-        thread = threading.Thread(target=decode, name="deep-json", daemon=True)
-        thread.start()
-        thread.join()
-    finally:
-        threading.stack_size(stack)
-        sys.setrecursionlimit(limit)
-    if failed:
-        raise ValueError(f"JSON document not decoded: {failed[0]!r}") from failed[0]
-    return out[0]
+    with _MAKING:
+        stack = threading.stack_size(_DEEP_STACK)
+        try:
+            threading.Thread(target=decode, name="deep-json", daemon=True).start()
+        except RuntimeError as exc:  # no thread to be had: the document is not decoded, as any bad one
+            raise ValueError(f"JSON document nested too deep to decode here: {exc}") from exc
+        finally:
+            threading.stack_size(stack)
+    return await answer
+
+
+_MAKING = threading.Lock()
+"""Held while a deep decoder's thread is made: the stack size of new threads is the process's."""
+_DEEP = threading.Lock()
+"""Held while a deep decoder decodes: the recursion limit is the process's."""
+_DEEP_STACK = 256 * 2**20
+"""The stack of a deep decoder's thread: C's decoder on Python 3.11 takes a few hundred bytes a level."""
+
+
+def _decoded_deep(document: bytes | str) -> Any:
+    """``document`` decoded with the recursion limit raised for `DEEPEST_JSON` levels and more: by C's decoder
+    (whose depth Python 3.11 bounds by that limit), else by the pure-Python one (which obeys the limit on every
+    version; from 3.12 C's has a fixed bound below the API server's). Tenths of a second at 10,000 levels."""
+    with _DEEP:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 3 * DEEPEST_JSON + limit))
+        try:
+            try:
+                return json.loads(document)
+            except RecursionError:
+                decoder = json.JSONDecoder()
+                decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+                text = document.decode() if isinstance(document, bytes) else document
+                return decoder.decode(text)
+        except RecursionError as exc:
+            raise ValueError(f"JSON document nested deeper than {DEEPEST_JSON} levels") from exc
+        finally:
+            sys.setrecursionlimit(limit)
 
 
 def split_lines(buffer: bytearray, chunk: bytes) -> list[bytes]:
@@ -516,7 +547,7 @@ class Kube:
         while True:
             response = await self._get(path, params, timeout=60)
             try:
-                found = decoded(await response.read())
+                found = await decoded(await response.read())
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 raise KubeError(0, type(exc).__name__, str(exc)) from exc
             finally:
@@ -540,7 +571,7 @@ class Kube:
         try:
             async for chunk in response.content.iter_any():
                 for line in split_lines(buffer, chunk):
-                    event = decoded(line)
+                    event = await decoded(line)
                     kind, obj = event.get("type", ""), event.get("object") or {}
                     if kind == "ERROR":
                         raise _error(int(obj.get("code") or 0), obj.get("reason") or "", obj.get("message") or "")

@@ -25,6 +25,9 @@ from sj_operator.names import (
 )
 from sj_operator.resources import Resources, accumulate, resources_milli
 
+DEFAULT_SCHEDULER = "default-scheduler"
+"""The scheduler of a pod that names none: the one whose preemption makes room from the band's pods."""
+
 
 def parse_time(raw: Any) -> datetime | None:
     """A timestamp the API reports; None when missing, unreadable, without a timezone, or outside the years
@@ -124,13 +127,15 @@ class PodView:
     """When the scheduler last decided about it (its ``PodScheduled`` condition, bound or not); None while
     no scheduler has looked at it yet."""
     unschedulable: bool = False
-    """Bound to no node, found no node by the scheduler (``PodScheduled`` False, reason ``Unschedulable``) and
-    nominated none (no ``status.nominatedNodeName``: it preempts nothing). It does not count toward the threshold
-    (`memo.PodSums`): fewer scavenger pods would not make it room (they are the lowest priority: were they in its
-    way, the scheduler's preemption would have taken them and nominated their node; a pod that may not preempt,
+    """Bound to no node, found no node by the default scheduler (``PodScheduled`` False, reason ``Unschedulable``)
+    and nominated none (no ``status.nominatedNodeName``: it preempts nothing). It does not count toward the
+    threshold (`memo.PodSums`): fewer scavenger pods would not make it room (they are the lowest priority: were they
+    in its way, the scheduler's preemption would have taken them and nominated their node; a pod that may not preempt,
     ``preemptionPolicy: Never``, is left out all the same), and one pod that can never run (a nodeSelector no
     node has, a request no node holds) would otherwise stop scavenging for every tenant. A run's own pod is still
-    accounted for by its run (`policy.snapshot.InFlightRun`, the start timeout) and in its namespace's usage."""
+    accounted for by its run (`policy.snapshot.InFlightRun`, the start timeout) and in its namespace's usage.
+    Another scheduler's pod (Volcano's, YuniKorn's) never is: those do not preempt the band's pods, so room the
+    threshold keeps free is its only way in."""
     ip: str | None = None
     """Its primary address (``status.podIP``); None until it has one."""
     hostname: str | None = None
@@ -216,7 +221,8 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         started=parse_time(status.get("startTime")),
         # Bound without the condition (made with a nodeName): placed when it was made.
         placed=placed if placed is not None or not spec.get("nodeName") else parse_time(meta.get("creationTimestamp")),
-        unschedulable=no_room and not spec.get("nodeName") and _text(status.get("nominatedNodeName")) is None,
+        unschedulable=(no_room and not spec.get("nodeName") and _text(status.get("nominatedNodeName")) is None
+                       and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER)),
         ip=_text(status.get("podIP")),
         hostname=_text(spec.get("hostname")) if run is not None and spec.get("subdomain") == run else None,
         band=in_band(spec.get("priorityClassName")),

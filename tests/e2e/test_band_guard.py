@@ -131,7 +131,9 @@ def test_a_users_change_to_a_band_runs_spec_or_the_operators_labels_is_refused(a
                  lambda: batch.patch_namespaced_job("guarded-r1", namespace, {"metadata": {"labels": own}}),
                  lambda: core.patch_namespaced_pod(pod, namespace,
                                                    {"metadata": {"labels": {"scavenger.dev/protected": "true"}}}),
-                 lambda: core.patch_namespaced_pod(pod, namespace, {"metadata": {"labels": own}})):
+                 lambda: core.patch_namespaced_pod(pod, namespace, {"metadata": {"labels": own}}),
+                 lambda: batch.patch_namespaced_job("guarded-r1", namespace, {"metadata": {"annotations": {
+                     "scavenger.dev/config-index": "1"}}})):
         assert "runs in the scavenger band: only the scavenger operator changes" in _refused(call)
     mine = {"metadata": {"labels": {"team": "vision"}}}
     assert core.patch_namespaced_pod(pod, namespace, mine).metadata.labels["team"] == "vision"

@@ -249,8 +249,9 @@ DOWN = KubeError(503, "ServiceUnavailable", "etcd is slow")
     ([QUOTA] * 9, [0, 5, 9.9, 10, 15, 29.9, 30, 69.9, 70],
      [True, False, False, True, False, False, True, False, True], ["AdoptionRefused"]),
     ([DOWN] * 9, [0, 9.9, 10, 29.9, 30], [True, False, True, False, True], []),
-    ([QUOTA, QUOTA, None, QUOTA], [0, 10, 30, 31, 40.9, 41], [True, True, True, True, False, True],
-     ["AdoptionRefused", "Adopted", "AdoptionRefused", "Adopted"]),
+    # Made at 30: not made again while the watch has not shown it (60 s), then refused afresh.
+    ([QUOTA, QUOTA, None, QUOTA], [0, 10, 30, 31, 89.9, 90, 99.9, 100],
+     [True, True, True, False, False, True, False, True], ["AdoptionRefused", "Adopted", "AdoptionRefused", "Adopted"]),
     ([QUOTA, POLICY, POLICY], [0, 10, 30], [True, True, True], ["AdoptionRefused", "AdoptionRefused"]),
     ([QUOTA] * 9, [600 * n for n in range(9)], [True] * 9, ["AdoptionRefused"]),
     ([QUOTA] * 20, [0, 10, 30, 70, 150, 310, 630, 1230, 1829.9, 1830], [True] * 8 + [False, True],
@@ -279,6 +280,18 @@ def test_a_forbidden_sj_is_told_on_the_job_with_the_api_servers_message() -> Non
     [message] = kube.messages
     assert message == (f"cannot create its ScavengerJob: {QUOTA.message} (the Job stays suspended; trying again in "
                        "10s, then less often)")
+
+
+def test_a_job_whose_sj_was_made_is_not_made_again_while_the_watch_has_not_shown_it() -> None:
+    """At a namespace's quota of SJs the API server answers a second create 403 before it finds the name taken:
+    a pass that sees the Job and not yet the SJ made for it must neither try again nor tell of a refusal."""
+    kube = FakeKube(answers=[None, QUOTA])
+    a = adopter(kube)
+    for clock in (0, 1, 30, 59.9):
+        asyncio.run(a.reconcile(view([job()]), clock))
+    assert (kube.attempts, kube.events) == (1, ["Adopted"])
+    asyncio.run(a.reconcile(view([job()], [sj_of("Pending")]), 60))  # seen: nothing left to remember
+    assert (kube.attempts, a.made) == (1, {})
 
 
 def test_a_job_that_goes_away_starts_over() -> None:

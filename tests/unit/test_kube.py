@@ -828,12 +828,14 @@ def _nested(depth: int) -> str:
 
 @pytest.mark.parametrize("depth", [10, 2_000, DEEPEST_JSON - 10])
 def test_a_document_nested_as_deep_as_the_api_server_stores_is_decoded(depth: int) -> None:
-    value = decoded(_nested(depth))
+    value = asyncio.run(decoded(_nested(depth)))
     for _ in range(depth):
         value = value["a"]
     assert value == {}
     with pytest.raises(ValueError):
-        decoded(_nested(depth)[:-1])
+        asyncio.run(decoded(_nested(depth)[:-1]))
+    with pytest.raises(ValueError):
+        asyncio.run(decoded(_nested(DEEPEST_JSON * 4)))
 
 
 def test_a_tenants_deeply_nested_object_neither_ends_a_watch_nor_stops_a_list() -> None:
