@@ -16,14 +16,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import HTTPError
 
-from benchmarks.harness.metrics import apiserver_writes
+from benchmarks.harness.metrics import apiserver_writes, watches_closed
 from benchmarks.harness.progress import in_parallel, log
 from benchmarks.harness.results import REPO
 from benchmarks.harness.stats import percentile
@@ -289,22 +289,33 @@ def apiserver_metrics(api: client.ApiClient) -> str:
     return data.decode()
 
 
+class Served(NamedTuple):
+    """What the API server served between two reads of its metrics (`WritesSince`)."""
+    written: dict[str, float]
+    """The writes, by resource and verb, the most first (refused ones too)."""
+    refused: dict[str, float]
+    """Those of them it refused, by resource, verb and code."""
+    watches_closed: dict[str, float]
+    """The watches it closed because their client fell behind, by resource (`metrics.watches_closed`)."""
+
+
 class WritesSince:
     """The writes the API server serves from the moment this is made (`metrics.apiserver_writes`: by resource and
-    verb, whoever made them), and which of them it refused."""
+    verb, whoever made them), which of them it refused, and the watches it closed on clients that fell behind."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
         text = apiserver_metrics(api)
         self.start = apiserver_writes(text)
         self.start_refused = apiserver_writes(text, refused=True)
+        self.start_closed = watches_closed(text)
 
-    def writes(self) -> tuple[dict[str, float], dict[str, float]]:
-        """The writes since, by resource and verb, the most first (none left out), and those of them the server
-        refused, by resource, verb and code, from one read of its metrics."""
+    def writes(self) -> Served:
+        """What was served since, from one read of the server's metrics."""
         text = apiserver_metrics(self.api)
-        refused = _grown(self.start_refused, apiserver_writes(text, refused=True))
-        return _grown(self.start, apiserver_writes(text)), refused
+        return Served(_grown(self.start, apiserver_writes(text)),
+                      _grown(self.start_refused, apiserver_writes(text, refused=True)),
+                      _grown(self.start_closed, watches_closed(text)))
 
 
 def _grown(start: Mapping[str, float], now: Mapping[str, float]) -> dict[str, float]:

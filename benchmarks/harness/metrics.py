@@ -80,6 +80,22 @@ def apiserver_writes(text: str, *, refused: bool = False) -> dict[str, float]:
     return out
 
 
+def watches_closed(text: str) -> dict[str, float]:
+    """The watches an API server has closed so far because their client fell behind, from its metrics' text
+    (``apiserver_terminated_watchers_total``), by resource (``pods``). A client whose watch is closed watches again
+    from where it was, or lists everything again when that is no longer in the server's window: kwok then replays
+    its pods' stages, work of the simulated nodes a run is charged with."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("apiserver_terminated_watchers_total{"):
+            labels, _, value = line.partition("{")[2].rpartition("} ")
+            label = dict(part.split("=", 1) for part in labels.split(",") if "=" in part)
+            group, resource = label.get("group", '""').strip('"'), label.get("resource", '""').strip('"')
+            key = f"{resource}.{group}" if group else resource
+            out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
 def loop_lag(metrics: Mapping[str, float]) -> dict[str, float]:
     """From ``scavenger_event_loop_lag_seconds``: the bucket bound the longest lag fell under (how long a
     stretch of work held the operator's loop at most; inf past the last bound), and how often it was over

@@ -89,6 +89,38 @@ def command_cpu_seconds(pattern: str) -> float | None:
         return None
 
 
+@contextmanager
+def niced(pattern: str, niceness: int) -> Iterator[None]:
+    """The process whose command line contains ``pattern`` (`command_line`) at CPU niceness ``niceness`` until the
+    block ends, then as its main thread was. On Linux niceness belongs to each thread, so every thread it has is
+    set (those it makes later inherit it from their maker). A lower niceness than now needs root (``CAP_SYS_NICE``): a
+    PermissionError says so."""
+    found = command_line(pattern)
+    if found is None:
+        raise RuntimeError(f"no process runs {pattern.strip()!r}")
+    tasks = Path(f"/proc/{found[0]}/task")
+
+    def every_thread(value: int) -> int:
+        """Sets every thread to ``value``; the niceness the process's main thread had."""
+        was = 0
+        for tid in map(int, filter(str.isdigit, os.listdir(tasks))):
+            with suppress(ProcessLookupError):  # a thread that ended meanwhile
+                if tid == found[0]:
+                    was = os.getpriority(os.PRIO_PROCESS, tid)
+                os.setpriority(os.PRIO_PROCESS, tid, value)
+        return was
+
+    try:
+        before = every_thread(niceness)
+    except PermissionError as e:
+        raise PermissionError(f"setting {pattern.strip()!r} to niceness {niceness} needs root: {e}") from e
+    try:
+        yield
+    finally:
+        with suppress(OSError):
+            every_thread(before)
+
+
 def peak_rss_mib(pid: int) -> float:
     """The most resident memory process ``pid`` has held so far (``VmHWM``), in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -120,9 +152,12 @@ class CpuSince:
         return None if now is None or self.start is None else now - self.start
 
 
+KWOK = "bin/kwok-controller "
+"""What the command line of the local cluster's kwok holds."""
+
 CONTROL_PLANE = (("etcd", "bin/etcd "), ("kube-apiserver", "bin/kube-apiserver "),
                  ("kube-controller-manager", "bin/kube-controller-manager "), ("kube-scheduler", "bin/kube-scheduler "),
-                 ("kwok", "bin/kwok-controller "))
+                 ("kwok", KWOK))
 """The local cluster's processes (a name, and what their command line holds: the binaries of ``.bin/``)."""
 
 

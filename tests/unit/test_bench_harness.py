@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -179,6 +180,37 @@ def test_the_api_servers_writes_are_read_by_resource_and_verb_whoever_made_them(
     ])
     assert metrics.apiserver_writes(text) == {"jobs POST": 9.0, "pods/status PATCH": 40.0}
     assert metrics.apiserver_writes(text, refused=True) == {"jobs POST 409": 2.0}
+
+
+def test_the_watches_the_api_server_closed_on_clients_behind_are_read_by_resource() -> None:
+    text = "\n".join([
+        "# HELP apiserver_terminated_watchers_total [STABLE] Counter of watchers closed due to unresponsiveness",
+        'apiserver_terminated_watchers_total{group="",resource="pods"} 4',
+        'apiserver_terminated_watchers_total{group="batch",resource="jobs"} 1',
+        'apiserver_request_total{code="200",resource="pods",verb="WATCH"} 90',
+    ])
+    assert metrics.watches_closed(text) == {"pods": 4.0, "jobs.batch": 1.0}
+    assert metrics.watches_closed("") == {}
+
+
+def test_a_process_is_niced_thread_by_thread_for_the_block_and_set_back_after() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import threading, time, sys; "
+                              "[threading.Thread(target=time.sleep, args=(60,), daemon=True).start() for _ in range(3)]; "
+                              "print(flush=True); time.sleep(60)", "bench-niced-probe"], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline()  # its threads run
+        tids = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+        assert len(tids) == 4
+        was = os.getpriority(os.PRIO_PROCESS, child.pid)  # as this test's (raising it needs no root)
+        with processes.niced("bench-niced-probe", min(was + 5, 19)):
+            assert {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {min(was + 5, 19)}
+        assert {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {was}
+        with pytest.raises(RuntimeError, match="no process runs"):
+            with processes.niced("no-such-process-anywhere", 5):
+                pass
+    finally:
+        child.kill()
+        child.wait()
 
 
 @pytest.mark.parametrize(("counts", "timeout", "expected"), [
