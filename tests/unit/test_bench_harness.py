@@ -194,9 +194,10 @@ def test_the_watches_the_api_server_closed_on_clients_behind_are_read_by_resourc
 
 
 def test_a_process_is_niced_thread_by_thread_for_the_block_and_set_back_after() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import threading, time, sys; "
-                              "[threading.Thread(target=time.sleep, args=(60,), daemon=True).start() for _ in range(3)]; "
-                              "print(flush=True); time.sleep(60)", "bench-niced-probe"], stdout=subprocess.PIPE)
+    code = ("import threading, time; "
+            "[threading.Thread(target=time.sleep, args=(60,), daemon=True).start() for _ in range(3)]; "
+            "print(flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code, "bench-niced-probe"], stdout=subprocess.PIPE)
     try:
         assert child.stdout is not None and child.stdout.readline()  # its threads run
         tids = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
@@ -205,9 +206,8 @@ def test_a_process_is_niced_thread_by_thread_for_the_block_and_set_back_after() 
         with processes.niced("bench-niced-probe", min(was + 5, 19)):
             assert {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {min(was + 5, 19)}
         assert {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {was}
-        with pytest.raises(RuntimeError, match="no process runs"):
-            with processes.niced("no-such-process-anywhere", 5):
-                pass
+        with pytest.raises(RuntimeError, match="no process runs"), processes.niced("no-such-process-anywhere", 5):
+            pass
     finally:
         child.kill()
         child.wait()
