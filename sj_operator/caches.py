@@ -32,6 +32,7 @@ from sj_operator.faults import Fault, describe
 from sj_operator.kube import Gone, Kube, KubeError
 from sj_operator.names import GROUP, PLURAL, VERSION
 from sj_operator.observed import PodView, RunKey, pod_view
+from sj_operator.settings import DEFAULT_SCHEDULERS
 
 __all__ = ["BACKOFFS", "JOBS_PATH", "PODS_PATH", "RESOURCE_QUOTAS_PATH", "SJS_PATH", "ObjectCache", "PodCache",
            "WatchCache"]
@@ -180,6 +181,8 @@ class PodCache(WatchCache):
 
     remember: Callable[[PodView], None] = lambda pod: None
     """Told of every view of a run member (`observed.remember_disrupted` keeps the disrupted ones)."""
+    schedulers: frozenset[str] = DEFAULT_SCHEDULERS
+    """The schedulers whose pending pods count toward the threshold (`observed.pod_view`)."""
     _pods: dict[str, PodView] = field(default_factory=dict)
     _runs: dict[RunKey, dict[str, PodView]] = field(default_factory=dict)
     _run_tuples: dict[RunKey, tuple[PodView, ...]] = field(default_factory=dict)
@@ -246,7 +249,7 @@ class PodCache(WatchCache):
             self.on_change()
 
     def view(self, obj: dict[str, Any]) -> PodView:
-        return pod_view(obj)
+        return pod_view(obj, self.schedulers)
 
     def key(self, view: PodView) -> str:
         return view.uid

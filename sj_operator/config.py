@@ -29,6 +29,7 @@ from sj_operator.settings import (
     DEFAULT_MIN_DURATION,
     DEFAULT_PROTECT_LEVEL,
     DEFAULT_RETRY_BACKOFF,
+    DEFAULT_SCHEDULERS,
     DEFAULT_STALL_TIMEOUT,
     DEFAULT_START_TIMEOUT,
     DEFAULT_STARVATION_AFTER,
@@ -39,6 +40,7 @@ from sj_operator.settings import (
     check_backoff_cap,
     check_non_negative,
     check_positive,
+    check_schedulers,
     check_threshold,
     parse_pools,
 )
@@ -75,6 +77,8 @@ class OperatorConfig(BaseModel):
     unhealthy (``/healthz``), so that it is restarted: whatever the objects, the loop must move."""
     namespaces: tuple[str, ...] = ()
     """Namespaces whose SJs this operator handles; empty means all."""
+    schedulers: tuple[str, ...] = tuple(sorted(DEFAULT_SCHEDULERS))
+    """The schedulers whose pending pods count toward the threshold (``observed.PodView.unclaimed``)."""
     protect_level: int = DEFAULT_PROTECT_LEVEL
     """Runs at or above this running-priority level are protected by a PodDisruptionBudget."""
     starvation_after: timedelta = DEFAULT_STARVATION_AFTER
@@ -131,6 +135,11 @@ class OperatorConfig(BaseModel):
     @classmethod
     def _threshold(cls, value: float) -> float:
         return check_threshold(value)
+
+    @field_validator("schedulers")
+    @classmethod
+    def _schedulers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return check_schedulers(value)
 
     @field_validator("protect_level")
     @classmethod
@@ -191,6 +200,9 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
      "is restarted (default 5m)"),
     ("--namespaces", "SJ_NAMESPACES", "namespaces",
      "comma-separated namespaces to handle SJs in; empty for all (default all)"),
+    ("--schedulers", "SJ_SCHEDULERS", "schedulers",
+     "comma-separated schedulerNames whose pending pods count toward the threshold as demand about to land; a pod "
+     "bound to no node that names another scheduler, or has scheduling gates, does not (default default-scheduler)"),
     ("--protect-level", "SJ_PROTECT_LEVEL", "protect_level",
      "running-priority level from which a run is protected by a PodDisruptionBudget (default 1)"),
     ("--max-protection", "SJ_MAX_PROTECTION", "max_protection",
@@ -245,8 +257,8 @@ def _convert(field: str, raw: str) -> object:
         return parse_duration(raw)
     if field == "pools":
         return parse_pools(raw)
-    if field == "namespaces":
-        return tuple(ns.strip() for ns in raw.split(",") if ns.strip())
+    if field in ("namespaces", "schedulers"):
+        return tuple(item.strip() for item in raw.split(",") if item.strip())
     if field == "default_namespace_quota":
         return parse_caps(raw)
     return raw

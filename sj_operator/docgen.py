@@ -48,6 +48,7 @@ _STATED_DEFAULTS = (re.compile(r"; default [^()]*(?=\)$)"), re.compile(r"\s*\(de
 _DEFAULT_WORDS = {
     "pools": "none",
     "namespaces": "all",
+    "schedulers": "`default-scheduler`",
     "lease_namespace": "`$POD_NAMESPACE`, else `default`",
     "liveness_port": "off",
     "webhook_port": "off (`9443` in the chart)",

@@ -99,7 +99,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     skipped = metrics.skipped_object
     memo.caches = Caches(
         pods=PodCache(on_change=memo.wake.set, remember=lambda pod: remember_disrupted(shared["disrupted"], pod),
-                      on_fault=skipped),
+                      on_fault=skipped, schedulers=frozenset(config.schedulers)),
         runs=ObjectCache(selector=LABEL_SJ, on_change=memo.wake.set, make=job_view, on_fault=skipped),
         adopted=ObjectCache(selector=f"{LABEL_SCAVENGE}=true", on_change=memo.wake.set, make=adopted_job,
                             on_fault=skipped),

@@ -108,7 +108,7 @@ class _Seen:
 class PodSums:
     """What the active pods request (milli-units): per node, per namespace (its pods in the scavenger band only)
     and in all (``cluster``: what the threshold counts, so without the pods the scheduler found no node for and
-    nominated none, `PodView.unschedulable`).
+    nominated none, `PodView.unschedulable`, and the pods no scheduler it counts will place, `PodView.unclaimed`).
 
     A namespace's sum is what its caps and fair share weigh, so it counts the pods by ``PodView.band``, which the
     namespace cannot change, not by their SJ label, which it can: a run's pod whose label was taken off still
@@ -154,7 +154,7 @@ class PodSums:
             self.version += 1
 
     def _count(self, pod: PodView, sign: int) -> None:
-        if not pod.unschedulable:
+        if not (pod.unschedulable or pod.unclaimed):
             _add(self.cluster, pod.requests, sign)
         if pod.node:
             _add(self.nodes.setdefault(pod.node, {}), pod.requests, sign)

@@ -73,8 +73,9 @@ class Metrics:
                                  "Estimated work lost to interruptions: time since the run's checkpoint period began",
                                  registry=r)
         self.used = Gauge("scavenger_used_capacity_ratio",
-                          "Requests of all pods (but those the scheduler found no node for and nominated none: "
-                          "what the threshold counts) over the allocatable of schedulable nodes, per resource",
+                          "Requests of all pods (but those the scheduler found no node for and nominated none, and "
+                          "pending pods no counted scheduler will place: what the threshold counts) over the "
+                          "allocatable of schedulable nodes, per resource",
                           ["resource"], registry=r)
         self.api_errors = Counter("scavenger_api_errors_total",
                                   "Kubernetes API calls that failed (each attempt), by operation and HTTP status",

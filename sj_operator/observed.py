@@ -24,9 +24,7 @@ from sj_operator.names import (
     in_band,
 )
 from sj_operator.resources import Resources, accumulate, resources_milli
-
-DEFAULT_SCHEDULER = "default-scheduler"
-"""The scheduler of a pod that names none: the one whose preemption makes room from the band's pods."""
+from sj_operator.settings import DEFAULT_SCHEDULER, DEFAULT_SCHEDULERS
 
 
 def parse_time(raw: Any) -> datetime | None:
@@ -134,8 +132,15 @@ class PodView:
     ``preemptionPolicy: Never``, is left out all the same), and one pod that can never run (a nodeSelector no
     node has, a request no node holds) would otherwise stop scavenging for every tenant. A run's own pod is still
     accounted for by its run (`policy.snapshot.InFlightRun`, the start timeout) and in its namespace's usage.
-    Another scheduler's pod (Volcano's, YuniKorn's) never is: those do not preempt the band's pods, so room the
-    threshold keeps free is its only way in."""
+    A pod of another scheduler listed in ``--schedulers`` (Volcano's, YuniKorn's) never is: those do not preempt the
+    band's pods, so room the threshold keeps free is its only way in (a pod of a scheduler not listed is
+    `unclaimed`)."""
+    unclaimed: bool = False
+    """Bound to no node, and no scheduler the operator counts (``--schedulers``) will place it as it is: it names
+    another scheduler (one that may not run at all), or it has scheduling gates, which keep every scheduler off it
+    until they are lifted. It does not count toward the threshold (`memo.PodSums`): a namespace could otherwise hold
+    the threshold reached for every tenant with pods nothing ever places. Once its gates are lifted it counts (and the
+    default scheduler's preemption takes the band's pods in its way); bound, it counts as every pod does."""
     ip: str | None = None
     """Its primary address (``status.podIP``); None until it has one."""
     hostname: str | None = None
@@ -162,7 +167,7 @@ class PodView:
     @property
     def holds_resources(self) -> bool:
         """Non-terminated pods count against capacity, scheduled or not (as the scheduler counts); the threshold
-        leaves out the `unschedulable` ones."""
+        leaves out the `unschedulable` and the `unclaimed` ones."""
         return not self.terminal
 
 
@@ -171,7 +176,9 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def pod_view(body: Mapping[str, Any]) -> PodView:
+def pod_view(body: Mapping[str, Any], schedulers: frozenset[str] = DEFAULT_SCHEDULERS) -> PodView:
+    """The pod as the loop sees it. ``schedulers``: the schedulers whose pending pods count toward the threshold
+    (`PodView.unclaimed`); a pod that names none is the default scheduler's."""
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     status = body.get("status") or {}
@@ -202,6 +209,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
     )
     index = annotations.get(ANNOTATION_COMPLETION_INDEX) or labels.get(ANNOTATION_COMPLETION_INDEX)
     run = labels.get(LABEL_RUN)
+    scheduler = _text(spec.get("schedulerName")) or DEFAULT_SCHEDULER
     return PodView(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
@@ -222,7 +230,8 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         # Bound without the condition (made with a nodeName): placed when it was made.
         placed=placed if placed is not None or not spec.get("nodeName") else parse_time(meta.get("creationTimestamp")),
         unschedulable=(no_room and not spec.get("nodeName") and _text(status.get("nominatedNodeName")) is None
-                       and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER)),
+                       and scheduler == DEFAULT_SCHEDULER),
+        unclaimed=not spec.get("nodeName") and (scheduler not in schedulers or bool(spec.get("schedulingGates"))),
         ip=_text(status.get("podIP")),
         hostname=_text(spec.get("hostname")) if run is not None and spec.get("subdomain") == run else None,
         band=in_band(spec.get("priorityClassName")),

@@ -7,6 +7,7 @@ check values with the same functions, so a value one accepts the other accepts t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,12 +27,13 @@ DEFAULT_RETRY_BACKOFF: Final = timedelta(seconds=10)
 DEFAULT_MAX_RETRY_BACKOFF: Final = timedelta(minutes=10)
 DEFAULT_TICK: Final = timedelta(seconds=5)
 DEFAULT_CACHE_TIMEOUT: Final = timedelta(minutes=10)
+"""How long the watch caches may take to fill at start before the process reports itself unhealthy."""
 DEFAULT_STALL_TIMEOUT: Final = timedelta(minutes=5)
 """How long the decision loop may go without completing a pass before ``/healthz`` fails."""
-"""How long the watch caches may take to fill at start before the process reports itself unhealthy."""
 DEFAULT_PROTECT_LEVEL: Final = 1
 DEFAULT_STARVATION_AFTER: Final = timedelta(minutes=10)
 DEFAULT_MAX_PROTECTION: Final = timedelta(minutes=30)
+"""The longest a run keeps its protection (PodDisruptionBudget) within one checkpoint period."""
 DEFAULT_THRASH_BACKOFF: Final = timedelta(seconds=30)
 """Wait before the next run after a wasted one; doubles with each wasted run in a row."""
 DEFAULT_MAX_THRASH_BACKOFF: Final = timedelta(minutes=10)
@@ -39,9 +41,12 @@ DEFAULT_AGING_STEP: Final = timedelta(hours=1)
 """A waiting SJ moves up one interruption's worth in the queue per this much waiting..."""
 DEFAULT_AGING_CAP: Final = 10
 """...at most this many."""
-"""The longest a run keeps its protection (PodDisruptionBudget) within one checkpoint period."""
 DEFAULT_MAX_TERMINATION_GRACE: Final = 300
 """The most seconds an SJ may hold its room after being told to give it back (its grace period)."""
+DEFAULT_SCHEDULER: Final = "default-scheduler"
+"""The scheduler of a pod that names none: the one whose preemption makes room from the band's pods."""
+DEFAULT_SCHEDULERS: Final = frozenset({DEFAULT_SCHEDULER})
+"""The schedulers whose pending pods count toward the threshold unless others are configured (``--schedulers``)."""
 DEFAULT_MIN_DURATION: Final = timedelta(seconds=10)
 """The shortest ``spec.duration`` accepted: shorter periods make checkpointing the main work."""
 
@@ -63,6 +68,21 @@ def check_backoff_cap(cap: timedelta, first: timedelta) -> timedelta:
     if cap < first:
         raise ValueError(f"must not be below the retry backoff ({first.total_seconds():g}s)")
     return cap
+
+
+def check_schedulers(names: tuple[str, ...]) -> tuple[str, ...]:
+    """At least one scheduler, each named once: the threshold would otherwise count no pending pod at all."""
+    if not names:
+        raise ValueError("must name at least one scheduler (default-scheduler is the cluster's own)")
+    if len(set(names)) != len(names):
+        raise ValueError(f"names a scheduler twice: {','.join(names)}")
+    if (bad := next((n for n in names if len(n) > 253 or not _DNS_SUBDOMAIN.fullmatch(n)), None)) is not None:
+        raise ValueError(f"{bad!r} is not a scheduler name (a pod's schedulerName is a DNS subdomain: "
+                         "lower-case letters, digits, '-' and '.')")
+    return names
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def check_non_negative(value: int) -> int:

@@ -3,12 +3,14 @@
 ``decide`` walks the queue in ``queue_order`` and admits an SJ when both hold:
 
 (a) **Threshold.** For every resource the SJ requests: ``cluster_requested`` (every pod not finished, scheduled
-    or not, but those the scheduler found no node for and nominated none) + the requests of the
+    or not, but those the scheduler found no node for and nominated none, and pending pods no counted scheduler
+    will place) + the requests of the
     pods of in-flight runs not yet scheduled + the SJs admitted (or held) earlier in this pass + the whole gang
     <= ``threshold`` x the allocatable of all schedulable (non-cordoned) nodes. A resource that no
     schedulable node has therefore admits nothing that requests it. In-flight pods that exist but are
-    still pending are in ``cluster_requested`` too until the scheduler finds no node for them, and are counted
-    once more: conservative, and only until the run's pods are scheduled or its start times out.
+    still pending are in ``cluster_requested`` too until the scheduler finds no node for them (unless no counted
+    scheduler will place them: gated, or another scheduler's), and are counted once more: conservative, and only
+    until the run's pods are scheduled or its start times out.
 (b) **Placement.** ``gang.placement`` finds a node for every pod of the gang at once on free capacity,
     where free is allocatable minus requested, minus the unscheduled pods of in-flight runs (placed
     with the same heuristic, as many of them as fit) and minus the placements of SJs admitted (or held)

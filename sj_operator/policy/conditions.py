@@ -34,7 +34,8 @@ WAIT_REASONS: tuple[WaitReason, ...] = ("ThresholdReached", "NoNodeFitsGang", "Q
 WAIT_REASON_MEANINGS: dict[WaitReason, str] = {
     "ThresholdReached": "all requests in the cluster (or the node pool it may use) plus the whole gang would pass "
                         "the threshold of allocatable for some resource (a pod the scheduler found no node for "
-                        "and nominated none does not count); the message gives what it needs, the threshold and "
+                        "and nominated none does not count, nor does a pending pod no counted scheduler will place: "
+                        "see --schedulers); the message gives what it needs, the threshold and "
                         "what is requested",
     "NoNodeFitsGang": "the gang does not place at once on the free room of the nodes it may use (node selector, "
                       "taints, cordons), or a starving head of the queue holds backfill behind it, or the room it "

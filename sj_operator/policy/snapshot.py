@@ -178,7 +178,8 @@ class ClusterSnapshot:
     nodes: tuple[NodeView, ...] = ()
     cluster_requested: Resources = field(default_factory=_no_resources)
     """Sum of the requests of every non-terminated pod in the cluster, scheduled or not, but those the scheduler
-    found no node for and nominated none (`observed.PodView.unschedulable`)."""
+    found no node for and nominated none (`observed.PodView.unschedulable`) and those no scheduler it counts will
+    place (`observed.PodView.unclaimed`)."""
     in_flight: tuple[InFlightRun, ...] = ()
     queue: tuple[QueuedSJ, ...] = ()
     quotas: Mapping[str, NamespaceQuota] = field(default_factory=dict)

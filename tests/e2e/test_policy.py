@@ -162,3 +162,39 @@ def test_past_the_threshold_an_sj_overflows_to_the_burst_pool_and_new_sjs_go_bac
                 assert run_pods(api, namespace, st["jobName"])[0].spec.node_name == main["name"]
     finally:
         op.stop()
+
+
+def test_a_pending_pod_no_counted_scheduler_will_place_holds_no_room(api: client.ApiClient, namespace: str,
+                                                                     crd: None) -> None:
+    """Two huge pods bound to no node: one names a scheduler nobody runs, one waits on a scheduling gate. Neither
+    counts toward the threshold, so an SJ starts beside them. An operator told that the first one's scheduler is
+    one it counts (``--schedulers``) holds the next SJ back for it, until that pod goes."""
+    core = client.CoreV1Api(api)
+    huge = {"terminationGracePeriodSeconds": 0, "containers": [sim_container(cpu="100000")]}
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "elsewhere"},
+                                           "spec": {**huge, "schedulerName": "e2e-nobody-runs-this"}})
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "gated"},
+                                           "spec": {**huge, "schedulingGates": [{"name": "scavenger.dev/e2e-hold"}]}})
+    with dedicated_node(cpu="4") as node:
+        spec = sj_spec(run_for=None, cpu="1", memory="64Mi", duration="10m", nodeSelector=node["nodeSelector"],
+                       tolerations=node["tolerations"])
+        op = InProcessOperator(operator_config(namespaces=(namespace,)))
+        op.start()
+        try:
+            create_sj(api, namespace, "beside", spec)
+            wait_phase(api, namespace, "beside", "Running", timeout=60)
+        finally:
+            op.stop()
+        op = InProcessOperator(operator_config(namespaces=(namespace,),
+                                               schedulers=("default-scheduler", "e2e-nobody-runs-this")))
+        op.start()
+        try:
+            create_sj(api, namespace, "held", spec)
+            waiting = wait_for("held waits, saying why", lambda: next(
+                (c for c in status(api, namespace, "held").get("conditions", []) if c["type"] == "Admitted"
+                 and c["status"] == "False"), None), timeout=60)
+            assert waiting["reason"] == "ThresholdReached", waiting
+            core.delete_namespaced_pod("elsewhere", namespace, grace_period_seconds=0)
+            wait_phase(api, namespace, "held", "Running", timeout=60)  # the gated pod still holds nothing
+        finally:
+            op.stop()

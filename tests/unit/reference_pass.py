@@ -52,7 +52,8 @@ def admission_snapshot(view: ClusterView, queue: tuple[QueuedSJ, ...], runs: tup
     quotas = quota_table(view, defaults)
     fair = bool(quotas.namespaces) or quotas.default is not None
     return ClusterSnapshot(nodes=node_views(view),
-                           cluster_requested=total(p.requests for p in view.active_pods if not p.unschedulable),
+                           cluster_requested=total(p.requests for p in view.active_pods
+                                                   if not (p.unschedulable or p.unclaimed)),
                            in_flight=runs, queue=queue, quotas=quotas.namespaces, default_quota=quotas.default,
                            namespace_used=namespace_used(view, runs) if fair else {})
 

@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -735,6 +736,11 @@ def raw_pod(name: str = "stuck", namespace: str = "tenant", *, node: str | None 
             "spec": spec, "status": {"phase": "Pending", **status}}
 
 
+def with_spec(pod: dict[str, Any], **fields: object) -> dict[str, Any]:
+    """``pod`` with ``fields`` added to its spec."""
+    return {**pod, "spec": {**pod["spec"], **fields}}
+
+
 def admission_of(pods: tuple[dict[str, object], ...], runs: tuple[InFlightRun, ...] = (),
                  pools: tuple[Pool, ...] = (), memo: PassMemo | None = None) -> tuple[str, str]:
     """``ONE_CPU``'s fate, ``admitted`` or its waiting reason, and the cpu the threshold counts as requested."""
@@ -756,9 +762,13 @@ def admission_of(pods: tuple[dict[str, object], ...], runs: tuple[InFlightRun, .
     (raw_pod(conditions=[NO_ROOM], nominatedNodeName=""), "admitted"),
     # It preempts on a nominated node: real demand, about to land.
     (raw_pod(conditions=[NO_ROOM], nominatedNodeName="n0"), "ThresholdReached"),
-    # Waiting for the scheduler (a backlog, or a gate not lifted yet): it may land any moment.
+    # Waiting for the scheduler (a backlog, or gates just lifted): it may land any moment.
     (raw_pod(), "ThresholdReached"),
     (raw_pod(conditions=[GATED]), "ThresholdReached"),
+    # No scheduler the operator counts will place it: gated, or another scheduler's (`--schedulers`).
+    (with_spec(raw_pod(conditions=[GATED]), schedulingGates=[{"name": "example.com/hold"}]), "admitted"),
+    (with_spec(raw_pod(), schedulerName="nobody-runs-this"), "admitted"),
+    (with_spec(raw_pod(node="n0", conditions=[BOUND]), schedulerName="nobody-runs-this"), "ThresholdReached"),
     # PodScheduled False for another reason than no room: not judged unschedulable.
     (raw_pod(conditions=[{**NO_ROOM, "reason": "SchedulerError"}]), "ThresholdReached"),
     # Bound: on its node's sums (that node has room for the SJ, the threshold does not).
@@ -767,7 +777,8 @@ def admission_of(pods: tuple[dict[str, object], ...], runs: tuple[InFlightRun, .
     (raw_pod(node="n0", phase="Running", conditions=[BOUND]), "ThresholdReached"),
     # Finished: holds nothing.
     (raw_pod(node="n0", phase="Succeeded", conditions=[BOUND]), "admitted"),
-], ids=["no room", "no room, empty nomination", "no room, nominated", "not looked at", "gated", "scheduler error",
+], ids=["no room", "no room, empty nomination", "no room, nominated", "not looked at", "gates lifted", "gated",
+        "another scheduler's", "another scheduler's, bound", "scheduler error",
         "bound", "bound, stale condition", "running", "succeeded"])
 def test_a_pod_the_scheduler_found_no_node_for_and_nominated_none_does_not_count(
         pod: dict[str, object], expected: str, pools: tuple[Pool, ...]) -> None:

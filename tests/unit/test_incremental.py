@@ -348,7 +348,7 @@ def a_pod(uid: int, node: int | None, cpu: int, sj: bool, ns: str = "a") -> PodV
 
 
 POD_CHANGES = st.lists(st.tuples(st.integers(0, 7),
-                                 st.sampled_from(["add", "remove", "move", "resize", "no room", "keep"]),
+                                 st.sampled_from(["add", "remove", "move", "resize", "no room", "gate", "keep"]),
                                  st.one_of(st.none(), st.integers(0, 2)), st.integers(0, 4000), st.booleans(),
                                  st.sampled_from("ab")), min_size=1, max_size=40)
 
@@ -361,8 +361,9 @@ def from_scratch(pods: tuple[PodView, ...]) -> tuple[dict[str, Any], dict[str, A
             accumulate(per_node.setdefault(p.node, {}), p.requests)
         if p.band:
             accumulate(per_ns.setdefault(p.namespace, {}), p.requests)
-    # The threshold's sum leaves out the pods the scheduler found no node for and nominated none.
-    return (dict(total(p.requests for p in pods if not p.unschedulable)),
+    # The threshold's sum leaves out the pods the scheduler found no node for and nominated none, and the pods no
+    # counted scheduler will place.
+    return (dict(total(p.requests for p in pods if not (p.unschedulable or p.unclaimed))),
             {k: dict(freeze(v)) for k, v in per_node.items() if freeze(v)},
             {k: dict(freeze(v)) for k, v in per_ns.items() if freeze(v)})
 
@@ -378,14 +379,17 @@ def test_pod_sums_match_a_recount_after_every_change(changes: list[tuple[Any, ..
     sums, memo = PodSums(), PassMemo(DEFAULT_LIMITS)
     pods: dict[int, PodView] = {}
     for uid, what, node, cpu, is_sj, ns in changes:
-        if what == "add" or (what in ("move", "resize", "no room") and uid not in pods):
+        if what == "add" or (what in ("move", "resize", "no room", "gate") and uid not in pods):
             pods[uid] = a_pod(uid, node, cpu, is_sj, ns)
         elif what == "remove":
             pods.pop(uid, None)
         elif what == "move":
-            pods[uid] = replace(pods[uid], node=None if node is None else f"n{node}", unschedulable=False)
+            pods[uid] = replace(pods[uid], node=None if node is None else f"n{node}", unschedulable=False,
+                                unclaimed=False)
         elif what == "no room":  # the scheduler found no node for it, or ``node``: it preempts on one
             pods[uid] = replace(pods[uid], node=None, unschedulable=node is None)
+        elif what == "gate":  # gated, or another scheduler's: no counted scheduler will place it (``node``: ungated)
+            pods[uid] = replace(pods[uid], node=None, unclaimed=node is None)
         elif what == "resize":
             pods[uid] = replace(pods[uid], requests=freeze({"cpu": cpu, "pods": 1000}))
         now = tuple(pods.values())

@@ -234,10 +234,29 @@ PODS: list[tuple[str, dict[str, Any], PodView]] = [
      pod(spec={"containers": SPEC["containers"], "schedulerName": "default-scheduler"},
          status={"phase": "Pending", "conditions": [NO_ROOM]}),
      view(node=None, placed=T0, unschedulable=True)),
-    ("no room by another scheduler, which preempts no band pod for it: it counts",
+    ("no room by a scheduler not counted: unclaimed",
      pod(spec={"containers": SPEC["containers"], "schedulerName": "volcano"},
          status={"phase": "Pending", "conditions": [NO_ROOM]}),
-     view(node=None, placed=T0)),
+     view(node=None, placed=T0, unclaimed=True)),
+    ("names a scheduler not counted, not looked at: unclaimed",
+     pod(spec={"containers": SPEC["containers"], "schedulerName": "nobody-runs-this"}),
+     view(node=None, unclaimed=True)),
+    ("bound, naming a scheduler not counted: it counts as every bound pod",
+     pod(spec={**SPEC, "schedulerName": "nobody-runs-this"}), view()),
+    ("a schedulerName that is not a string is the default scheduler's",
+     pod(spec={"containers": SPEC["containers"], "schedulerName": ["volcano"]}), view(node=None)),
+    ("an empty schedulerName is the default scheduler's",
+     pod(spec={"containers": SPEC["containers"], "schedulerName": ""}), view(node=None)),
+    ("scheduling gates: no scheduler places it until they are lifted, unclaimed",
+     pod(spec={"containers": SPEC["containers"], "schedulingGates": [{"name": "example.com/hold"}]},
+         status={"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                     "reason": "SchedulingGated"}]}),
+     view(node=None, unclaimed=True)),
+    ("gates lifted, the condition not updated yet: it counts",
+     pod(spec={"containers": SPEC["containers"], "schedulingGates": []},
+         status={"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                     "reason": "SchedulingGated"}]}),
+     view(node=None)),
     ("no room, but the scheduler preempts for it on a nominated node: it counts",
      pod(spec={"containers": SPEC["containers"]}, status={"phase": "Pending", "conditions": [NO_ROOM],
                                                           "nominatedNodeName": "kwok-node-1"}),
@@ -275,6 +294,23 @@ PODS: list[tuple[str, dict[str, Any], PodView]] = [
 @pytest.mark.parametrize(("body", "expected"), [c[1:] for c in PODS], ids=[c[0] for c in PODS])
 def test_pod_view(body: dict[str, Any], expected: PodView) -> None:
     assert pod_view(body) == expected
+
+
+@pytest.mark.parametrize(("spec", "schedulers", "unclaimed", "unschedulable"), [
+    # (the pod's spec past its containers, the schedulers counted, whether it is left out as unclaimed, as no room)
+    ({"schedulerName": "volcano"}, {"default-scheduler"}, True, False),
+    ({"schedulerName": "volcano"}, {"default-scheduler", "volcano"}, False, False),  # no room, yet counted
+    ({}, {"volcano"}, True, True),  # the default scheduler's pod, not counted (and found no room)
+    ({}, {"default-scheduler", "volcano"}, False, True),  # left out for no room only
+    ({"schedulingGates": [{"name": "hold"}]}, {"default-scheduler"}, True, True),
+    ({"schedulerName": "volcano", "schedulingGates": [{"name": "hold"}]}, {"volcano"}, True, False),
+    ({"nodeName": "kwok-node-0", "schedulerName": "volcano"}, {"default-scheduler"}, False, False),  # bound
+])
+def test_a_pod_no_counted_scheduler_will_place_is_unclaimed(spec: dict[str, Any], schedulers: set[str],
+                                                           unclaimed: bool, unschedulable: bool) -> None:
+    body = pod(spec={"containers": SPEC["containers"], **spec}, status={"phase": "Pending", "conditions": [NO_ROOM]})
+    seen = pod_view(body, frozenset(schedulers))
+    assert (seen.unclaimed, seen.unschedulable) == (unclaimed, unschedulable)
 
 
 @pytest.mark.parametrize(("phase", "terminal"), [("Pending", False), ("Running", False), ("Succeeded", True),
