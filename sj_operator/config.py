@@ -64,7 +64,8 @@ class OperatorConfig(BaseModel):
     start_timeout: timedelta = DEFAULT_START_TIMEOUT
     """A run whose pods are not all running by then is deleted and retried later."""
     retry_backoff: timedelta = DEFAULT_RETRY_BACKOFF
-    """First wait after a start timeout; doubles per timeout, capped at max_retry_backoff."""
+    """First wait after a start timeout, a launch the SJ's namespace refused, or an adopted Job whose SJ the API
+    server refused; doubles per one in a row, capped at max_retry_backoff."""
     max_retry_backoff: timedelta = DEFAULT_MAX_RETRY_BACKOFF
     tick: timedelta = DEFAULT_TICK
     """The decision loop runs at least this often, and on every relevant change."""
@@ -189,7 +190,9 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
     ("--start-timeout", "SJ_START_TIMEOUT", "start_timeout",
      "how long a run may take to have all its pods running, e.g. 60s (default 60s)"),
     ("--retry-backoff", "SJ_RETRY_BACKOFF", "retry_backoff",
-     "first wait before retrying an SJ whose run timed out; doubles each time (default 10s)"),
+     "first wait before trying again after a run's start timeout, a launch the SJ's namespace refused (a "
+     "ResourceQuota, another admission rule) or an adopted Job whose SJ the API server refused; doubles with "
+     "each one in a row (default 10s)"),
     ("--max-retry-backoff", "SJ_MAX_RETRY_BACKOFF", "max_retry_backoff", "cap of that wait (default 10m)"),
     ("--tick", "SJ_TICK", "tick", "the decision loop runs at least this often (default 5s)"),
     ("--cache-timeout", "SJ_CACHE_TIMEOUT", "cache_timeout",
