@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from gang.hosts import DEFAULT_CLUSTER_DOMAIN
 from sj_operator.api import SpecLimits
-from sj_operator.api.fields import QUANTITY_PATTERN, parse_duration, qualified_name_error
+from sj_operator.api.fields import QUANTITY_PATTERN, is_dns_subdomain, parse_duration, qualified_name_error
 from sj_operator.api.parse import check_max_termination_grace, check_min_duration
 from sj_operator.api.quota import MAX_WEIGHT
 from sj_operator.resources import to_milli
@@ -40,7 +40,6 @@ from sj_operator.settings import (
     check_backoff_cap,
     check_non_negative,
     check_positive,
-    check_schedulers,
     check_threshold,
     parse_pools,
 )
@@ -139,8 +138,16 @@ class OperatorConfig(BaseModel):
 
     @field_validator("schedulers")
     @classmethod
-    def _schedulers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return check_schedulers(value)
+    def _schedulers(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        """At least one scheduler, each named once: the threshold would otherwise count no pending pod at all."""
+        if not names:
+            raise ValueError("must name at least one scheduler (default-scheduler is the cluster's own)")
+        if len(set(names)) != len(names):
+            raise ValueError(f"names a scheduler twice: {','.join(names)}")
+        if (bad := next((n for n in names if not is_dns_subdomain(n)), None)) is not None:
+            raise ValueError(f"{bad!r} is not a scheduler name (a pod's schedulerName is a DNS subdomain: "
+                             "lower-case letters, digits, '-' and '.')")
+        return names
 
     @field_validator("protect_level")
     @classmethod

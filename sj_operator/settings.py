@@ -7,7 +7,6 @@ check values with the same functions, so a value one accepts the other accepts t
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -68,21 +67,6 @@ def check_backoff_cap(cap: timedelta, first: timedelta) -> timedelta:
     if cap < first:
         raise ValueError(f"must not be below the retry backoff ({first.total_seconds():g}s)")
     return cap
-
-
-def check_schedulers(names: tuple[str, ...]) -> tuple[str, ...]:
-    """At least one scheduler, each named once: the threshold would otherwise count no pending pod at all."""
-    if not names:
-        raise ValueError("must name at least one scheduler (default-scheduler is the cluster's own)")
-    if len(set(names)) != len(names):
-        raise ValueError(f"names a scheduler twice: {','.join(names)}")
-    if (bad := next((n for n in names if len(n) > 253 or not _DNS_SUBDOMAIN.fullmatch(n)), None)) is not None:
-        raise ValueError(f"{bad!r} is not a scheduler name (a pod's schedulerName is a DNS subdomain: "
-                         "lower-case letters, digits, '-' and '.')")
-    return names
-
-
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def check_non_negative(value: int) -> int:
