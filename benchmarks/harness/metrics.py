@@ -8,7 +8,7 @@ its start timeouts and the Events it dropped.
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 WRITE_VERBS = ("create_", "patch_", "replace_", "delete_")
 """How the operator's API operations that write begin."""
@@ -56,6 +56,16 @@ APISERVER_WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
 """The API server's request verbs (``apiserver_request_total``) that write."""
 
 
+def series(text: str, name: str) -> Iterator[tuple[dict[str, str], float]]:
+    """Each series of metric ``name`` in a Prometheus text exposition: its labels (values unquoted) and its value."""
+    prefix = f"{name}{{"
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            labels, _, value = line[len(prefix):].rpartition("} ")
+            parsed = dict(part.split("=", 1) for part in labels.split('",') if "=" in part)
+            yield {k: v.strip('"') for k, v in parsed.items()}, float(value)
+
+
 def apiserver_writes(text: str, *, refused: bool = False) -> dict[str, float]:
     """The writes an API server has served so far, from its metrics' text (``apiserver_request_total``), by
     resource and verb (``pods/status PATCH``, ``jobs POST``), whoever made them: the operator, the controllers, the
@@ -63,12 +73,7 @@ def apiserver_writes(text: str, *, refused: bool = False) -> dict[str, float]:
     server answered with an error, by resource, verb and code (``pods/status PATCH 409``): they wrote nothing
     and woke no watch, so what was written is the difference."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels, _, value = line.partition("{")[2].rpartition("} ")
-        parsed = dict(part.split("=", 1) for part in labels.split('",') if "=" in part)
-        label = {k: v.strip('"') for k, v in parsed.items()}
+    for label, value in series(text, "apiserver_request_total"):
         if label.get("verb") not in APISERVER_WRITE_VERBS:
             continue
         code = label.get("code", "")
@@ -76,7 +81,7 @@ def apiserver_writes(text: str, *, refused: bool = False) -> dict[str, float]:
             continue
         resource = label.get("resource", "") + (f"/{label['subresource']}" if label.get("subresource") else "")
         key = f"{resource} {label['verb']}" + (f" {code}" if refused else "")
-        out[key] = out.get(key, 0.0) + float(value)
+        out[key] = out.get(key, 0.0) + value
     return out
 
 
@@ -86,13 +91,10 @@ def watches_closed(text: str) -> dict[str, float]:
     from where it was, or lists everything again when that is no longer in the server's window: kwok then replays
     its pods' stages, work of the simulated nodes a run is charged with."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("apiserver_terminated_watchers_total{"):
-            labels, _, value = line.partition("{")[2].rpartition("} ")
-            label = dict(part.split("=", 1) for part in labels.split(",") if "=" in part)
-            group, resource = label.get("group", '""').strip('"'), label.get("resource", '""').strip('"')
-            key = f"{resource}.{group}" if group else resource
-            out[key] = out.get(key, 0.0) + float(value)
+    for label, value in series(text, "apiserver_terminated_watchers_total"):
+        group, resource = label.get("group", ""), label.get("resource", "")
+        key = f"{resource}.{group}" if group else resource
+        out[key] = out.get(key, 0.0) + value
     return out
 
 
