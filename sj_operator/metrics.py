@@ -83,6 +83,10 @@ class Metrics:
         self.api_requests = Counter("scavenger_api_requests_total",
                                     "Kubernetes API calls made (each attempt), by operation", ["operation"],
                                     registry=r)
+        self.launch_paced = Counter("scavenger_launch_paced_seconds_total",
+                                    "Seconds launch workers waited for the control plane to take up the runs "
+                                    "already made (Jobs not synced by the Job controller, pods not looked at by "
+                                    "the scheduler) before making more", registry=r)
         self.events_dropped = Counter("scavenger_events_dropped_total",
                                       "Events not recorded because too many were already waiting to be (Events "
                                       "are best effort: they never hold up a decision)", registry=r)

@@ -123,7 +123,8 @@ def loop_lag(metrics: Mapping[str, float]) -> dict[str, float]:
 
 COUNTS = {"operator_start_timeouts": "scavenger_start_timeouts_total",
           "operator_events_dropped": "scavenger_events_dropped_total",
-          "operator_events_replaced": "scavenger_events_replaced_total"}
+          "operator_events_replaced": "scavenger_events_replaced_total",
+          "operator_launch_paced": "scavenger_launch_paced_seconds_total"}
 """The operator's counters read as figures of a run, by figure."""
 
 

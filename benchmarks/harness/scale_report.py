@@ -253,6 +253,8 @@ def rows(result: Result) -> list[Row]:
          _pair(f, "kueue_latency", ".1f"), "a plain Job is what is created; Kueue's: created -> started"),
         ("Job -> its first sync p50 / p99 (s)", _pair(f, "floor_job_sync"), _pair(f, "operator_job_sync"), "-",
          "the Job controller's status.startTime"),
+        ("launches paced (worker-s)", "-", _figure(f, "operator_launch_paced", ".0f"), "-",
+         "launch workers' time waiting for the Job controller and the scheduler to take up the runs made"),
         ("start timeouts", "-", _figure(f, "operator_start_timeouts", ".0f"), "-",
          "runs deleted and retried (goal 0); a plain Job's pods wait"),
         ("API server CPU (cores)", _figure(f, "floor_apiserver_cores", ".2f"),

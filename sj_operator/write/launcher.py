@@ -2,7 +2,13 @@
 
 A pass queues its admitted SJs' launches and goes on; `LAUNCH_WORKERS` workers make their runs meanwhile,
 so SJs created during a burst of launches are decided while the Jobs of the ones before them are still being
-made. A launch asks the namespace gate first, then makes the run's objects, its Job last. Child names are
+made. A worker takes the next launch only while the control plane keeps up with the runs already made
+(`Ledger.backlog` under `LAUNCH_BACKLOG`: Jobs the Job controller has not taken up, pods the scheduler has not
+looked at); otherwise it waits, `LAUNCH_WAIT_MOST` seconds at most. In a burst of thousands the launches go at
+the pace the Job controller and the scheduler take them up: what the operator would queue beyond it, they would
+hold in their own queues, and every pod event of theirs is watched by the nodes' agents, which fall behind.
+
+A launch asks the namespace gate first, then makes the run's objects, its Job last. Child names are
 deterministic, so a launch repeated after a crash finds its Job and adopts it; only what the SJ controls is
 found so: an object of a child's name that someone else made holds the SJ back (``NameTaken``), as a refusal
 of the API server does. The state machine says what to record: the ``Launched`` Event (the run itself is
@@ -10,6 +16,7 @@ written into the status by a later pass, `lifecycle.launched`), or why no run wa
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -31,16 +38,23 @@ from sj_operator.observed import SJObject, job_view
 from sj_operator.policy.lifecycle import Run, Step, launch_refused, launched, refusal_reason
 from sj_operator.policy.priority import launch_class
 from sj_operator.write.gate import Gate, Refusal
-from sj_operator.write.ledger import Launching, Ledger
+from sj_operator.write.ledger import LAUNCH_BACKLOG, Launching, Ledger
 from sj_operator.write.pool import Pool
 
-__all__ = ["LAUNCH_WORKERS", "Candidate", "Launcher"]
+__all__ = ["LAUNCH_RECHECK", "LAUNCH_WAIT_MOST", "LAUNCH_WORKERS", "PACED_LOG_EVERY", "Candidate", "Launcher"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LAUNCH_WORKERS = 24
 """Launches under way at once."""
+LAUNCH_RECHECK = 0.25
+"""Seconds between two looks at the control plane's backlog by a launch waiting for it."""
+LAUNCH_WAIT_MOST = 60.0
+"""Seconds a launch waits for the control plane at most: runs that stay behind (a scheduler that is down) slow
+the launches to a trickle, never stop them."""
+PACED_LOG_EVERY = 60.0
+"""Seconds between two log lines saying that launches wait for the control plane."""
 
 _NO_RUN = Run(job=None)
 
@@ -76,8 +90,10 @@ class Launcher:
                  on_fault: Callable[[SJObject, Exception], None], wake: Callable[[], None]) -> None:
         self.kube, self.config, self.ledger, self.gate, self.metrics = kube, config, ledger, gate, metrics
         self.clock, self._apply, self._on_fault = clock, apply, on_fault
-        self.pool: Pool[_Order] = Pool("launches", LAUNCH_WORKERS, self._launch_queued, drained=wake,
-                                        describe=lambda order: order.candidate.sj.key)
+        self.backlog_at, self.recheck, self.wait_most = LAUNCH_BACKLOG, LAUNCH_RECHECK, LAUNCH_WAIT_MOST
+        self._paced_logged: float | None = None
+        self.pool: Pool[_Order] = Pool("launches", LAUNCH_WORKERS, self._launch_queued, ready=self._paced,
+                                        drained=wake, describe=lambda order: order.candidate.sj.key)
 
     def queue(self, now: datetime, admitted: Iterable[tuple[Candidate, int]]) -> None:
         """Queues the admitted SJs' launches (each with the configuration the admission chose); their room stays
@@ -95,6 +111,29 @@ class Launcher:
         """Forgets the launches not begun yet."""
         for order in self.pool.drop():
             self.ledger.end_launch(order.candidate.sj.uid)
+
+    async def _paced(self) -> bool:
+        """Waits while the control plane is ``backlog_at`` (`LAUNCH_BACKLOG`) runs behind, looked at every ``recheck``
+        seconds, ``wait_most`` seconds at most (the time waited is counted in ``scavenger_launch_paced_seconds_total``);
+        always True (the worker goes on)."""
+        monotonic = self.ledger.monotonic
+        began = waited = None
+        while (backlog := self.ledger.backlog()) >= self.backlog_at and self.pool.queue:
+            now = monotonic()
+            if began is None:
+                began = now
+            waited = now - began
+            if waited >= self.wait_most:
+                break
+            if self._paced_logged is None or now - self._paced_logged >= PACED_LOG_EVERY:
+                self._paced_logged = now
+                log.info("launches wait for the control plane: %d runs made are not taken up by the Job controller "
+                         "or looked at by the scheduler yet (launches go on below %d); %d launches queued",
+                         backlog, self.backlog_at, len(self.pool.queue))
+            await asyncio.sleep(self.recheck)
+        if began is not None:
+            self.metrics.launch_paced.inc(monotonic() - began)
+        return True
 
     async def _launch_queued(self, order: _Order) -> None:
         w = order.candidate

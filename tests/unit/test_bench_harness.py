@@ -100,10 +100,11 @@ def test_the_operators_start_timeouts_and_events_dropped_are_read_from_its_count
     operator = Metrics()
     operator.start_timeouts.inc()
     operator.events_dropped.inc(3)
+    operator.launch_paced.inc(2.5)
     scraped = {key: float(value) for line in operator.exposition().decode().splitlines()
                if line and not line.startswith("#") for key, _, value in [line.rpartition(" ")]}
     assert metrics.counts(scraped) == {"operator_start_timeouts": 1, "operator_events_dropped": 3,
-                                       "operator_events_replaced": 0}
+                                       "operator_events_replaced": 0, "operator_launch_paced": 2.5}
     assert metrics.counts({"scavenger_events_dropped_total": 2.0}) == {"operator_events_dropped": 2}
 
 

@@ -1207,6 +1207,109 @@ def test_launches_not_begun_are_dropped_when_another_replica_leads(monkeypatch):
     assert launched(kube) == ["a-r1"] and not controller.launching
 
 
+def _paced_controller(monkeypatch, t: list[float]) -> tuple[FakeKube, Controller]:
+    """One launch worker that waits from two runs behind, looking again at every turn of the loop."""
+    monkeypatch.setattr("sj_operator.write.launcher.LAUNCH_WORKERS", 1)
+    kube = FakeKube()
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW, monotonic=lambda: t[0])  # type: ignore[arg-type]
+    controller.launcher.backlog_at, controller.launcher.recheck = 2, 0.0
+    return kube, controller
+
+
+async def _turns(n: int = 50) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def _taken_up(kube: FakeKube, *names: str) -> ClusterView:
+    """The SJs ``names`` (one CPU each), the runs made of them taken up by the Job controller and their pods bound."""
+    jobs, pods = {}, {}
+    for name in names:
+        if f"{name}-r1" in kube.made:
+            jobs[("ns", f"{name}-r1")] = kube.job(f"{name}-r1", created=NOW)
+            pods[("ns", f"{name}-r1")] = (PodView(namespace="ns", name=f"{name}-r1-0", uid=f"p-{name}", sj=name,
+                                                  run=f"{name}-r1", node="n1", phase="Pending", deleting=False,
+                                                  requests={"cpu": 1000}, placed=NOW),)
+    return view(*(sj(name=name, created=NOW - timedelta(minutes=1)) for name in names), jobs=jobs, run_pods=pods)
+
+
+def test_launches_wait_while_the_control_plane_has_not_taken_up_the_runs_made_and_go_on_once_it_has(monkeypatch):
+    """Four SJs admitted at once, launches waiting from two runs behind: two are made, and the other two wait
+    (however long the loop turns) until a pass finds those two taken up (their Jobs synced, their pods bound)."""
+    t = [100.0]
+    kube, controller = _paced_controller(monkeypatch, t)
+
+    async def passes() -> tuple[list[str], int, list[str]]:
+        await controller.reconcile(_taken_up(kube, "a", "b", "c", "d"))
+        await _turns()
+        made, backlog = launched(kube), controller.ledger.backlog()
+        await controller.reconcile(_taken_up(kube, "a", "b", "c", "d"))
+        await controller.launches_done()
+        return made, backlog, launched(kube)
+
+    during, backlog, after = asyncio.run(passes())
+    assert (during, backlog) == (["a-r1", "b-r1"], 2)
+    assert after == ["a-r1", "b-r1", "c-r1", "d-r1"]
+    assert controller.metrics.launch_paced._value.get() == 0, "the clock did not move while they waited"
+
+
+def test_a_launch_waits_for_the_control_plane_at_most_launch_wait_most(monkeypatch):
+    """Runs that stay behind (a scheduler that is down) slow launches down, never stop them: a launch waits
+    ``wait_most`` seconds at most, and the time is counted."""
+    t = [100.0]
+    kube, controller = _paced_controller(monkeypatch, t)
+    controller.launcher.wait_most = 60.0
+
+    async def passes() -> tuple[list[str], list[str], list[str]]:
+        await controller.reconcile(_taken_up(kube, "a", "b", "c"))
+        await _turns()
+        waiting = launched(kube)
+        t[0] += 59.0
+        await _turns()
+        still = launched(kube)
+        t[0] += 1.0
+        await controller.launches_done()
+        return waiting, still, launched(kube)
+
+    waiting, still, after = asyncio.run(passes())
+    assert waiting == still == ["a-r1", "b-r1"]
+    assert after == ["a-r1", "b-r1", "c-r1"]
+    assert controller.metrics.launch_paced._value.get() == 60.0
+
+
+@pytest.mark.parametrize(("behind", "made_before_view", "made_after_view", "backlog"), [
+    (0, 0, 0, 0),
+    (3, 0, 0, 3),     # runs the last pass found behind
+    (0, 2, 0, 2),     # runs made before the view of the pass under way: counted until its `in_flight`
+    (0, 0, 2, 2),     # ... and after it
+    (3, 2, 1, 6),
+])
+def test_the_backlog_counts_the_runs_found_behind_and_those_made_since_the_view(controller, behind,
+                                                                                 made_before_view, made_after_view,
+                                                                                 backlog):
+    """`Ledger.backlog`, which launches wait on: the runs the last pass found behind, and those made since the
+    view of the pass that found them, until a pass that holds them has looked at them."""
+    from sj_operator.policy.snapshot import InFlightRun
+
+    ledger, runs = controller.ledger, iter(range(100))
+
+    def make() -> None:
+        i = next(runs)
+        ledger.made(("ns", f"m{i}-r1"), InFlightRun(key=f"ns/m{i}", pods=1, request={}), JobView(
+            namespace="ns", name=f"m{i}-r1", uid=f"j{i}", sj=f"m{i}", deleting=False, complete=False, failed=False))
+
+    in_flight_now(ledger, [_gang_decided(controller, "uu-", name=f"w{i}") for i in range(behind)],
+                  lambda s, exc: None)
+    for _ in range(made_before_view):
+        make()
+    ledger.with_launched(view())
+    for _ in range(made_after_view):
+        make()
+    assert ledger.backlog() == backlog
+    in_flight_now(ledger, [], lambda s, exc: None)
+    assert ledger.backlog() == made_after_view, "a full pass: none behind, and the runs made before its view looked at"
+
+
 def _steering_view(*ago_minutes: tuple[str, int]) -> ClusterView:
     runs = [_running_sj(name, NOW - timedelta(minutes=ago)) for name, ago in ago_minutes]
     return view(*(s for s, _, _ in runs), jobs={("ns", j.name): j for _, j, _ in runs},
