@@ -176,6 +176,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
     if memo.get("controller") is not None:  # Events and steering's writes under way
+        memo.controller.drop_launches()  # the launches not begun are the next leader's (never made after the release)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(memo.controller.settle(), timeout=10)
     if memo.get("elector") is not None:

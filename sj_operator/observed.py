@@ -290,6 +290,9 @@ class JobView:
     controller-manager may take minutes to reach a new Job."""
     config_index: int = 0
     """The configuration it was launched in (``scavenger.dev/config-index``; 0: the preferred one)."""
+    suspended: bool = False
+    """``spec.suspend``: the operator makes its runs' Jobs unsuspended; a queueing controller's admission webhook
+    (Kueue's) may suspend them, and the Job controller does not take a suspended Job up."""
     owner: str | None = None
     """The uid of the SJ that controls it (`names.controller_uid`); None for a Job no SJ controls, which the
     operator never takes as a run, nor deletes, whatever its name and labels."""
@@ -322,6 +325,7 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         created=parse_time(meta.get("creationTimestamp")),
         started=parse_time(status.get("startTime")),
         config_index=_config_index(meta.get("annotations") or {}),
+        suspended=(body.get("spec") or {}).get("suspend") is True,
         owner=controller_uid(meta),
     )
 

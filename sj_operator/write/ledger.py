@@ -231,8 +231,10 @@ class Ledger:
         return len(self._behind) + sum(self._made_since)
 
     def not_leading(self) -> None:
-        """Another replica decides: what the last pass found behind is no longer looked at again."""
+        """Another replica decides: what the last pass found behind, and the runs made since, are no longer looked
+        at again (a replica that leads again launches at once)."""
         self._behind = {}
+        self._made_since = [0, 0]
         self._unseen = None
 
     # --- the view ---------------------------------------------------------------------
@@ -373,10 +375,12 @@ def _in_flight_entry(d: Decided, last: _Starting | None,
     key = (o.sj.namespace, job_name)
     live = [p for p in o.run.pods if not p.deleting]
     # Behind: the Job controller has not taken the Job up (pods it took it up and did not make, it could not), or
-    # the scheduler has not looked at every pod made.
+    # the scheduler has not looked at every pod made. Not what no controller of the control plane is to take up: a Job
+    # suspended (a queueing controller's), pods gated or of a scheduler not counted (`PodView.unclaimed`), which may
+    # wait for good and must neither hold Events nor pace every tenant's launches.
     job = o.run.job
-    behind = ((len(live) < spec.parallelism and (job is None or job.started is None))
-              or any(p.placed is None for p in live))
+    behind = ((len(live) < spec.parallelism and (job is None or (job.started is None and not job.suspended)))
+              or any(p.placed is None and not p.unclaimed for p in live))
     same = last is not None and last.spec is spec and last.scheduled == scheduled
     if same and last is not None and last.key == key and last.behind == behind:
         return last

@@ -1244,7 +1244,7 @@ def test_launches_wait_while_the_control_plane_has_not_taken_up_the_runs_made_an
         await _turns()
         made, backlog = launched(kube), controller.ledger.backlog()
         await controller.reconcile(_taken_up(kube, "a", "b", "c", "d"))
-        await controller.launches_done()
+        await asyncio.wait_for(controller.launches_done(), 5)
         return made, backlog, launched(kube)
 
     during, backlog, after = asyncio.run(passes())
@@ -1268,7 +1268,7 @@ def test_a_launch_waits_for_the_control_plane_at_most_launch_wait_most(monkeypat
         await _turns()
         still = launched(kube)
         t[0] += 1.0
-        await controller.launches_done()
+        await asyncio.wait_for(controller.launches_done(), 5)
         return waiting, still, launched(kube)
 
     waiting, still, after = asyncio.run(passes())
@@ -1308,6 +1308,9 @@ def test_the_backlog_counts_the_runs_found_behind_and_those_made_since_the_view(
     assert ledger.backlog() == backlog
     in_flight_now(ledger, [], lambda s, exc: None)
     assert ledger.backlog() == made_after_view, "a full pass: none behind, and the runs made before its view looked at"
+    make()
+    ledger.not_leading()
+    assert ledger.backlog() == 0, "another replica leads: nothing this one made or found is waited for"
 
 
 def _steering_view(*ago_minutes: tuple[str, int]) -> ClusterView:
@@ -1808,19 +1811,21 @@ def test_an_incremental_pass_changes_a_run_in_flight_where_it_is_and_drops_the_r
 
 
 def _gang_decided(controller: Controller, pods: str, *, rv: str = "1", taken_up: bool = False,
-                  name: str = "work") -> Decided:
+                  name: str = "work", suspended: bool = False) -> Decided:
     """A Starting gang of three whose pods are, one letter each: ``-`` not made yet, ``u`` made and not looked at
-    by the scheduler yet, ``n`` found no room by it (placed, unbound), ``b`` bound to a node; its Job ``taken_up``
-    by the Job controller (its startTime) or not yet."""
+    by the scheduler yet, ``g`` made and gated (`PodView.unclaimed`: no scheduler looks at it), ``n`` found no room
+    by it (placed, unbound), ``b`` bound to a node; its Job ``taken_up`` by the Job controller (its startTime) or not
+    yet, and ``suspended`` or not."""
     status = {"phase": "Starting", "attempt": 1, "jobName": f"{name}-r1", "launchedTimestamp": NOW.isoformat()}
     job = job_view({"metadata": {"namespace": "ns", "name": f"{name}-r1", "uid": f"j-{name}",
                                  "creationTimestamp": NOW.isoformat(), "labels": {"scavenger.dev/job-name": name},
                                  "ownerReferences": owned_by(name)},
+                    "spec": {"suspend": suspended},
                     "status": {"startTime": NOW.isoformat()} if taken_up else {}})
     members = tuple(PodView(namespace="ns", name=f"{name}-r1-{i}", uid=f"p-{name}-{i}", sj=name, run=f"{name}-r1",
                             node="n1" if state == "b" else None, phase="Pending", deleting=False,
-                            requests={"cpu": 1000}, all_running=False, index=i,
-                            placed=None if state == "u" else NOW)
+                            requests={"cpu": 1000}, all_running=False, index=i, unclaimed=state == "g",
+                            placed=None if state in "ug" else NOW)
                     for i, state in enumerate(pods) if state != "-")
     v = view(sj(status, rv=rv, name=name, parallelism=3), jobs={("ns", f"{name}-r1"): job},
              run_pods={("ns", f"{name}-r1"): members})
@@ -1830,27 +1835,33 @@ def _gang_decided(controller: Controller, pods: str, *, rv: str = "1", taken_up:
     return d
 
 
-@pytest.mark.parametrize(("pods", "taken_up", "behind"), [
-    ("---", False, True),   # the Job controller has not taken the Job up yet
-    ("uu-", False, True),   # nor made all its pods
-    ("---", True, False),   # it took it up and made none: it could not (a policy refusing them), no backlog
-    ("nn-", True, False),
-    ("uu-", True, True),    # the scheduler has not looked at the pods made yet
-    ("uuu", True, True),
-    ("bbu", True, True),    # ... one of them
-    ("nnn", True, False),   # the scheduler found no room for any: decided, the run waits for room, not for it
-    ("bnn", True, False),
-    ("bbb", True, False),   # every pod scheduled: not in flight at all
+@pytest.mark.parametrize(("pods", "taken_up", "behind", "suspended"), [
+    ("---", False, True, False),   # the Job controller has not taken the Job up yet
+    ("---", False, False, True),   # ... suspended (a queueing controller's): it is not to, nothing is behind
+    ("gg-", False, False, True),
+    ("uu-", False, True, False),   # nor made all its pods
+    ("gg-", True, False, False),   # pods gated, or of a scheduler not counted: no scheduler is to look at them
+    ("bgg", True, False, False),
+    ("ug-", True, True, False),
+    ("---", True, False, False),   # it took it up and made none: it could not (a policy refusing them), no backlog
+    ("nn-", True, False, False),
+    ("uu-", True, True, False),    # the scheduler has not looked at the pods made yet
+    ("uuu", True, True, False),
+    ("bbu", True, True, False),    # ... one of them
+    ("nnn", True, False, False),   # the scheduler found no room for any: decided, the run waits for room, not for it
+    ("bnn", True, False, False),
+    ("bbb", True, False, False),   # every pod scheduled: not in flight at all
 ])
 def test_the_control_plane_is_behind_while_a_run_in_flight_has_its_job_not_taken_up_or_pods_not_looked_at(
-        controller, pods, taken_up, behind, monkeypatch):
+        controller, pods, taken_up, behind, suspended, monkeypatch):
     """`Ledger.behind`, which Events wait for (here from one run behind): a run in flight whose Job the Job
     controller has not taken up, or whose pods the scheduler has not all looked at; whatever the pass before
     found."""
     monkeypatch.setattr("sj_operator.write.ledger.BEHIND_AT", 1)
     assert not controller.ledger.behind
     in_flight_now(controller.ledger, [_gang_decided(controller, "bbb", taken_up=True)], lambda s, exc: None)
-    in_flight_now(controller.ledger, [_gang_decided(controller, pods, rv="2", taken_up=taken_up)], lambda s, exc: None)
+    in_flight_now(controller.ledger, [_gang_decided(controller, pods, rv="2", taken_up=taken_up, suspended=suspended)],
+                  lambda s, exc: None)
     assert controller.ledger.behind is behind
 
 

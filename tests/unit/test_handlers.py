@@ -72,3 +72,25 @@ def test_the_process_is_unhealthy_with_the_first_task_that_stopped_and_why() -> 
         "the leader election task stopped: watch caches not complete after 600s",
         "the decision loop task stopped",
     ]
+
+
+def test_cleanup_drops_the_launches_not_begun_before_it_waits_for_the_lanes_and_releases_the_lease() -> None:
+    """A stopping replica forgets the launches it has not begun (the next leader's), then waits for the lanes, then
+    gives up its Lease: no launch it paced is made once another replica may lead."""
+    calls: list[str] = []
+
+    class Controller:
+        def drop_launches(self) -> None:
+            calls.append("drop")
+
+        async def settle(self) -> None:
+            calls.append("settle")
+
+    class Elector:
+        async def release(self) -> None:
+            calls.append("release")
+
+    memo = kopf.Memo()
+    memo.controller, memo.elector = Controller(), Elector()
+    asyncio.run(handlers.cleanup(memo=memo))
+    assert calls == ["drop", "settle", "release"]
