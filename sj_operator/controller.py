@@ -87,7 +87,7 @@ class _Kept:
     faulted: set[str] = field(default_factory=set)
     """The SJs a step of the last pass could not handle (tried again)."""
     busy: set[str] = field(default_factory=set)
-    """The SJs being steered or launched when the last pass ended."""
+    """The SJs being steered when the last pass ended."""
     exempt: frozenset[str] = frozenset()
     """Steering's exemptions at the last pass (by key)."""
     nodes: tuple[NodeInfo, ...] = ()
@@ -279,7 +279,7 @@ class Controller:
         if (due := self.recorder.due_in()) is not None:
             self._wake_in(due)
         kept.faulted = set(self.quarantine.faults)
-        kept.busy = {*self.steering_lane.under_way, *self.ledger.launching}
+        kept.busy = set(self.steering_lane.under_way)
         kept.complete = True
         return decided, None if full else gone, {entry.key for entry in self.ledger.launching.values()}
 
@@ -316,13 +316,17 @@ class Controller:
 
     def _looked_at(self, now: datetime) -> set[str]:
         """The SJs a pass looks at whether or not they changed: those whose decision cannot be reused or whose
-        clock came, those the last pass wrote or found a fault in, those being steered or launched (and those
-        that were), those held out of the queue by a fault, those this process wrote (read through
-        `Ledger.fresh`), and those whose routine toggle was set aside once steering no longer yields."""
+        clock came, those the last pass wrote or found a fault in, those being steered (and those that were), those
+        whose launch was done or dropped since (`Ledger.take_ended`), those held out of the queue by a fault, those
+        this process wrote (read through `Ledger.fresh`), and those whose routine toggle was set aside once steering
+        no longer yields. Not those whose launch is queued or under way (unless they changed), whose decision no pass
+        writes: a paced burst keeps thousands queued for minutes."""
         kept, work = self._kept, self.memo.work
-        return work.due(now).union(work.every, kept.writing, kept.faulted, kept.busy, self.steering_lane.under_way,
-                                   self.ledger.launching, self.quarantine.held, self.ledger.written,
-                                   () if self.steering_lane.yielding else kept.deferred)
+        looked = work.due(now).union(work.every, kept.writing, kept.faulted, kept.busy, self.steering_lane.under_way,
+                                     self.quarantine.held, self.ledger.written,
+                                     () if self.steering_lane.yielding else kept.deferred)
+        looked.difference_update(self.ledger.launching)
+        return looked.union(self.ledger.take_ended())
 
     async def _decide(self, view: ClusterView, now: datetime, pacer: Pacer, *,
                       full: bool) -> tuple[list[Decided], set[str] | None]:

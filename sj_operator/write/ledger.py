@@ -105,6 +105,9 @@ class Ledger:
     launched: dict[RunKey, Launched] = field(default_factory=dict)
     launching: dict[str, Launching] = field(default_factory=dict)
     """By SJ uid: no pass decides them until their launch is done."""
+    ended: set[str] = field(default_factory=set)
+    """The SJs (uids) whose launch was done or dropped since a pass last took them (`take_ended`): looked at again
+    then, not at every pass while queued (a paced burst keeps thousands queued for minutes)."""
     last_launch: float | None = None
     """When (monotonic) this process last made a run: Events and new runs' records wait while runs are being
     launched."""
@@ -188,6 +191,12 @@ class Ledger:
 
     def end_launch(self, uid: str) -> None:
         self.launching.pop(uid, None)
+        self.ended.add(uid)
+
+    def take_ended(self) -> set[str]:
+        """The SJs whose launch was done or dropped since the last call."""
+        ended, self.ended = self.ended, set()
+        return ended
 
     def made(self, key: RunKey, run: InFlightRun, job: JobView) -> None:
         """This process made a run: it stands in the view, its room spoken for, until the watch shows it."""

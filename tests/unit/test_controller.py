@@ -1207,6 +1207,38 @@ def test_launches_not_begun_are_dropped_when_another_replica_leads(monkeypatch):
     assert launched(kube) == ["a-r1"] and not controller.launching
 
 
+def test_a_pass_leaves_the_sjs_whose_launch_is_queued_alone_and_looks_at_each_once_its_launch_is_done(monkeypatch):
+    """One launch worker, "a"'s Job slow to make and "b" queued behind it: the next pass neither observes nor
+    decides them (a paced burst keeps thousands queued for minutes, and each pass would decide them all again);
+    once their launches are done, the pass after looks at both."""
+    monkeypatch.setattr("sj_operator.write.launcher.LAUNCH_WORKERS", 1)
+    kube = Gated("job")
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    v = view(sj(name="a", created=NOW - timedelta(minutes=1)), sj(name="b"))
+    observe, seen = controller.memo.observe, []
+
+    def observing(*args: Any, **kwargs: Any) -> Any:
+        seen.extend(s.name for s in kwargs.get("sjs") or ())
+        return observe(*args, **kwargs)
+
+    monkeypatch.setattr(controller.memo, "observe", observing)
+
+    async def passes() -> tuple[list[str], list[str]]:
+        await controller.reconcile(v)
+        seen.clear()
+        await controller.reconcile(v)
+        queued = list(seen)
+        kube.gate.set()
+        await asyncio.wait_for(controller.launches_done(), 5)
+        seen.clear()
+        await controller.reconcile(v)
+        return queued, sorted(seen)
+
+    queued, done = asyncio.run(passes())
+    assert queued == [] and done == ["a", "b"]
+    assert launched(kube) == ["a-r1", "b-r1"]
+
+
 def _paced_controller(monkeypatch, t: list[float]) -> tuple[FakeKube, Controller]:
     """One launch worker that waits from two runs behind, looking again at every turn of the loop."""
     monkeypatch.setattr("sj_operator.write.launcher.LAUNCH_WORKERS", 1)
