@@ -24,6 +24,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -112,8 +113,9 @@ class Recorder:
         """When (monotonic) a run was last made (the ledger's): Events wait while runs are being launched."""
         self.behind = behind
         """Whether the control plane is behind on the runs launched (`Ledger.behind`): Events wait for it too."""
+        self._waiting: deque[Unrecorded] = deque()
         self.pool: Pool[Unrecorded] = Pool("events", EVENT_WORKERS, self._post, ready=self._quiet,
-                                           describe=lambda u: f"{u.sj.namespace}/{u.sj.name}")
+                                           describe=lambda u: f"{u.sj.namespace}/{u.sj.name}", queue=self._waiting)
         self.steering_unrecorded: dict[str, Unrecorded] = {}
         """By SJ uid: its waiting step of steering Events only (`STEERING_REASONS`), which a newer one
         replaces."""
@@ -156,7 +158,7 @@ class Recorder:
 
     def _queue(self, entry: Unrecorded, *, dropped: int) -> bool:
         """Queues ``entry`` unless `EVENT_BACKLOG` steps wait already (then ``dropped`` Events are counted)."""
-        queue = self.pool.queue
+        queue = self._waiting
         if len(queue) >= EVENT_BACKLOG:
             if dropped:
                 self.metrics.events_dropped.inc(dropped)
@@ -276,7 +278,7 @@ class Recorder:
         """Waits until the next Event may go: no run launched for a moment, or it has waited long enough;
         False when the queue was emptied meanwhile."""
         in_background()
-        queue = self.pool.queue
+        queue = self._waiting
         while not self._flushing:
             # (not past half the backlog: the Events waiting for the control plane are not dropped for it)
             behind = len(queue) < EVENT_BACKLOG // 2 and self.behind()

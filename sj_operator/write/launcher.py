@@ -4,9 +4,11 @@ A pass queues its admitted SJs' launches and goes on; `LAUNCH_WORKERS` workers m
 so SJs created during a burst of launches are decided while the Jobs of the ones before them are still being
 made. A worker takes the next launch only while the control plane keeps up with the runs already made
 (`Ledger.backlog` under `LAUNCH_BACKLOG`: Jobs the Job controller has not taken up, pods the scheduler has not
-looked at); otherwise it waits, `LAUNCH_WAIT_MOST` seconds at most. In a burst of thousands the launches go at
-the pace the Job controller and the scheduler take them up: what the operator would queue beyond it, they would
-hold in their own queues, and every pod event of theirs is watched by the nodes' agents, which fall behind.
+looked at); otherwise it waits, `LAUNCH_WAIT_MOST` seconds at most. The launches queued are taken in turn by
+namespace (`RoundRobin`), so one tenant's burst does not hold another's launch behind it for the minutes it
+takes. In a burst of thousands the launches go at the pace the Job controller and the scheduler take them up:
+what the operator would queue beyond it, they would hold in their own queues, and every pod event of theirs is
+watched by the nodes' agents, which fall behind.
 
 A launch asks the namespace gate first, then makes the run's objects, its Job last. Child names are
 deterministic, so a launch repeated after a crash finds its Job and adopts it; only what the SJ controls is
@@ -39,7 +41,7 @@ from sj_operator.policy.lifecycle import Run, Step, launch_refused, launched, re
 from sj_operator.policy.priority import launch_class
 from sj_operator.write.gate import Gate, Refusal
 from sj_operator.write.ledger import LAUNCH_BACKLOG, Launching, Ledger
-from sj_operator.write.pool import Pool
+from sj_operator.write.pool import Pool, RoundRobin
 
 __all__ = ["LAUNCH_RECHECK", "LAUNCH_WAIT_MOST", "LAUNCH_WORKERS", "PACED_LOG_EVERY", "Candidate", "Launcher"]
 
@@ -93,7 +95,8 @@ class Launcher:
         self.backlog_at, self.recheck, self.wait_most = LAUNCH_BACKLOG, LAUNCH_RECHECK, LAUNCH_WAIT_MOST
         self._paced_logged: float | None = None
         self.pool: Pool[_Order] = Pool("launches", LAUNCH_WORKERS, self._launch_queued, ready=self._paced,
-                                        drained=wake, describe=lambda order: order.candidate.sj.key)
+                                        drained=wake, describe=lambda order: order.candidate.sj.key,
+                                        queue=RoundRobin(lambda order: order.candidate.sj.namespace))
 
     def queue(self, now: datetime, admitted: Iterable[tuple[Candidate, int]]) -> None:
         """Queues the admitted SJs' launches (each with the configuration the admission chose); their room stays

@@ -1,6 +1,7 @@
 """The one worker pool the write side runs its API calls in.
 
-A pool holds a queue of items and up to ``size`` worker tasks that take them in order, one after another.
+A pool holds a queue of items and up to ``size`` worker tasks that take them in order, one after another (first
+in, first out; or in turn by namespace, `RoundRobin`).
 Workers start when items are queued and end when none is left: no task per item (thousands of tasks started
 in one turn of the loop would hold it), and no task at all while there is nothing to do. The status writes
 of a pass, the launches, the steering writes, the Events and the faults' conditions each have one.
@@ -10,17 +11,78 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Generic, Protocol, TypeVar
 
 from sj_operator.pacing import Pacer
 
-__all__ = ["Pool", "concurrently", "idle"]
+__all__ = ["Pool", "Queue", "RoundRobin", "concurrently", "idle"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class Queue(Protocol[T]):
+    """What a pool takes its items from: a ``deque``, or a `RoundRobin`."""
+
+    def extend(self, items: Iterable[T], /) -> None: ...
+
+    def popleft(self) -> T: ...
+
+    def clear(self) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[T]: ...
+
+
+class RoundRobin(Generic[T]):
+    """Items taken in turn by ``key`` (a namespace): each key's in the order queued, and one item of each key that
+    has any before a second of any. A tenant that queues thousands at once (launches paced by the control plane
+    take minutes to go) does not hold another's one item behind them all."""
+
+    def __init__(self, key: Callable[[T], str]) -> None:
+        self._key = key
+        self._by_key: dict[str, deque[T]] = {}
+        self._turns: deque[str] = deque()
+        """The keys with items, the next to take first."""
+        self._len = 0
+
+    def extend(self, items: Iterable[T], /) -> None:
+        for item in items:
+            key = self._key(item)
+            waiting = self._by_key.get(key)
+            if waiting is None:
+                waiting = self._by_key[key] = deque()
+                self._turns.append(key)
+            waiting.append(item)
+            self._len += 1
+
+    def popleft(self) -> T:
+        """The next item; IndexError when none is left (as a deque's)."""
+        key = self._turns.popleft()
+        waiting = self._by_key[key]
+        item = waiting.popleft()
+        self._len -= 1
+        if waiting:
+            self._turns.append(key)
+        else:
+            del self._by_key[key]
+        return item
+
+    def clear(self) -> None:
+        self._by_key.clear()
+        self._turns.clear()
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[T]:
+        for key in self._turns:
+            yield from self._by_key[key]
 
 
 class Pool(Generic[T]):
@@ -32,16 +94,18 @@ class Pool(Generic[T]):
     the other tasks a turn (for work that may not wait for the API at all). ``contained``: an item whose
     handling raises is logged with its traceback, named by ``describe`` (its SJ's key: never the item itself,
     which may hold a raw SJ), and the worker goes on with the next (a background lane: one item's fault stops
-    neither the others nor the loop); when False, it ends the worker and is its caller's."""
+    neither the others nor the loop); when False, it ends the worker and is its caller's. ``queue``: where the items
+    wait (a deque by default: first in, first out)."""
 
     def __init__(self, name: str, size: int, handle: Callable[[T], Awaitable[None]], *,
                  ready: Callable[[], Awaitable[bool]] | None = None, drained: Callable[[], None] | None = None,
                  pace: float | None = None, contained: bool = True,
-                 describe: Callable[[T], str] = lambda item: type(item).__name__) -> None:
+                 describe: Callable[[T], str] = lambda item: type(item).__name__,
+                 queue: Queue[T] | None = None) -> None:
         self.name, self.size, self._handle = name, size, handle
         self._contained, self._describe = contained, describe
         self._ready, self._drained, self._pace = ready, drained, pace
-        self.queue: deque[T] = deque()
+        self.queue: Queue[T] = deque() if queue is None else queue
         self._workers: list[asyncio.Task[None]] = []
 
     def submit(self, items: Iterable[T]) -> None:

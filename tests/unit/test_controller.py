@@ -1239,6 +1239,18 @@ def test_a_pass_leaves_the_sjs_whose_launch_is_queued_alone_and_looks_at_each_on
     assert launched(kube) == ["a-r1", "b-r1"]
 
 
+def test_launches_queued_are_taken_in_turn_by_namespace(monkeypatch):
+    """One launch worker, three SJs of one namespace admitted before another namespace's one: that one is launched
+    second, not behind the whole burst (paced launches of a burst may take minutes)."""
+    monkeypatch.setattr("sj_operator.write.launcher.LAUNCH_WORKERS", 1)
+    kube = FakeKube()
+    controller = Controller(kube, OperatorConfig(), clock=lambda: NOW)  # type: ignore[arg-type]
+    burst = [sj(name=f"a{i}", created=NOW - timedelta(minutes=2)) for i in range(3)]
+    other = replace(sj(name="b", created=NOW - timedelta(minutes=1)), namespace="other", uid="u-other-b")
+    run(controller, view(*burst, other))
+    assert launched(kube) == ["a0-r1", "b-r1", "a1-r1", "a2-r1"]
+
+
 def _paced_controller(monkeypatch, t: list[float]) -> tuple[FakeKube, Controller]:
     """One launch worker that waits from two runs behind, looking again at every turn of the loop."""
     monkeypatch.setattr("sj_operator.write.launcher.LAUNCH_WORKERS", 1)
