@@ -22,6 +22,7 @@ from sj_operator.resources import to_milli
 from sj_operator.settings import (
     DEFAULT_AGING_STEP,
     DEFAULT_CACHE_TIMEOUT,
+    DEFAULT_LAUNCH_BACKLOG,
     DEFAULT_MAX_PROTECTION,
     DEFAULT_MAX_RETRY_BACKOFF,
     DEFAULT_MAX_TERMINATION_GRACE,
@@ -81,6 +82,9 @@ class OperatorConfig(BaseModel):
     """The schedulers whose pending pods count toward the threshold (``observed.PodView.unclaimed``)."""
     protect_level: int = DEFAULT_PROTECT_LEVEL
     """Runs at or above this running-priority level are protected by a PodDisruptionBudget."""
+    launch_backlog: int = Field(DEFAULT_LAUNCH_BACKLOG, ge=0)
+    """Runs made whose Jobs the Job controller has not taken up, or whose pods the scheduler has not looked at, from
+    which launches wait for the control plane (`write.launcher`); 0: launches never wait."""
     starvation_after: timedelta = DEFAULT_STARVATION_AFTER
     """A head-of-queue SJ that waited this long stops backfill behind it."""
     peering: str = Field("scavenger", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -215,6 +219,9 @@ _SETTINGS: Sequence[tuple[str, str, str, str]] = (
      "bound to no node that names another scheduler, or has scheduling gates, does not (default default-scheduler)"),
     ("--protect-level", "SJ_PROTECT_LEVEL", "protect_level",
      "running-priority level from which a run is protected by a PodDisruptionBudget (default 1)"),
+    ("--launch-backlog", "SJ_LAUNCH_BACKLOG", "launch_backlog",
+     "runs made whose Jobs the Job controller has not taken up or whose pods the scheduler has not looked at yet, "
+     "from which each launch waits for the control plane (a minute at most each time); 0 for never (default 400)"),
     ("--max-protection", "SJ_MAX_PROTECTION", "max_protection",
      "the longest a run keeps its PodDisruptionBudget within one checkpoint period (default 30m)"),
     ("--thrash-backoff", "SJ_THRASH_BACKOFF", "thrash_backoff",

@@ -3,12 +3,12 @@
 A pass queues its admitted SJs' launches and goes on; `LAUNCH_WORKERS` workers make their runs meanwhile,
 so SJs created during a burst of launches are decided while the Jobs of the ones before them are still being
 made. A worker takes the next launch only while the control plane keeps up with the runs already made
-(`Ledger.backlog` under `LAUNCH_BACKLOG`: Jobs the Job controller has not taken up, pods the scheduler has not
-looked at); otherwise it waits, `LAUNCH_WAIT_MOST` seconds at most. The launches queued are taken in turn by
-namespace (`RoundRobin`), so one tenant's burst does not hold another's launch behind it for the minutes it
-takes. In a burst of thousands the launches go at the pace the Job controller and the scheduler take them up:
-what the operator would queue beyond it, they would hold in their own queues, and every pod event of theirs is
-watched by the nodes' agents, which fall behind.
+(`Ledger.backlog` under ``--launch-backlog``, 400 by default: Jobs the Job controller has not taken up, pods the
+scheduler has not looked at); otherwise it waits, `LAUNCH_WAIT_MOST` seconds at most. The launches queued are
+taken in turn by namespace (`RoundRobin`), so one tenant's burst does not hold another's launch behind it for
+the minutes it takes. In a burst of thousands the launches go at the pace the Job controller and the scheduler
+take them up: what the operator would queue beyond it, they would hold in their own queues, and every pod event
+of theirs is watched by the nodes' agents, which fall behind.
 
 A launch asks the namespace gate first, then makes the run's objects, its Job last. Child names are
 deterministic, so a launch repeated after a crash finds its Job and adopts it; only what the SJ controls is
@@ -40,7 +40,7 @@ from sj_operator.observed import SJObject, job_view
 from sj_operator.policy.lifecycle import Run, Step, launch_refused, launched, refusal_reason
 from sj_operator.policy.priority import launch_class
 from sj_operator.write.gate import Gate, Refusal
-from sj_operator.write.ledger import LAUNCH_BACKLOG, Launching, Ledger
+from sj_operator.write.ledger import Launching, Ledger
 from sj_operator.write.pool import Pool, RoundRobin
 
 __all__ = ["LAUNCH_RECHECK", "LAUNCH_WAIT_MOST", "LAUNCH_WORKERS", "PACED_LOG_EVERY", "Candidate", "Launcher"]
@@ -92,7 +92,7 @@ class Launcher:
                  on_fault: Callable[[SJObject, Exception], None], wake: Callable[[], None]) -> None:
         self.kube, self.config, self.ledger, self.gate, self.metrics = kube, config, ledger, gate, metrics
         self.clock, self._apply, self._on_fault = clock, apply, on_fault
-        self.backlog_at, self.recheck, self.wait_most = LAUNCH_BACKLOG, LAUNCH_RECHECK, LAUNCH_WAIT_MOST
+        self.backlog_at, self.recheck, self.wait_most = config.launch_backlog, LAUNCH_RECHECK, LAUNCH_WAIT_MOST
         self._paced_logged: float | None = None
         self.pool: Pool[_Order] = Pool("launches", LAUNCH_WORKERS, self._launch_queued, ready=self._paced,
                                         drained=wake, describe=lambda order: order.candidate.sj.key,
@@ -116,12 +116,12 @@ class Launcher:
             self.ledger.end_launch(order.candidate.sj.uid)
 
     async def _paced(self) -> bool:
-        """Waits while the control plane is ``backlog_at`` (`LAUNCH_BACKLOG`) runs behind, looked at every ``recheck``
-        seconds, ``wait_most`` seconds at most (the time waited is counted in ``scavenger_launch_paced_seconds_total``);
-        always True (the worker goes on)."""
+        """Waits while the control plane is ``backlog_at`` (``--launch-backlog``; 0: never) runs behind, looked at
+        every ``recheck`` seconds, ``wait_most`` seconds at most (the time waited is counted in
+        ``scavenger_launch_paced_seconds_total``); always True (the worker goes on)."""
         monotonic = self.ledger.monotonic
         began = waited = None
-        while (backlog := self.ledger.backlog()) >= self.backlog_at and self.pool.queue:
+        while self.backlog_at and (backlog := self.ledger.backlog()) >= self.backlog_at and self.pool.queue:
             now = monotonic()
             if began is None:
                 began = now

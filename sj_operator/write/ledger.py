@@ -21,8 +21,7 @@ from sj_operator.pacing import Pacer, paced
 from sj_operator.policy.lifecycle import WAITING, next_run
 from sj_operator.policy.snapshot import InFlightRun
 
-__all__ = ["BEHIND_AT", "LAUNCHED_TTL", "LAUNCH_BACKLOG", "WRITTEN_TTL", "Labelled", "Launched", "Launching", "Ledger",
-           "Written"]
+__all__ = ["BEHIND_AT", "LAUNCHED_TTL", "WRITTEN_TTL", "Labelled", "Launched", "Launching", "Ledger", "Written"]
 
 WRITTEN_TTL = 30.0
 """Seconds a status (or a pod's protection label) this process wrote is preferred over a watch that has not shown
@@ -64,14 +63,6 @@ BEHIND_AT = 16
 """Runs under way to their pods (`Ledger.behind`) from which the control plane counts as behind on them and Events
 wait: a burst's hundreds, or a drained node's runs starting again elsewhere; not a few runs starting, nor a few
 whose pods cannot be made (a namespace's policy refusing them), which would hold every SJ's Events back."""
-
-LAUNCH_BACKLOG = 400
-"""Runs under way to their pods (`Ledger.backlog`) from which a new launch waits for the control plane
-(`write.launcher`): at 5,000 new SJs on a two-core control plane, 400 kept the Job controller's first sync of a
-new Job at p50 14 s (88 s unpaced) while launching at 29 a second (21 a second at 128): the Job controller and the
-scheduler are never idle for want of work, and the rest of a burst waits in the operator's queue instead of in
-theirs, where it is relisted, retried and watched by every node agent."""
-
 
 @dataclass(frozen=True)
 class Launching:
@@ -235,7 +226,7 @@ class Ledger:
     def backlog(self) -> int:
         """Runs under way to their pods that the control plane has not reached: those the last pass found with
         their Job not taken up by the Job controller or their pods not all looked at by the scheduler (as for
-        `behind`), and those made since the view it was built on. A launch waits while there are `LAUNCH_BACKLOG`
+        `behind`), and those made since the view it was built on. A launch waits while there are ``--launch-backlog``
         of them (`write.launcher`)."""
         return len(self._behind) + sum(self._made_since)
 

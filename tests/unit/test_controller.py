@@ -1297,6 +1297,21 @@ def test_launches_wait_while_the_control_plane_has_not_taken_up_the_runs_made_an
     assert controller.metrics.launch_paced._value.get() == 0, "the clock did not move while they waited"
 
 
+def test_a_launch_backlog_of_0_never_paces_launches(monkeypatch):
+    """``--launch-backlog 0``: every launch goes at once, however many runs the control plane has not taken up."""
+    t = [100.0]
+    kube, controller = _paced_controller(monkeypatch, t)
+    controller.launcher.backlog_at = OperatorConfig(launch_backlog=0).launch_backlog
+
+    async def passes() -> list[str]:
+        await controller.reconcile(_taken_up(kube, "a", "b", "c", "d"))
+        await asyncio.wait_for(controller.launches_done(), 5)
+        return launched(kube)
+
+    assert asyncio.run(passes()) == ["a-r1", "b-r1", "c-r1", "d-r1"]
+    assert controller.metrics.launch_paced._value.get() == 0
+
+
 def test_a_launch_waits_for_the_control_plane_at_most_launch_wait_most(monkeypatch):
     """Runs that stay behind (a scheduler that is down) slow launches down, never stop them: a launch waits
     ``wait_most`` seconds at most, and the time is counted."""
