@@ -337,6 +337,7 @@ class Controller:
         handles = self.handles if self.config.namespaces else None
         if full:
             work.reset()
+            self.ledger.take_ended()  # a full pass decides them all
         changed, vanished = work.changes(view)
         sjs = view.sjs if full else work.in_order(changed | self._looked_at(now))
 

@@ -86,7 +86,7 @@ class RoundRobin(Generic[T]):
 
 
 class Pool(Generic[T]):
-    """Items handled by ``handle`` in the order queued, by at most ``size`` workers at once.
+    """Items handled by ``handle`` in the order their ``queue`` gives them, by at most ``size`` workers at once.
 
     ``ready``: awaited by a worker before it takes the next item (the Events wait for launches to pause);
     False when the worker should stop. ``drained``: called by each worker that finds the queue empty (the

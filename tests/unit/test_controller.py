@@ -1297,19 +1297,28 @@ def test_launches_wait_while_the_control_plane_has_not_taken_up_the_runs_made_an
     assert controller.metrics.launch_paced._value.get() == 0, "the clock did not move while they waited"
 
 
-def test_a_launch_backlog_of_0_never_paces_launches(monkeypatch):
-    """``--launch-backlog 0``: every launch goes at once, however many runs the control plane has not taken up."""
-    t = [100.0]
-    kube, controller = _paced_controller(monkeypatch, t)
-    controller.launcher.backlog_at = OperatorConfig(launch_backlog=0).launch_backlog
+@pytest.mark.parametrize(("launch_backlog", "made"), [
+    (0, ["a-r1", "b-r1", "c-r1", "d-r1"]),   # launches never wait
+    (2, ["a-r1", "b-r1"]),                   # from two runs behind
+    (5, ["a-r1", "b-r1", "c-r1", "d-r1"]),
+])
+def test_the_launch_backlog_setting_is_the_one_launches_wait_from(monkeypatch, launch_backlog, made):
+    """``--launch-backlog``, as configured: four SJs admitted at once, and no pass finding their runs taken up."""
+    monkeypatch.setattr("sj_operator.write.launcher.LAUNCH_WORKERS", 1)
+    kube = FakeKube()
+    controller = Controller(kube, OperatorConfig(launch_backlog=launch_backlog), clock=lambda: NOW,  # type: ignore[arg-type]
+                            monotonic=lambda: 100.0)
+    controller.launcher.recheck = 0.0
 
     async def passes() -> list[str]:
         await controller.reconcile(_taken_up(kube, "a", "b", "c", "d"))
+        await _turns()
+        done = launched(kube)
+        controller.drop_launches()
         await asyncio.wait_for(controller.launches_done(), 5)
-        return launched(kube)
+        return done
 
-    assert asyncio.run(passes()) == ["a-r1", "b-r1", "c-r1", "d-r1"]
-    assert controller.metrics.launch_paced._value.get() == 0
+    assert asyncio.run(passes()) == made
 
 
 def test_a_launch_waits_for_the_control_plane_at_most_launch_wait_most(monkeypatch):
