@@ -120,13 +120,12 @@ class Launcher:
         every ``recheck`` seconds, ``wait_most`` seconds at most (the time waited is counted in
         ``scavenger_launch_paced_seconds_total``); always True (the worker goes on)."""
         monotonic = self.ledger.monotonic
-        began = waited = None
+        began = None
         while self.backlog_at and (backlog := self.ledger.backlog()) >= self.backlog_at and self.pool.queue:
             now = monotonic()
             if began is None:
                 began = now
-            waited = now - began
-            if waited >= self.wait_most:
+            if now - began >= self.wait_most:
                 break
             if self._paced_logged is None or now - self._paced_logged >= PACED_LOG_EVERY:
                 self._paced_logged = now

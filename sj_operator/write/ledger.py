@@ -64,6 +64,7 @@ BEHIND_AT = 16
 wait: a burst's hundreds, or a drained node's runs starting again elsewhere; not a few runs starting, nor a few
 whose pods cannot be made (a namespace's policy refusing them), which would hold every SJ's Events back."""
 
+
 @dataclass(frozen=True)
 class Launching:
     """An admitted SJ whose launch is queued or under way: its key (for the gauges) and its run as it will be
@@ -106,9 +107,11 @@ class Ledger:
     """By SJ uid."""
     _behind: dict[str, RunKey] = field(default_factory=dict)
     """The SJs (uids) of ``_starting`` whose entry is `_Starting.behind`, and its run."""
-    _made_since: list[int] = field(default_factory=lambda: [0, 0])
-    """Runs made before the view of the pass under way (`with_launched`) and since the last `in_flight`, and runs
-    made since that view: `backlog` counts them until a pass has looked at them."""
+    _made_before_view: int = 0
+    """Runs made before the view of the pass under way (`with_launched`) and since the last `in_flight`: `backlog`
+    counts them until a pass has looked at them."""
+    _made_after_view: int = 0
+    """Runs made since that view."""
     _in_flight: tuple[int | None, dict[RunKey, InFlightRun]] | None = None
     """The runs in flight `in_flight` last found, in order, with the layout of the SJs they were ordered by: sorted
     again only when an SJ came or the layout moved; otherwise the entries that changed or went are changed in
@@ -192,7 +195,7 @@ class Ledger:
     def made(self, key: RunKey, run: InFlightRun, job: JobView) -> None:
         """This process made a run: it stands in the view, its room spoken for, until the watch shows it."""
         self.last_launch = now = self.monotonic()
-        self._made_since[1] += 1
+        self._made_after_view += 1
         self.launched[key] = Launched(run, now, job)
         heapq.heappush(self._expiries, (now, key))
         self._version += 1
@@ -228,20 +231,21 @@ class Ledger:
         their Job not taken up by the Job controller or their pods not all looked at by the scheduler (as for
         `behind`), and those made since the view it was built on. A launch waits while there are ``--launch-backlog``
         of them (`write.launcher`)."""
-        return len(self._behind) + sum(self._made_since)
+        return len(self._behind) + self._made_before_view + self._made_after_view
 
     def not_leading(self) -> None:
         """Another replica decides: what the last pass found behind, and the runs made since, are no longer looked
         at again (a replica that leads again launches at once)."""
         self._behind = {}
-        self._made_since = [0, 0]
+        self._made_before_view = self._made_after_view = 0
         self._unseen = None
 
     # --- the view ---------------------------------------------------------------------
     def with_launched(self, view: ClusterView) -> ClusterView:
         """The view with the Jobs this process made that the watch does not show yet (a launch writes no
         status, so its Job is what says the SJ has a run)."""
-        self._made_since[:] = [sum(self._made_since), 0]  # in the view: counted once a pass's `in_flight` has them
+        # In the view: counted once a pass's `in_flight` has them.
+        self._made_before_view, self._made_after_view = self._made_before_view + self._made_after_view, 0
         self._expire(self.monotonic())
         kept = self._unseen
         if kept is None or not (kept[0] == self._version and view.jobs == kept[1]):
@@ -312,7 +316,7 @@ class Ledger:
                     came = True
         if full:
             self._starting, self._behind = made, behind
-        self._made_since[0] = 0  # the runs made before this pass's view are among those it found behind
+        self._made_before_view = 0  # the runs made before this pass's view are among those it found behind
         return dict(self._in_order(made, position, layout, again=full or came, removed=removed, updated=updated))
 
     def _in_order(self, made: dict[str, _Starting], position: Callable[[str], int] | None, layout: int | None, *,
