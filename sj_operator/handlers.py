@@ -308,7 +308,8 @@ async def _decision_loop(memo: kopf.Memo) -> None:
     while True:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(memo.wake.wait(), timeout=config.tick.total_seconds())
-        await asyncio.sleep(batch_window(last))  # let a burst of watch events land in one pass
+        # Let a burst of watch events land in one pass (for the longest window while the control plane is behind).
+        await asyncio.sleep(batch_window(last, behind=controller.ledger.behind))
         memo.wake.clear()
         controller.metrics.set_leading(memo.elector.leading)
         if not memo.elector.leading:

@@ -39,6 +39,7 @@ from datetime import UTC, date, datetime
 from typing import Any, Final, Literal, NamedTuple, TypeVar, cast
 
 import aiohttp
+import orjson
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -212,13 +213,24 @@ DEEPEST_JSON = 10_000
 fields a schema leaves free-form: a CRD's preserved unknown fields, an object's ``managedFields``."""
 
 
-async def decoded(document: bytes | str) -> Any:
-    """A JSON document from the API server, however deeply it nests. Python's decoder stops at its recursion
-    limit (about 1,000 levels) with a RecursionError, which is not a ValueError: one tenant's object nested
-    deeper would end a watch cache's task, and its list again at every start. Such a document is decoded once
-    more on a thread of its own (`_decoded_deep`) while the loop goes on; ValueError when it is no JSON."""
+def loads(document: bytes | str) -> Any:
+    """A JSON document decoded by orjson, a few times faster than Python's decoder (a burst's watch events are a
+    tenth of the operator's CPU); by Python's where orjson refuses what the API server stores: an integer beyond
+    64 bits, a lone surrogate escaped, more than 1,024 levels of nesting (`decoded`). ValueError when it is no
+    JSON; RecursionError when Python's decoder reaches its recursion limit."""
     try:
+        return orjson.loads(document)
+    except orjson.JSONDecodeError:
         return json.loads(document)
+
+
+async def decoded(document: bytes | str) -> Any:
+    """A JSON document from the API server, however deeply it nests (`loads`). Python's decoder stops at its
+    recursion limit (about 1,000 levels) with a RecursionError, which is not a ValueError: one tenant's object
+    nested deeper would end a watch cache's task, and its list again at every start. Such a document is decoded
+    once more on a thread of its own (`_decoded_deep`) while the loop goes on; ValueError when it is no JSON."""
+    try:
+        return loads(document)
     except RecursionError:
         pass
     loop = asyncio.get_running_loop()
@@ -503,7 +515,7 @@ class Kube:
                                               timeout=SEND_TIMEOUT) as response:
                 answer = await response.read()
             if response.status < 300:
-                return json.loads(answer) if read else None
+                return loads(answer) if read else None
             raise _refused(response.status, response.reason or "", _message(answer))
 
         return await self._retried(operation, attempt)

@@ -300,15 +300,22 @@ def collector_paused(limit: float = GC_PAUSE_LIMIT, *,
         gc.enable()
 
 
-def batch_window(last_pass: float, bounds: tuple[float, float] = BATCH_WINDOW, share: float = PASS_SHARE) -> float:
+def batch_window(last_pass: float, bounds: tuple[float, float] = BATCH_WINDOW, share: float = PASS_SHARE, *,
+                 behind: bool = False) -> float:
     """How long the loop lets watch events gather before its next pass: long enough that passes as long as the
     last one take ``share`` of the loop's time, within ``bounds``. A quiet cluster gets a pass 50 ms after an
     event; in a burst, when every pass has hundreds of changed SJs to step again, the loop spends about a quarter
     of its time in passes (the rest of the core is left to the API server, on a small control plane the same
     cores; passes longer than a third of a second get the longest window and take more), and an SJ whose Job
-    and pods change many times in a second is stepped once for all of them, not once per change. The cost is
-    at most a second more from an event to the pass that acts on it."""
+    and pods change many times in a second is stepped once for all of them, not once per change. While the
+    control plane is ``behind`` on the runs in flight (`write.ledger.Ledger.behind`), the longest window: what a
+    pass sooner would act on waits for the control plane anyway (launches are paced by it, Events and new runs'
+    records wait for it), and a pass cheaper than a third of a second would otherwise come as much sooner and
+    take a quarter of a core the API server needs. The cost is at most a second more from an event to the pass
+    that acts on it."""
     low, high = bounds
+    if behind:
+        return high
     return min(high, max(low, last_pass * (1 - share) / share))
 
 

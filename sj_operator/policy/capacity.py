@@ -238,16 +238,41 @@ class CapacityLedger:
         self._empty_capacity: dict[tuple[Need, EligibilityKey], int] = {}
 
     def reserve_in_flight(
-        self, pods: int, need: Need, node_selector: Mapping[str, str], tolerations: Sequence[Toleration]
+        self, pods: int, need: Need, node_selector: Mapping[str, str], tolerations: Sequence[Toleration],
+        runs: int = 1,
     ) -> None:
-        """Count a launched run's unscheduled pods against the threshold and reserve room for those that fit.
+        """Count a launched run's unscheduled pods against the threshold and reserve room for those that fit;
+        ``runs`` such runs, one after the other.
 
         Where one node holds them all, that is the first such node (`gang.placement.place_identical`'s first
         step), found from the first-fit cursor without working out every node's capacity: in a burst there
-        are hundreds of runs in flight, most of them one pod each."""
-        if pods < 1:
+        are thousands of runs in flight, most of them one pod each, and those of one shape in a row fill each
+        node at once (`_reserve_single`)."""
+        if pods < 1 or runs < 1:
             return
         key, mask = self._mask(node_selector, tolerations)
+        if pods == 1:
+            self._reserve_single(runs, need, key, mask)
+            return
+        for _ in range(runs):
+            self._reserve(pods, need, key, mask)
+
+    def _reserve_single(self, runs: int, need: Need, key: EligibilityKey, mask: list[bool] | None) -> None:
+        """``runs`` runs of one pod of ``need`` reserved as one at a time would be: each on the first eligible node
+        with room, so the first node takes as many as it holds, then the next; those no node holds are counted in
+        the default pool."""
+        while runs:
+            index = self._first_holding(need, key, mask, 1)
+            if index is None:
+                self._charge(need, runs, self._pools[0])
+                return
+            holds = min((self._free[r][index] // amount for r, amount in need), default=runs)
+            taken = min(holds, runs)
+            self._take(index, taken, need)
+            runs -= taken
+
+    def _reserve(self, pods: int, need: Need, key: EligibilityKey, mask: list[bool] | None) -> None:
+        """One run's ``pods`` pods of ``need`` (`reserve_in_flight`)."""
         index = self._first_holding(need, key, mask, pods)
         if index is not None:
             self._take(index, pods, need)

@@ -7,6 +7,7 @@ that kopf still indexes what it sees with the storage in place.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 
 import kopf
@@ -94,3 +95,60 @@ def test_cleanup_drops_the_launches_not_begun_before_it_waits_for_the_lanes_and_
     memo.controller, memo.elector = Controller(), Elector()
     asyncio.run(handlers.cleanup(memo=memo))
     assert calls == ["drop", "settle", "release"]
+
+
+def test_the_loop_lets_events_gather_for_the_longest_window_while_the_control_plane_is_behind(monkeypatch) -> None:
+    """The window before each pass is `pacing.batch_window` of the last pass, and the longest while the ledger says
+    the control plane is behind on the runs in flight: read at each turn of the loop."""
+    from datetime import timedelta
+
+    from sj_operator.pacing import BATCH_WINDOW
+
+    behind = [False, True, False]
+    windows: list[float] = []
+
+    class Ledger:
+        @property
+        def behind(self) -> bool:
+            return behind[len(windows)]
+
+    class Metrics:
+        def set_leading(self, leading: bool) -> None:
+            pass
+
+    class Controller:
+        ledger, metrics = Ledger(), Metrics()
+
+        def drop_launches(self) -> None:
+            pass
+
+    class Config:
+        tick = timedelta(seconds=0)
+
+    class Watchdog:
+        def progressed(self) -> None:
+            pass
+
+    class Elector:
+        leading = False  # every turn ends before a pass: the windows are all there is to see
+
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        windows.append(seconds)
+        if len(windows) == len(behind):
+            raise asyncio.CancelledError
+        await real_sleep(0)
+
+    monkeypatch.setattr(handlers.asyncio, "sleep", sleep)
+    memo = kopf.Memo()
+    memo.controller, memo.config, memo.watchdog, memo.elector = Controller(), Config(), Watchdog(), Elector()
+    memo.ready, memo.wake = asyncio.Event(), asyncio.Event()
+    memo.ready.set()
+
+    async def run() -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await handlers._decision_loop(memo)
+
+    asyncio.run(run())
+    assert windows == [BATCH_WINDOW[0], BATCH_WINDOW[1], BATCH_WINDOW[0]]

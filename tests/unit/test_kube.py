@@ -838,6 +838,30 @@ def test_a_document_nested_as_deep_as_the_api_server_stores_is_decoded(depth: in
         asyncio.run(decoded(_nested(DEEPEST_JSON * 4)))
 
 
+@pytest.mark.parametrize(("document", "value"), [
+    ('{"n": 18446744073709551616}', {"n": 2**64}),                # beyond 64 bits: orjson refuses it
+    ('{"s": "\\ud800"}', {"s": "\ud800"}),                         # a lone surrogate, escaped
+    ('{"f": 1e400}', {"f": float("inf")}),                         # beyond a double: Python's reads infinity
+    ('{"a": 1, "a": 2}', {"a": 2}),                                # a key twice: the last, as the API server's
+    ('{"n": 7, "s": "ok"}', {"n": 7, "s": "ok"}),                  # and what orjson reads, as Python's would
+])
+def test_what_the_api_server_stores_and_orjson_refuses_is_decoded_as_pythons_decoder_does(document: str,
+                                                                                         value: object) -> None:
+    from sj_operator.kube import loads
+
+    assert loads(document) == value == json.loads(document)
+    assert loads(document.encode()) == value
+    assert asyncio.run(decoded(document)) == value
+
+
+@pytest.mark.parametrize("document", ["", "{", '{"a": }', "nan", "\xff"])
+def test_what_no_decoder_reads_is_a_value_error(document: str) -> None:
+    from sj_operator.kube import loads
+
+    with pytest.raises(ValueError):
+        loads(document)
+
+
 def test_a_tenants_deeply_nested_object_neither_ends_a_watch_nor_stops_a_list() -> None:
     """Python's decoder gives up at about 1,000 levels with a RecursionError; the API server keeps objects
     nested up to 10,000 deep in free-form fields. The cache's list and watch take such an object like any."""

@@ -268,6 +268,15 @@ def test_a_passes_share_of_the_loop_sets_the_window():
     assert batch_window(0.1, share=1.0) == pytest.approx(0.05)  # all of it: the least window
 
 
+@pytest.mark.parametrize("last_pass", [0.0, 0.02, 0.1, 4.0])
+def test_while_the_control_plane_is_behind_the_loop_waits_the_longest_window(last_pass):
+    from sj_operator.pacing import BATCH_WINDOW, batch_window
+
+    assert batch_window(last_pass, behind=True) == BATCH_WINDOW[1]
+    assert batch_window(last_pass, (0.05, 2.5), behind=True) == 2.5
+    assert batch_window(last_pass, behind=False) == batch_window(last_pass)
+
+
 @pytest.mark.parametrize(("now", "happened", "last_launch", "wait"), [
     (10.0, 9.0, None, 0.0),     # nothing launched since the start: at once
     (10.0, 9.0, 5.0, 0.0),      # the last launch 5 s ago: the launches are over
