@@ -117,6 +117,9 @@ class Controller:
     resource_quotas: Callable[[str], Sequence[ResourceQuotaView]] = lambda namespace: ()
     """A namespace's ResourceQuotas, which a gang's launch is checked against: the operator's watch cache of
     them (`handlers.startup`); none anywhere unless told."""
+    current_sj: Callable[[str, str], SJObject | None] | None = None
+    """The SJ (by namespace and name) as the watch cache holds it now: a queued launch whose SJ was deleted or its
+    spec edited since the pass that admitted it is dropped (`write.launcher.Launcher`); None: not checked."""
     incremental: bool = True
     """A pass looks only at the SJs that changed, whose clock came or whose reason may have changed (`_pass`);
     False: every pass looks at every SJ (what the tests compare the incremental passes with)."""
@@ -158,7 +161,8 @@ class Controller:
         self.steering_lane = SteeringLane(lambda d: self.writer.apply(d.observed, d.step), wake)
         self.launcher = Launcher(self.kube, self.config, ledger=self.ledger, gate=self.gate, metrics=self.metrics,
                                  clock=self.clock, apply=lambda o, step: self.writer.apply(o, step),
-                                 on_fault=lambda sj, exc: self.quarantine.fault(sj, "launch", exc), wake=wake)
+                                 on_fault=lambda sj, exc: self.quarantine.fault(sj, "launch", exc), wake=wake,
+                                 current=lambda: self.current_sj)
         self.explainer = Explainer(self.monotonic, lambda sj, exc: self.quarantine.fault(sj, "explain", exc))
         self.gauges = Gauges(self.metrics, self.memo, self.hold_budget)
         self._faults = Pool("faults", API_CONCURRENCY, self._write_fault, describe=lambda report: report.sj.key)

@@ -108,6 +108,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
                                     on_fault=skipped))
     memo.watchdog = Watchdog(config.stall_timeout.total_seconds())
     memo.controller.resource_quotas = memo.caches.resource_quotas.in_namespace
+    sjs = memo.caches.sjs
+    memo.controller.current_sj = lambda namespace, name: sjs.held().get((namespace, name))
     holds, sampler = LoopHolds(), HeldSampler(threading.get_ident())
     memo.unwatch_held = sampler.start()
     memo.tasks = [

@@ -87,6 +87,10 @@ class Metrics:
                                     "Seconds launch workers waited for the control plane to take up the runs "
                                     "already made (Jobs not synced by the Job controller, pods not looked at by "
                                     "the scheduler) before making more", registry=r)
+        self.launches_dropped = Counter("scavenger_launches_dropped_total",
+                                        "Queued launches not made because their SJ changed after the pass that "
+                                        "admitted it (deleted, or its spec edited: suspended, resized); the next "
+                                        "pass decides it again", registry=r)
         self.events_dropped = Counter("scavenger_events_dropped_total",
                                       "Events not recorded because too many were already waiting to be (Events "
                                       "are best effort: they never hold up a decision)", registry=r)

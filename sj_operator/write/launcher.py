@@ -4,11 +4,12 @@ A pass queues its admitted SJs' launches and goes on; `LAUNCH_WORKERS` workers m
 so SJs created during a burst of launches are decided while the Jobs of the ones before them are still being
 made. A worker takes the next launch only while the control plane keeps up with the runs already made
 (`Ledger.backlog` under ``--launch-backlog``, 400 by default: Jobs the Job controller has not taken up, pods the
-scheduler has not looked at); otherwise it waits, `LAUNCH_WAIT_MOST` seconds at most. The launches queued are
-taken in turn by namespace (`RoundRobin`), so one tenant's burst does not hold another's launch behind it for
-the minutes it takes. In a burst of thousands the launches go at the pace the Job controller and the scheduler
-take them up: what the operator would queue beyond it, they would hold in their own queues, and every pod event
-of theirs is watched by the nodes' agents, which fall behind.
+scheduler has not looked at); otherwise it waits, `LAUNCH_WAIT_MOST` seconds at most. A launch whose SJ was
+deleted or its spec edited since its admission is dropped when a worker takes it, and the SJ decided again.
+The launches queued are taken in turn by namespace (`RoundRobin`), so one tenant's burst does not hold
+another's launch behind it for the minutes it takes. In a burst of thousands the launches go at the pace the
+Job controller and the scheduler take them up: what the operator would queue beyond it, they would hold in
+their own queues, and every pod event of theirs is watched by the nodes' agents, which fall behind.
 
 A launch asks the namespace gate first, then makes the run's objects, its Job last. Child names are
 deterministic, so a launch repeated after a crash finds its Job and adopts it; only what the SJ controls is
@@ -89,9 +90,12 @@ class _Refused(Exception):
 class Launcher:
     def __init__(self, kube: Kube, config: OperatorConfig, *, ledger: Ledger, gate: Gate, metrics: Metrics,
                  clock: Callable[[], datetime], apply: Callable[[Observed, Step], Awaitable[bool]],
-                 on_fault: Callable[[SJObject, Exception], None], wake: Callable[[], None]) -> None:
+                 on_fault: Callable[[SJObject, Exception], None], wake: Callable[[], None],
+                 current: Callable[[], Callable[[str, str], SJObject | None] | None] = lambda: None) -> None:
+        """``current``: what looks up an SJ (by namespace and name) as the watch cache holds it now, which a queued
+        launch is checked against when a worker takes it (`_changed`); None: not checked."""
         self.kube, self.config, self.ledger, self.gate, self.metrics = kube, config, ledger, gate, metrics
-        self.clock, self._apply, self._on_fault = clock, apply, on_fault
+        self.clock, self._apply, self._on_fault, self._current, self._wake = clock, apply, on_fault, current, wake
         self.backlog_at, self.recheck, self.wait_most = config.launch_backlog, LAUNCH_RECHECK, LAUNCH_WAIT_MOST
         self._paced_logged: float | None = None
         self.pool: Pool[_Order] = Pool("launches", LAUNCH_WORKERS, self._launch_queued, ready=self._paced,
@@ -140,11 +144,31 @@ class Launcher:
     async def _launch_queued(self, order: _Order) -> None:
         w = order.candidate
         try:
+            if self._changed(w.sj):
+                self.metrics.launches_dropped.inc()
+                self._wake()  # the next pass decides it again (`Ledger.take_ended`)
+                return
             await self.launch(w, order.admitted_at, order.config_index)
         except Exception as exc:
             self._on_fault(w.sj, exc)
         finally:
             self.ledger.end_launch(w.sj.uid)
+
+    def _changed(self, sj: SJObject) -> bool:
+        """Whether the SJ changed since the pass that admitted it, as the watch cache holds it now: gone (or made
+        again under its name), being deleted, or its spec edited (suspended, resized, another priority). Paced in a
+        burst, a launch may be taken minutes after its admission: no run is made of what its owner took back."""
+        lookup = self._current()
+        if lookup is None:
+            return False
+        now = lookup(sj.namespace, sj.name)
+        if now is not None and now.uid == sj.uid and not now.deleting and now.generation == sj.generation:
+            return False
+        what = ("gone" if now is None or now.uid != sj.uid else "being deleted" if now.deleting
+                else f"its spec edited (generation {sj.generation} -> {now.generation})")
+        log.info("launch of %s dropped: the SJ is %s since it was admitted; the next pass decides it again", sj.key,
+                 what)
+        return True
 
     async def launch(self, w: Candidate, now: datetime, config_index: int = 0) -> None:
         """Creates the next run of an admitted SJ (idempotent) in the configuration the admission chose,

@@ -1297,6 +1297,45 @@ def test_launches_wait_while_the_control_plane_has_not_taken_up_the_runs_made_an
     assert controller.metrics.launch_paced._value.get() == 0, "the clock did not move while they waited"
 
 
+@pytest.mark.parametrize(("change", "made"), [
+    ("none", ["a-r1", "b-r1", "c-r1", "d-r1"]),
+    ("deleted", ["a-r1", "b-r1", "d-r1"]),      # gone from the cache
+    ("deleting", ["a-r1", "b-r1", "d-r1"]),     # its deletionTimestamp set
+    ("edited", ["a-r1", "b-r1", "d-r1"]),       # its spec edited: a new generation (suspended, resized)
+    ("recreated", ["a-r1", "b-r1", "d-r1"]),    # deleted and made again under its name: another uid
+    ("relabelled", ["a-r1", "b-r1", "c-r1", "d-r1"]),  # metadata or status only: the same generation
+])
+def test_a_queued_launch_whose_sj_changed_since_its_admission_is_dropped_and_decided_again(monkeypatch, change,
+                                                                                           made):
+    """Four SJs admitted at once, launches waiting from two runs behind; meanwhile ``c`` changes in the watch cache.
+    When the control plane has taken up the first two, ``c``'s launch is dropped unless only its metadata changed,
+    counted, and ``c`` is among the SJs the next pass looks at again."""
+    t = [100.0]
+    kube, controller = _paced_controller(monkeypatch, t)
+    cache = {(s.namespace, s.name): s for s in _taken_up(kube, "a", "b", "c", "d").sjs}
+    controller.current_sj = lambda namespace, name: cache.get((namespace, name))
+    c = cache[("ns", "c")]
+    changed = {"none": c, "deleted": None, "deleting": replace(c, deleting=True),
+               "edited": replace(c, generation=2, spec={**c.spec, "suspend": True}),
+               "recreated": replace(c, uid="u-c2"), "relabelled": replace(c, resource_version="99")}[change]
+
+    async def passes() -> tuple[list[str], set[str]]:
+        await controller.reconcile(_taken_up(kube, "a", "b", "c", "d"))
+        await _turns()
+        if changed is None:
+            del cache[("ns", "c")]
+        else:
+            cache[("ns", "c")] = changed
+        await controller.reconcile(_taken_up(kube, "a", "b", "c", "d"))
+        await asyncio.wait_for(controller.launches_done(), 5)
+        return launched(kube), controller.ledger.take_ended()
+
+    after, ended = asyncio.run(passes())
+    assert after == made
+    assert controller.metrics.launches_dropped._value.get() == (4 - len(made))
+    assert "u-c" in ended, "the SJ is looked at again by the next pass"
+
+
 @pytest.mark.parametrize(("launch_backlog", "made"), [
     (0, ["a-r1", "b-r1", "c-r1", "d-r1"]),   # launches never wait
     (2, ["a-r1", "b-r1"]),                   # from two runs behind
