@@ -197,6 +197,13 @@ class Controller:
         """SJs (by uid) whose launch is queued or under way (`write.launcher`)."""
         return self.ledger.launching
 
+    @property
+    def unhurried(self) -> bool:
+        """Whether the next pass may wait for the longest window (`pacing.batch_window`): the control plane is behind
+        on the runs in flight (`Ledger.behind`: what a sooner pass would act on waits for it) and no steering write
+        is under way (a drain's unprotections are handed to the steering lane by passes, as its room frees)."""
+        return self.ledger.behind and not self.steering_lane.under_way
+
     def handles(self, namespace: str) -> bool:
         return not self.config.namespaces or namespace in self.config.namespaces
 

@@ -311,7 +311,7 @@ async def _decision_loop(memo: kopf.Memo) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(memo.wake.wait(), timeout=config.tick.total_seconds())
         # Let a burst of watch events land in one pass (for the longest window while the control plane is behind).
-        await asyncio.sleep(batch_window(last, behind=controller.ledger.behind))
+        await asyncio.sleep(batch_window(last, behind=controller.unhurried))
         memo.wake.clear()
         controller.metrics.set_leading(memo.elector.leading)
         if not memo.elector.leading:

@@ -1297,6 +1297,30 @@ def test_launches_wait_while_the_control_plane_has_not_taken_up_the_runs_made_an
     assert controller.metrics.launch_paced._value.get() == 0, "the clock did not move while they waited"
 
 
+def test_the_loop_may_wait_long_only_while_the_control_plane_is_behind_and_no_steering_write_is_under_way(
+        monkeypatch):
+    """`Controller.unhurried`: the ledger behind (20 launches queued, none taken yet) and the steering lane idle; a
+    steering write under way (a drain's unprotections are handed to the lane by passes) or nothing behind: not."""
+    monkeypatch.setattr("sj_operator.write.launcher.LAUNCH_WORKERS", 1)
+    t = [100.0]
+    kube, controller = _paced_controller(monkeypatch, t)
+    assert not controller.unhurried
+    names = [f"s{i}" for i in range(20)]
+
+    async def passes() -> tuple[bool, bool]:
+        await controller.reconcile(replace(_taken_up(kube, *names), nodes=tuple(node(f"n{i}") for i in range(6))))
+        behind = controller.unhurried
+        d = next(iter(controller._kept.decided.values()))
+        controller.steering_lane.under_way[d.observed.sj.uid] = d
+        steering = controller.unhurried
+        controller.steering_lane.under_way.clear()
+        controller.drop_launches()
+        await asyncio.wait_for(controller.launches_done(), 5)
+        return behind, steering
+
+    assert asyncio.run(passes()) == (True, False)
+
+
 @pytest.mark.parametrize(("change", "made"), [
     ("none", ["a-r1", "b-r1", "c-r1", "d-r1"]),
     ("deleted", ["a-r1", "b-r1", "d-r1"]),      # gone from the cache

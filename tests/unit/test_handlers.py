@@ -98,26 +98,25 @@ def test_cleanup_drops_the_launches_not_begun_before_it_waits_for_the_lanes_and_
 
 
 def test_the_loop_lets_events_gather_for_the_longest_window_while_the_control_plane_is_behind(monkeypatch) -> None:
-    """The window before each pass is `pacing.batch_window` of the last pass, and the longest while the ledger says
-    the control plane is behind on the runs in flight: read at each turn of the loop."""
+    """The window before each pass is `pacing.batch_window` of the last pass, and the longest while the controller is
+    unhurried (`Controller.unhurried`): read at each turn of the loop."""
     from datetime import timedelta
 
     from sj_operator.pacing import BATCH_WINDOW
 
-    behind = [False, True, False]
+    unhurried = [False, True, False]
     windows: list[float] = []
-
-    class Ledger:
-        @property
-        def behind(self) -> bool:
-            return behind[len(windows)]
 
     class Metrics:
         def set_leading(self, leading: bool) -> None:
             pass
 
     class Controller:
-        ledger, metrics = Ledger(), Metrics()
+        metrics = Metrics()
+
+        @property
+        def unhurried(self) -> bool:
+            return unhurried[len(windows)]
 
         def drop_launches(self) -> None:
             pass
@@ -136,7 +135,7 @@ def test_the_loop_lets_events_gather_for_the_longest_window_while_the_control_pl
 
     async def sleep(seconds: float) -> None:
         windows.append(seconds)
-        if len(windows) == len(behind):
+        if len(windows) == len(unhurried):
             raise asyncio.CancelledError
         await real_sleep(0)
 

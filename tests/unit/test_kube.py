@@ -840,6 +840,11 @@ def test_a_document_nested_as_deep_as_the_api_server_stores_is_decoded(depth: in
 
 @pytest.mark.parametrize(("document", "value"), [
     ('{"n": 18446744073709551616}', {"n": 2**64}),                # beyond 64 bits: orjson refuses it
+    ('{"n": 18446744073709551617}', {"n": 2**64 + 1}),            # or reads it as a float
+    ('{"n": -9223372036854775809}', {"n": -(2**63) - 1}),
+    ('{"n": 100000000000000000000000}', {"n": 10**23}),
+    ('{"n": 9223372036854775807}', {"n": 2**63 - 1}),
+    ('{"s": "1234567890123456789012"}', {"s": "1234567890123456789012"}),
     ('{"s": "\\ud800"}', {"s": "\ud800"}),                         # a lone surrogate, escaped
     ('{"f": 1e400}', {"f": float("inf")}),                         # beyond a double: Python's reads infinity
     ('{"a": 1, "a": 2}', {"a": 2}),                                # a key twice: the last, as the API server's
@@ -851,6 +856,7 @@ def test_what_the_api_server_stores_and_orjson_refuses_is_decoded_as_pythons_dec
 
     assert loads(document) == value == json.loads(document)
     assert loads(document.encode()) == value
+    assert [type(v) for v in loads(document).values()] == [type(v) for v in value.values()]  # type: ignore[attr-defined]
     assert asyncio.run(decoded(document)) == value
 
 
