@@ -350,6 +350,7 @@ class Controller:
             work.reset()
             self.ledger.take_ended()  # a full pass decides them all
         changed, vanished = work.changes(view)
+        self.launcher.drop_changed(changed | vanished)  # a queued launch whose SJ was deleted or edited goes now
         sjs = view.sjs if full else work.in_order(changed | self._looked_at(now))
 
         async def observe(sjs: Sequence[SJObject]) -> list[Observed]:

@@ -5,7 +5,8 @@ so SJs created during a burst of launches are decided while the Jobs of the ones
 made. A worker takes the next launch only while the control plane keeps up with the runs already made
 (`Ledger.backlog` under ``--launch-backlog``, 400 by default: Jobs the Job controller has not taken up, pods the
 scheduler has not looked at); otherwise it waits, `LAUNCH_WAIT_MOST` seconds at most. A launch whose SJ was
-deleted or its spec edited since its admission is dropped when a worker takes it, and the SJ decided again.
+deleted or its spec edited since its admission is dropped by the next pass or when a worker takes it, and the
+SJ decided again.
 The launches queued are taken in turn by namespace (`RoundRobin`), so one tenant's burst does not hold
 another's launch behind it for the minutes it takes. In a burst of thousands the launches go at the pace the
 Job controller and the scheduler take them up: what the operator would queue beyond it, they would hold in
@@ -98,6 +99,8 @@ class Launcher:
         self.clock, self._apply, self._on_fault, self._current, self._wake = clock, apply, on_fault, current, wake
         self.backlog_at, self.recheck, self.wait_most = config.launch_backlog, LAUNCH_RECHECK, LAUNCH_WAIT_MOST
         self._paced_logged: float | None = None
+        self._queued: dict[str, _Order] = {}
+        """By SJ uid: the launches queued that no worker has taken yet."""
         self.pool: Pool[_Order] = Pool("launches", LAUNCH_WORKERS, self._launch_queued, ready=self._paced,
                                         drained=wake, describe=lambda order: order.candidate.sj.key,
                                         queue=RoundRobin(lambda order: order.candidate.sj.namespace))
@@ -112,12 +115,33 @@ class Launcher:
             self.ledger.begin_launch(w.sj.uid, Launching(w.sj.key, (w.sj.namespace, job_name),
                                                          in_flight(w.sj, spec, 0)))
             orders.append(_Order(w, index, now))
+        self._queued.update((order.candidate.sj.uid, order) for order in orders)
         self.pool.submit(orders)
 
     def drop(self) -> None:
         """Forgets the launches not begun yet."""
+        self._queued.clear()
         for order in self.pool.drop():
             self.ledger.end_launch(order.candidate.sj.uid)
+
+    def drop_changed(self, uids: Iterable[str]) -> None:
+        """Drops the queued launches, among those of ``uids`` (SJs that changed or went), whose SJ changed since its
+        admission (`_changed`) at once, rather than when a worker takes them (paced, minutes later): their room
+        is free for the next pass, which decides them again."""
+        queued = self._queued
+        if not queued:
+            return
+        stale = {uid for uid in uids if (order := queued.get(uid)) is not None and self._changed(order.candidate.sj)}
+        if not stale:
+            return
+        queue = self.pool.queue
+        kept = [order for order in queue if order.candidate.sj.uid not in stale]
+        queue.clear()
+        queue.extend(kept)
+        for uid in stale:
+            del self._queued[uid]
+            self.ledger.end_launch(uid)
+        self.metrics.launches_dropped.inc(len(stale))
 
     async def _paced(self) -> bool:
         """Waits while the control plane is ``backlog_at`` (``--launch-backlog``; 0: never) runs behind, looked at
@@ -143,6 +167,7 @@ class Launcher:
 
     async def _launch_queued(self, order: _Order) -> None:
         w = order.candidate
+        self._queued.pop(w.sj.uid, None)
         try:
             if self._changed(w.sj):
                 self.metrics.launches_dropped.inc()

@@ -1360,6 +1360,39 @@ def test_a_queued_launch_whose_sj_changed_since_its_admission_is_dropped_and_dec
     assert "u-c" in ended, "the SJ is looked at again by the next pass"
 
 
+@pytest.mark.parametrize("change", ["deleted", "edited", "relabelled"])
+def test_a_pass_that_sees_a_queued_launchs_sj_changed_drops_it_at_once_and_frees_its_room(monkeypatch, change):
+    """Launches waiting from two runs behind, none taken up: a pass whose view shows ``c`` deleted or its spec
+    edited drops ``c``'s queued launch then (not minutes later, when a worker would take it), so the room it held
+    is free and ``c`` is decided again; a change of its metadata alone keeps it queued."""
+    t = [100.0]
+    kube, controller = _paced_controller(monkeypatch, t)
+    first = _taken_up(kube, "a", "b", "c", "d")
+    cache = {(s.namespace, s.name): s for s in first.sjs}
+    controller.current_sj = lambda namespace, name: cache.get((namespace, name))
+
+    async def passes() -> tuple[set[str], list[str]]:
+        await controller.reconcile(first)
+        await _turns()
+        c = cache[("ns", "c")]
+        if change == "deleted":
+            del cache[("ns", "c")]
+        else:
+            cache[("ns", "c")] = (replace(c, generation=2, spec={**c.spec, "suspend": True}) if change == "edited"
+                                  else replace(c, resource_version="99"))
+        await controller.reconcile(replace(first, sjs=tuple(cache.values())))
+        queued = set(controller.ledger.launching)
+        controller.drop_launches()
+        await asyncio.wait_for(controller.launches_done(), 5)
+        return queued, launched(kube)
+
+    queued, made = asyncio.run(passes())
+    assert made == ["a-r1", "b-r1"]
+    kept = change == "relabelled"
+    assert ("u-c" in queued) is kept and "u-d" in queued
+    assert controller.metrics.launches_dropped._value.get() == (0 if kept else 1)
+
+
 @pytest.mark.parametrize(("launch_backlog", "made"), [
     (0, ["a-r1", "b-r1", "c-r1", "d-r1"]),   # launches never wait
     (2, ["a-r1", "b-r1"]),                   # from two runs behind
