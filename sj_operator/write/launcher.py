@@ -134,13 +134,9 @@ class Launcher:
         stale = {uid for uid in uids if (order := queued.get(uid)) is not None and self._changed(order.candidate.sj)}
         if not stale:
             return
-        queue = self.pool.queue
-        kept = [order for order in queue if order.candidate.sj.uid not in stale]
-        queue.clear()
-        queue.extend(kept)
-        for uid in stale:
-            del self._queued[uid]
-            self.ledger.end_launch(uid)
+        for order in self.pool.drop(lambda order: order.candidate.sj.uid in stale):
+            del self._queued[order.candidate.sj.uid]
+            self.ledger.end_launch(order.candidate.sj.uid)
         self.metrics.launches_dropped.inc(len(stale))
 
     async def _paced(self) -> bool:

@@ -115,10 +115,14 @@ class Pool(Generic[T]):
         for _ in range(min(self.size - len(self._workers), len(self.queue))):
             self._workers.append(asyncio.create_task(self._work(), name=self.name))
 
-    def drop(self) -> list[T]:
-        """Forgets the items no worker has taken yet, and returns them."""
-        dropped = list(self.queue)
+    def drop(self, where: Callable[[T], bool] | None = None) -> list[T]:
+        """Forgets the items no worker has taken yet (``where``: those it holds for; the others keep their order),
+        and returns them."""
+        items = list(self.queue)
+        dropped = items if where is None else [item for item in items if where(item)]
         self.queue.clear()
+        if where is not None:
+            self.queue.extend(item for item in items if not where(item))
         return dropped
 
     @property
