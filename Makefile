@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 VERSION ?=
 RELEASE_ARGS ?=
 
-.PHONY: setup venv binaries mpi lint docs docs-check docs-serve chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd reference bench bench-loop bench-events bench-e2e bench-writes bench-scale bench-report e2e-kind \
+.PHONY: setup venv binaries mpi lint docs docs-check docs-serve chart images node-up node-down test unit e2e cluster-up cluster-down demo demo-down run crd reference bench bench-loop bench-events bench-e2e bench-writes bench-write-costs bench-scale bench-report e2e-kind \
 	mutation mutation-smoke fuzz release clean
 
 setup: venv binaries mpi ## .venv with the package and test dependencies, the pinned binaries in .bin/, MPI for the demo tests
@@ -157,6 +157,10 @@ bench-e2e: venv ## SJ creation -> Job latency, operator in-process, against the 
 bench-writes: venv ## CPU per write: a run's Job made on the event loop against the client in a thread, against the cluster in $$KUBECONFIG (a minute)
 	@test -n "$${KUBECONFIG:-}" || { echo "bench-writes: set KUBECONFIG to a running cluster (hack/cluster up prints it)" >&2; exit 1; }
 	$(PY) benchmarks/bench_writes.py --save $(BENCH_ARGS)
+
+bench-write-costs: venv ## what recording a unit costs the control plane against a plain Job's unit, on the local cluster in $$KUBECONFIG (ten minutes)
+	@test -n "$${KUBECONFIG:-}" || { echo "bench-write-costs: set KUBECONFIG to the local cluster (hack/cluster up prints it)" >&2; exit 1; }
+	$(PY) benchmarks/bench_write_costs.py --save $(BENCH_ARGS)
 
 bench-scale: setup ## on demand: SJs beside plain Jobs and Kueue on kwok nodes, table and a timeline plot in .cluster/bench-scale.png (BENCH_ARGS='--sjs 2000 --nodes 200 --settle 120': 25 min)
 	$(PIP) install --quiet -e '.[bench]'

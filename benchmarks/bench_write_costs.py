@@ -1,0 +1,219 @@
+"""What the writes that record a unit of work cost the control plane, beside what a plain Job's whole unit costs
+it, against the local cluster in ``KUBECONFIG``.
+
+Run: ``KUBECONFIG=... python benchmarks/bench_write_costs.py [--units N] [--nodes N] [--writes N] [--rounds N]
+[--json PATH] [--save]`` (about ten minutes at the defaults on the local cluster).
+
+Issue 42 asks for 10,000 SJs Running within 1.2 times the time of 10,000 plain Jobs. On a machine whose cores the
+control plane has to itself and keeps busy, a run's time is its core-seconds over the cores, so the goal leaves an
+operator 0.2 of what the plain Jobs cost the cluster for everything it adds. Some of what it adds no operator can
+leave out: the users' SJs are created (the plain Jobs' users create nothing else), and the SPEC has every SJ's
+status say ``Running``. This measures those writes one kind at a time, each on a cluster doing nothing else, as
+the control plane's CPU (etcd, the API server, the controller manager, the scheduler and kwok: `CONTROL_PLANE`)
+per write:
+
+- **a plain unit**: ``--units`` one-pod plain Jobs (`bench_scale.plain_job`) created by 8 threads on ``--nodes``
+  kwok nodes, from the first create until every pod is ready as the Jobs count them: the cluster's CPU per unit
+  (the floor's unit in `bench_scale`);
+- **an SJ created** (`bench_scale.scavenger_job`, a one-pod SJ), **its status patched** as the operator's state
+  machine records a run that starts at once (`bench_scale.operator_record`), and **an Event** as the operator
+  records one (`kube.event_body`): ``--writes`` of each, 8 threads at a time, each kind timed on its own.
+
+Each round first reads what the control plane spends with nothing written for a few seconds (the kwok nodes'
+heartbeats), which each measure leaves out for as long as it lasted; then runs them all in a namespace of its
+own, deleted and waited for before the next (a deletion beside a measure slows it); the figures are the medians
+of ``--rounds``. Derived from them: the share of a plain unit that an SJ and its status take (what any operator
+keeping the SPEC's status adds before its process runs) and the share with the two Events the operator records
+for a run that starts at once. These are a quiet cluster's figures: in a burst the same writes cost more (the API
+server closes watches that fall behind, kwok replays its pods' stages), which the ceiling runs of `bench_scale`
+(``--ceiling-recorded``) show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from kubernetes import client, config  # noqa: E402
+
+from benchmarks.bench_scale import (  # noqa: E402
+    LOW,
+    SELECTOR,
+    TAINT,
+    operator_objects,
+    operator_record,
+    plain_job,
+    scavenger_job,
+)
+from benchmarks.harness import results  # noqa: E402
+from benchmarks.harness.kube import (  # noqa: E402
+    claimed,
+    delete_nodes,
+    ensure_crd,
+    make_kwok_nodes,
+    priority_classes,
+    ready_pods,
+    retrying,
+    run_namespace,
+)
+from benchmarks.harness.processes import CONTROL_PLANE, CpuSince  # noqa: E402
+from benchmarks.harness.progress import in_parallel, log, wait_until  # noqa: E402
+from sj_operator.kube import event_body  # noqa: E402
+from sj_operator.names import API_VERSION, GROUP, KIND, PLURAL, VERSION  # noqa: E402
+from tests.e2e.kube import unique  # noqa: E402
+
+NAMESPACES = "bench-costs"
+THREADS = 8
+"""Client threads, as `bench_scale` creates its units."""
+SETTLE = 3.0
+"""Seconds after the last write before the CPU is read: what the writes set off (watch events sent, a
+controller's sync) is theirs."""
+QUIET = 10.0
+"""Seconds the control plane's CPU is read with nothing written, before each round: what it spends anyway (the
+kwok nodes' heartbeats, its controllers' resyncs) is taken out of each measure for as long as it lasted."""
+UNIT = "plain unit"
+KINDS = ("SJ created", "SJ status patched as Running", "Event recorded")
+
+
+class ControlPlaneCpu:
+    """The control plane's CPU (`CONTROL_PLANE`) from the moment this is made, and the seconds since."""
+
+    def __init__(self) -> None:
+        self.parts = [CpuSince.of_command(pattern) for _, pattern in CONTROL_PLANE]
+        self.start = time.monotonic()
+
+    def seconds(self) -> tuple[float, float]:
+        """CPU seconds and wall seconds since."""
+        spent = [part.seconds() for part in self.parts]
+        if any(s is None for s in spent):
+            raise SystemExit("a process of the local cluster was not found: this needs the cluster of hack/cluster")
+        return sum(s for s in spent if s is not None), time.monotonic() - self.start
+
+
+def quiet_cores() -> float:
+    """The cores the control plane keeps busy with nothing written (`QUIET`)."""
+    cpu = ControlPlaneCpu()
+    time.sleep(QUIET)
+    spent, took = cpu.seconds()
+    return spent / took
+
+
+def per_item(work: Callable[[int], None], count: int, what: str, quiet: float,
+             done: Callable[[], None] = lambda: None) -> float:
+    """The control plane's CPU milliseconds per item for ``work`` over ``count`` items, ``THREADS`` at a time
+    (``done``: waits until what they set off has finished), less what it spends anyway (``quiet`` cores)."""
+    cpu = ControlPlaneCpu()
+    in_parallel(work, count, THREADS, what)
+    done()
+    time.sleep(SETTLE)
+    spent, took = cpu.seconds()
+    return ms_each(spent, took, quiet, count)
+
+
+def ms_each(spent: float, took: float, quiet: float, count: int) -> float:
+    """Milliseconds of CPU per item: ``spent`` CPU seconds over ``took`` wall seconds, less ``quiet`` cores for as
+    long, over ``count`` items (never below nothing: a quiet reading can be above a short measure's)."""
+    return max(0.0, spent - quiet * took) * 1000 / count
+
+
+def plain_units(api: client.ApiClient, units: int, quiet: float) -> float:
+    """Per plain unit: ``units`` one-pod plain Jobs from the first create until their pods are ready."""
+    batch = client.BatchV1Api(api)
+    with run_namespace(api, NAMESPACES, "the plain units'", followed=True) as namespace:
+        def make(i: int) -> None:
+            retrying(lambda: batch.create_namespaced_job(namespace, plain_job(f"job-{i:05d}", 1)))
+
+        def ready() -> None:
+            wait_until("plain pods ready", lambda: ((n := ready_pods(batch, namespace)) >= units, f"{n}/{units}"),
+                       timeout=1800, every=2)
+
+        return per_item(make, units, "plain Jobs created", quiet, ready)
+
+
+def recording_writes(api: client.ApiClient, writes: int, quiet: float) -> dict[str, float]:
+    """Per write of each of `KINDS`: ``writes`` SJs created, their statuses patched as Running, as many Events."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    made: dict[int, dict[str, Any]] = {}
+    with run_namespace(api, NAMESPACES, "the writes'", followed=True) as namespace:
+        def create(i: int) -> None:
+            made[i] = retrying(lambda: custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, scavenger_job(f"sj-{i:05d}", 1, "10m")))
+
+        def status(i: int) -> None:
+            sj = made[i]
+            patch, _ = operator_record(sj, operator_objects(sj)[-1][1], datetime.now(UTC))
+            retrying(lambda: custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, sj["metadata"]["name"], {"status": patch}))
+
+        def event(i: int) -> None:
+            meta, now = made[i]["metadata"], datetime.now(UTC)
+            body = event_body(f"{meta['name']}.{time.time_ns():x}", namespace=namespace, name=meta["name"],
+                              uid=meta["uid"], kind=KIND, api_version=API_VERSION, type_="Normal", reason="Launched",
+                              message=f"run {meta['name']}-r1 launched (1 pod(s), priority class scavenger-band-0)",
+                              component="scavenger", instance="scavenger", at=now, first=now, count=1)
+            retrying(lambda: core.create_namespaced_event(namespace, body))
+
+        works = (create, status, event)
+        return {kind: per_item(work, writes, kind, quiet) for kind, work in zip(KINDS, works, strict=True)}
+
+
+def derived(unit: float, costs: dict[str, float]) -> list[dict[str, Any]]:
+    """The shares of a plain unit (``unit``, ms) that the writes of ``costs`` (ms per write) take: an SJ and its
+    status (what an operator keeping the SPEC's status cannot leave out), and those with two Events (a run that
+    starts at once, as the operator records it)."""
+    required = costs["SJ created"] + costs["SJ status patched as Running"]
+    recorded = required + 2 * costs["Event recorded"]
+    return [results.figure("an SJ and its status, to a plain unit", required / unit),
+            results.figure("an SJ, its status and two Events, to a plain unit", recorded / unit)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--units", type=int, default=2000, help="plain one-pod Jobs per round (default 2,000)")
+    parser.add_argument("--nodes", type=int, default=200, help="kwok nodes of 8 CPU for them (default 200)")
+    parser.add_argument("--writes", type=int, default=2000, help="writes of each kind per round (default 2,000)")
+    parser.add_argument("--rounds", type=int, default=3)
+    results.add_arguments(parser)
+    args = parser.parse_args()
+    config.load_kube_config()
+    client.Configuration._default.connection_pool_maxsize = 16
+    api = client.ApiClient()
+    core = client.CoreV1Api(api)
+    rounds: dict[str, list[float]] = {UNIT: [], **{kind: [] for kind in KINDS}}
+    with claimed(api, "bench_write_costs"):
+        ensure_crd(api)
+        try:
+            make_kwok_nodes(core, [f"{unique('costs')}-{i:04d}" for i in range(args.nodes)],
+                            {"cpu": "8", "memory": "32Gi", "pods": "110"}, SELECTOR, [TAINT], THREADS)
+            with priority_classes(client.SchedulingV1Api(api), {LOW: -100}):
+                for r in range(args.rounds):
+                    quiet = quiet_cores()
+                    rounds[UNIT].append(plain_units(api, args.units, quiet))
+                    for kind, ms in recording_writes(api, args.writes, quiet).items():
+                        rounds[kind].append(ms)
+                    log(f"round {r + 1}/{args.rounds} (the control plane quiet: {quiet:.2f} cores): "
+                        + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in rounds.items()))
+        finally:
+            delete_nodes(core, SELECTOR)
+    medians = {what: statistics.median(values) for what, values in rounds.items()}
+    figures = [results.figure(f"{what}: control plane CPU", ms, "ms") for what, ms in medians.items()]
+    figures += derived(medians[UNIT], {kind: medians[kind] for kind in KINDS})
+    print(f"\nmedian of {args.rounds} rounds ({args.units} plain units, {args.writes} writes of each kind):")
+    for f in figures:
+        print(f"  {f['metric']:<52} {f['value']:.3g}{' ' + f['unit'] if f['unit'] else ''}")
+    results.save(args, results.result("bench_write_costs", results.parameters(args), figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
