@@ -7,11 +7,13 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from sj_operator.config import OperatorConfig
 from sj_operator.names import GROUP, PLURAL, VERSION
@@ -103,6 +105,14 @@ class OperatorProcess:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of an operator's /metrics on ``port``, by name and labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def custom(api: client.ApiClient) -> client.CustomObjectsApi:

@@ -4,31 +4,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from kubernetes import client
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.kube import dedicated_node, free_port, wait_for
-from tests.e2e.sj import InProcessOperator, create_sj, run_pods, sj_spec, status, wait_phase
+from tests.e2e.sj import InProcessOperator, create_sj, run_pods, scrape, sj_spec, status, wait_phase
 from tests.e2e.sj import test_config as operator_config
 
 pytestmark = pytest.mark.kwok_only  # every test here runs on dedicated simulated nodes
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO / ".venv/bin/kubectl-sj"
-
-
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of /metrics, by name and labels."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def _seconds(stamp: str) -> float:
