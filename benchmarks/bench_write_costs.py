@@ -13,20 +13,21 @@ the control plane's CPU (etcd, the API server, the controller manager, the sched
 per write:
 
 - **a plain unit**: ``--units`` one-pod plain Jobs (`bench_scale.plain_job`) created by 8 threads on ``--nodes``
-  kwok nodes, from the first create until every pod is ready as the Jobs count them: the cluster's CPU per unit
-  (the floor's unit in `bench_scale`);
+  kwok nodes, from the first create until 99.5 % of their pods are ready as the Jobs count them (looked at every
+  5 s): the cluster's CPU per unit (the floor's unit in `bench_scale`, whose units are a tenth gangs);
 - **an SJ created** (`bench_scale.scavenger_job`, a one-pod SJ), **its status patched** as the operator's state
   machine records a run that starts at once (`bench_scale.operator_record`), and **an Event** as the operator
   records one (`kube.event_body`): ``--writes`` of each, 8 threads at a time, each kind timed on its own.
 
-Each round first reads what the control plane spends with nothing written for a few seconds (the kwok nodes'
-heartbeats), which each measure leaves out for as long as it lasted; then runs them all in a namespace of its
-own, deleted and waited for before the next (a deletion beside a measure slows it); the figures are the medians
-of ``--rounds``. Derived from them: the share of a plain unit that an SJ and its status take (what any operator
-keeping the SPEC's status adds before its process runs) and the share with the two Events the operator records
-for a run that starts at once. These are a quiet cluster's figures: in a burst the same writes cost more (the API
-server closes watches that fall behind, kwok replays its pods' stages), which the ceiling runs of `bench_scale`
-(``--ceiling-recorded``) show.
+Before each measure the control plane's CPU is read for `QUIET` seconds with nothing written (the kwok nodes'
+heartbeats, its controllers' resyncs), and the measure leaves that out for as long as it lasted. Each round runs
+them all in a namespace of its own, deleted and waited for before the next (a deletion beside a measure slows it);
+the figures are the medians of ``--rounds``, and the result's note has every measure with its quiet reading.
+Derived from them: the share of a plain unit that an SJ and its status take (what any operator keeping the SPEC's
+status adds before its process runs) and the share with the two Events the operator records for a run that starts
+at once. These are a quiet cluster's figures: in a burst the same writes cost more (the API server closes watches
+that fall behind, kwok replays its pods' stages), which the ceiling runs of `bench_scale` (``--ceiling-recorded``)
+show.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,7 @@ from benchmarks.harness import results  # noqa: E402
 from benchmarks.harness.kube import (  # noqa: E402
     claimed,
     delete_nodes,
+    earlier_runs_gone,
     ensure_crd,
     make_kwok_nodes,
     priority_classes,
@@ -68,6 +71,7 @@ from benchmarks.harness.kube import (  # noqa: E402
 )
 from benchmarks.harness.processes import CONTROL_PLANE, CpuSince  # noqa: E402
 from benchmarks.harness.progress import in_parallel, log, wait_until  # noqa: E402
+from benchmarks.harness.scale_report import RUNNING  # noqa: E402
 from sj_operator.kube import event_body  # noqa: E402
 from sj_operator.names import API_VERSION, GROUP, KIND, PLURAL, VERSION  # noqa: E402
 from tests.e2e.kube import unique  # noqa: E402
@@ -78,9 +82,11 @@ THREADS = 8
 SETTLE = 3.0
 """Seconds after the last write before the CPU is read: what the writes set off (watch events sent, a
 controller's sync) is theirs."""
-QUIET = 10.0
-"""Seconds the control plane's CPU is read with nothing written, before each round: what it spends anyway (the
-kwok nodes' heartbeats, its controllers' resyncs) is taken out of each measure for as long as it lasted."""
+QUIET = 15.0
+"""Seconds the control plane's CPU is read with nothing written, before each measure: what it spends anyway (the
+kwok nodes' heartbeats, its controllers' resyncs) is taken out of the measure for as long as it lasted."""
+POLL = 5.0
+"""Seconds between two looks at the plain units' ready pods (a list of their Jobs)."""
 UNIT = "plain unit"
 KINDS = ("SJ created", "SJ status patched as Running", "Event recorded")
 
@@ -108,16 +114,28 @@ def quiet_cores() -> float:
     return spent / took
 
 
-def per_item(work: Callable[[int], None], count: int, what: str, quiet: float,
-             done: Callable[[], None] = lambda: None) -> float:
-    """The control plane's CPU milliseconds per item for ``work`` over ``count`` items, ``THREADS`` at a time
-    (``done``: waits until what they set off has finished), less what it spends anyway (``quiet`` cores)."""
+@dataclass(frozen=True)
+class Measure:
+    what: str
+    ms: float
+    """The control plane's CPU per item, what it spends anyway taken out."""
+    quiet: float
+    """The cores it kept busy with nothing written, just before."""
+    seconds: float
+    """How long the measure lasted."""
+
+
+def per_item(work: Callable[[int], None], count: int, what: str,
+             done: Callable[[], None] = lambda: None) -> Measure:
+    """The control plane's CPU per item for ``work`` over ``count`` items, ``THREADS`` at a time (``done``: waits
+    until what they set off has finished), less what it spends anyway (read just before, `quiet_cores`)."""
+    quiet = quiet_cores()
     cpu = ControlPlaneCpu()
     in_parallel(work, count, THREADS, what)
     done()
     time.sleep(SETTLE)
     spent, took = cpu.seconds()
-    return ms_each(spent, took, quiet, count)
+    return Measure(what, ms_each(spent, took, quiet, count), quiet, took)
 
 
 def ms_each(spent: float, took: float, quiet: float, count: int) -> float:
@@ -126,21 +144,22 @@ def ms_each(spent: float, took: float, quiet: float, count: int) -> float:
     return max(0.0, spent - quiet * took) * 1000 / count
 
 
-def plain_units(api: client.ApiClient, units: int, quiet: float) -> float:
-    """Per plain unit: ``units`` one-pod plain Jobs from the first create until their pods are ready."""
+def plain_units(api: client.ApiClient, units: int) -> Measure:
+    """Per plain unit: ``units`` one-pod plain Jobs from the first create until 99.5 % of their pods are ready."""
     batch = client.BatchV1Api(api)
     with run_namespace(api, NAMESPACES, "the plain units'", followed=True) as namespace:
         def make(i: int) -> None:
             retrying(lambda: batch.create_namespaced_job(namespace, plain_job(f"job-{i:05d}", 1)))
 
         def ready() -> None:
-            wait_until("plain pods ready", lambda: ((n := ready_pods(batch, namespace)) >= units, f"{n}/{units}"),
-                       timeout=1800, every=2)
+            wait_until("plain pods ready",
+                       lambda: ((n := ready_pods(batch, namespace)) >= RUNNING * units, f"{n}/{units}"),
+                       timeout=1800, every=POLL)
 
-        return per_item(make, units, "plain Jobs created", quiet, ready)
+        return per_item(make, units, UNIT, ready)
 
 
-def recording_writes(api: client.ApiClient, writes: int, quiet: float) -> dict[str, float]:
+def recording_writes(api: client.ApiClient, writes: int) -> list[Measure]:
     """Per write of each of `KINDS`: ``writes`` SJs created, their statuses patched as Running, as many Events."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     made: dict[int, dict[str, Any]] = {}
@@ -164,7 +183,17 @@ def recording_writes(api: client.ApiClient, writes: int, quiet: float) -> dict[s
             retrying(lambda: core.create_namespaced_event(namespace, body))
 
         works = (create, status, event)
-        return {kind: per_item(work, writes, kind, quiet) for kind, work in zip(KINDS, works, strict=True)}
+        return [per_item(work, writes, kind) for kind, work in zip(KINDS, works, strict=True)]
+
+
+def one_round(measures: Sequence[Measure]) -> str:
+    """A round's measures, each with its quiet reading and how long it lasted."""
+    return ", ".join(f"{m.what} {m.ms:.2f} ms (quiet {m.quiet:.3f} cores, {m.seconds:.0f} s)" for m in measures)
+
+
+def every_measure(rounds: Sequence[Sequence[Measure]]) -> str:
+    """The result's note: every round's measures (`one_round`)."""
+    return "; ".join(f"round {r}: {one_round(measures)}" for r, measures in enumerate(rounds, 1))
 
 
 def derived(unit: float, costs: dict[str, float]) -> list[dict[str, Any]]:
@@ -189,29 +218,28 @@ def main() -> int:
     client.Configuration._default.connection_pool_maxsize = 16
     api = client.ApiClient()
     core = client.CoreV1Api(api)
-    rounds: dict[str, list[float]] = {UNIT: [], **{kind: [] for kind in KINDS}}
+    rounds: list[list[Measure]] = []
     with claimed(api, "bench_write_costs"):
+        earlier_runs_gone(api, NAMESPACES)
         ensure_crd(api)
         try:
             make_kwok_nodes(core, [f"{unique('costs')}-{i:04d}" for i in range(args.nodes)],
                             {"cpu": "8", "memory": "32Gi", "pods": "110"}, SELECTOR, [TAINT], THREADS)
             with priority_classes(client.SchedulingV1Api(api), {LOW: -100}):
-                for r in range(args.rounds):
-                    quiet = quiet_cores()
-                    rounds[UNIT].append(plain_units(api, args.units, quiet))
-                    for kind, ms in recording_writes(api, args.writes, quiet).items():
-                        rounds[kind].append(ms)
-                    log(f"round {r + 1}/{args.rounds} (the control plane quiet: {quiet:.2f} cores): "
-                        + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in rounds.items()))
+                for _ in range(args.rounds):
+                    rounds.append([plain_units(api, args.units), *recording_writes(api, args.writes)])
+                    log(f"round {len(rounds)}/{args.rounds}: {one_round(rounds[-1])}")
         finally:
             delete_nodes(core, SELECTOR)
-    medians = {what: statistics.median(values) for what, values in rounds.items()}
+    medians = {what: statistics.median(m.ms for measures in rounds for m in measures if m.what == what)
+               for what in (UNIT, *KINDS)}
     figures = [results.figure(f"{what}: control plane CPU", ms, "ms") for what, ms in medians.items()]
     figures += derived(medians[UNIT], {kind: medians[kind] for kind in KINDS})
     print(f"\nmedian of {args.rounds} rounds ({args.units} plain units, {args.writes} writes of each kind):")
     for f in figures:
         print(f"  {f['metric']:<52} {f['value']:.3g}{' ' + f['unit'] if f['unit'] else ''}")
-    results.save(args, results.result("bench_write_costs", results.parameters(args), figures))
+    results.save(args, results.result("bench_write_costs", results.parameters(args), figures,
+                                      note=every_measure(rounds)))
     return 0
 
 

@@ -121,15 +121,15 @@ CATALOG: tuple[Benchmark, ...] = (
         "make bench-write-costs (python benchmarks/bench_write_costs.py --save)",
         "the local cluster (`hack/cluster up`); ten minutes",
         "The control plane's CPU (etcd, the API server, the controller manager, the scheduler, kwok), with what "
-        "it spends with nothing written taken out: per plain unit, 2,000 one-pod low-priority Jobs made by 8 "
-        "threads on 200 kwok nodes, from the first create until their pods are ready (the floor's unit of "
-        "`bench_scale`); per write, 2,000 each of a one-pod SJ created, its status patched as the operator's "
-        "state machine records a run that starts at once (`Running`), and an Event as the operator records one, "
-        "each kind timed on its own; the medians of 3 rounds. Derived: the share of a plain unit that an SJ "
-        "and its status take (what any operator keeping the SPEC's status adds before its process runs: issue "
-        "42's goal of 1.2 times the plain Jobs' time leaves 0.2), and with the two Events of a run that starts "
-        "at once. A quiet cluster's figures: in a burst the same writes cost more (`bench_scale "
-        "--ceiling-recorded`).",
+        "it spends with nothing written (read for 15 s before each measure) taken out: per plain unit, 2,000 one-"
+        "pod low-priority Jobs made by 8 threads on 200 kwok nodes, from the first create until 99.5 % of their "
+        "pods are ready (the floor's unit of `bench_scale`, whose units are a tenth gangs); per write, 2,000 each"
+        " of a one-pod SJ created, its status patched as the operator's state machine records a run that starts "
+        "at once (`Running`), and an Event as the operator records one, each kind timed on its own; the medians "
+        "of 3 rounds (the note has every measure). Derived: the share of a plain unit that an SJ and its status "
+        "take (what any operator keeping the SPEC's status adds before its process runs: issue 42's goal of 1.2 "
+        "times the plain Jobs' time leaves 0.2), and with the two Events of a run that starts at once. A quiet "
+        "cluster's figures: in a burst the same writes cost more (`bench_scale --ceiling-recorded`).",
     ),
     Benchmark(
         "bench_steering", "Work lost per interruption, victim steering on and off",

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
+from sj_operator.write import launcher
 from tests.e2e.kube import dedicated_node, free_port, scheduler_paused, wait_for
 from tests.e2e.sj import InProcessOperator, create_sj, jobs_of, patch_sj, scrape, sj_spec, status, wait_phase
 from tests.e2e.sj import test_config as operator_config
@@ -19,9 +20,12 @@ PACED = ("scavenger_launch_paced_seconds_total", ())
 
 
 @pytest.fixture
-def paced_operator(namespace: str, crd: None) -> Iterator[int]:
+def paced_operator(namespace: str, crd: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     """An operator of this namespace alone whose launches wait while one run made is behind (its counters count
-    only this test's SJs); its metrics port."""
+    only this test's SJs); its metrics port. A launch waits for the control plane as long as the test takes (not
+    `LAUNCH_WAIT_MOST`'s minute): only the scheduler going on lets it go, and only the pass that saw the SJ edited
+    drops it (not a worker taking it once the minute is up)."""
+    monkeypatch.setattr(launcher, "LAUNCH_WAIT_MOST", 600.0)
     port = free_port()
     op = InProcessOperator(operator_config(namespaces=(namespace,), metrics_port=port, launch_backlog=1))
     op.start()
@@ -50,7 +54,8 @@ def test_a_launch_waits_for_a_scheduler_behind_and_one_whose_sj_was_suspended_me
             assert scrape(port)[DROPPED] == 1, "second's queued launch dropped by the pass that saw it edited"
             assert jobs_of(api, namespace, "second") == []
             assert jobs_of(api, namespace, "third") == [], "still waiting: the scheduler is still stopped"
-        # The scheduler goes on: first's pod is looked at, and third's launch goes.
+        # The scheduler goes on: first's pod is looked at, and third's launch goes (long before the 600 s).
+        wait_for("third's Job made", lambda: jobs_of(api, namespace, "third"), timeout=30)
         wait_phase(api, namespace, "first", "Running", timeout=60)
         wait_phase(api, namespace, "third", "Running", timeout=60)
         m = scrape(port)

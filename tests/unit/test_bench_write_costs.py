@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.bench_write_costs import KINDS, derived, ms_each
+from benchmarks.bench_write_costs import KINDS, Measure, derived, every_measure, ms_each
 
 
 @pytest.mark.parametrize(("spent", "took", "quiet", "count", "ms"), [
@@ -32,3 +32,10 @@ def test_each_kind_counts_in_the_shares_as_often_as_a_unit_writes_it() -> None:
         before = [f["value"] for f in derived(10.0, base)]
         after = [f["value"] for f in derived(10.0, more)]
         assert [round((a - b) * 10, 6) for a, b in zip(after, before, strict=True)] == list(times), kind
+
+
+def test_the_note_has_every_measure_of_every_round_with_its_quiet_reading() -> None:
+    rounds = [[Measure("plain unit", 38.04, 0.05, 61.2), Measure("Event recorded", 1.7, 0.061, 7.6)],
+              [Measure("plain unit", 40.0, 0.2, 59.0)]]
+    assert every_measure(rounds) == ("round 1: plain unit 38.04 ms (quiet 0.050 cores, 61 s), Event recorded 1.70 ms "
+                                     "(quiet 0.061 cores, 8 s); round 2: plain unit 40.00 ms (quiet 0.200 cores, 59 s)")
