@@ -8,7 +8,9 @@ are skipped on the local cluster.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,11 +55,22 @@ def kubeconfig() -> Iterator[str]:
     if subprocess.run([REPO / "hack" / "cluster", "status"], capture_output=True).returncode != 0:
         subprocess.run([REPO / "hack" / "cluster", "up"], check=True)
         started = True
+    else:
+        _scheduler_going()
     try:
         yield str(path)
     finally:
         if started:
             subprocess.run([REPO / "hack" / "cluster", "down"], check=False)
+
+
+def _scheduler_going() -> None:
+    """The reused local cluster's kube-scheduler let go on: a run killed inside `kube.scheduler_paused` (SIGKILL
+    runs no ``finally``) leaves it stopped, and every test after would wait for pods never scheduled."""
+    from tests.e2e.kube import component_pid
+
+    with contextlib.suppress(OSError, ValueError):  # no pid file, or its process gone
+        os.kill(component_pid("kube-scheduler"), signal.SIGCONT)
 
 
 def _kind_cluster() -> Iterator[str]:
