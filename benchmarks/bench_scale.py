@@ -410,15 +410,29 @@ def operator_record(sj: dict[str, Any], job: dict[str, Any],
 def recorded(custom: client.CustomObjectsApi, core: client.CoreV1Api, sj: dict[str, Any], job: dict[str, Any]) -> None:
     """Writes what the operator writes of ``sj``'s run (`operator_record`): its status patch and its Events, as
     the operator fills them (`kube.event_body`)."""
-    meta, now = sj["metadata"], datetime.now(UTC)
+    now = datetime.now(UTC)
     patch, events = operator_record(sj, job, now)
+    record_status(custom, sj, patch)
+    for i, (reason, message) in enumerate(events):
+        record_event(core, sj, reason, message, now, i)
+
+
+def record_status(custom: client.CustomObjectsApi, sj: dict[str, Any], patch: dict[str, Any]) -> None:
+    """Patches ``sj``'s status with ``patch``, as the operator writes it."""
+    meta = sj["metadata"]
     retrying(lambda: custom.patch_namespaced_custom_object_status(GROUP, VERSION, meta["namespace"], PLURAL,
                                                                   meta["name"], {"status": patch}))
-    for i, (reason, message) in enumerate(events):
-        body = event_body(f"{meta['name']}.{time.time_ns() + i:x}", namespace=meta["namespace"], name=meta["name"],
-                          uid=meta["uid"], kind=KIND, api_version=API_VERSION, type_="Normal", reason=reason,
-                          message=message, component="scavenger", instance="scavenger", at=now, first=now, count=1)
-        retrying(lambda: core.create_namespaced_event(meta["namespace"], body))  # noqa: B023 (called here)
+
+
+def record_event(core: client.CoreV1Api, sj: dict[str, Any], reason: str, message: str, now: datetime,
+                 i: int = 0) -> None:
+    """One Event about ``sj`` as the operator records it (`kube.event_body`; ``i`` keeps the names of one step's
+    Events apart)."""
+    meta = sj["metadata"]
+    body = event_body(f"{meta['name']}.{time.time_ns() + i:x}", namespace=meta["namespace"], name=meta["name"],
+                      uid=meta["uid"], kind=KIND, api_version=API_VERSION, type_="Normal", reason=reason,
+                      message=message, component="scavenger", instance="scavenger", at=now, first=now, count=1)
+    retrying(lambda: core.create_namespaced_event(meta["namespace"], body))
 
 
 def ceiling_run(api: client.ApiClient, work: Workload, threads: int, period: str, result: Result, *,

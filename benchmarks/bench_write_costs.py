@@ -55,6 +55,8 @@ from benchmarks.bench_scale import (  # noqa: E402
     operator_objects,
     operator_record,
     plain_job,
+    record_event,
+    record_status,
     scavenger_job,
 )
 from benchmarks.harness import results  # noqa: E402
@@ -72,8 +74,7 @@ from benchmarks.harness.kube import (  # noqa: E402
 from benchmarks.harness.processes import CONTROL_PLANE, CpuSince  # noqa: E402
 from benchmarks.harness.progress import in_parallel, log, wait_until  # noqa: E402
 from benchmarks.harness.scale_report import RUNNING  # noqa: E402
-from sj_operator.kube import event_body  # noqa: E402
-from sj_operator.names import API_VERSION, GROUP, KIND, PLURAL, VERSION  # noqa: E402
+from sj_operator.names import GROUP, PLURAL, VERSION  # noqa: E402
 from tests.e2e.kube import unique  # noqa: E402
 
 NAMESPACES = "bench-costs"
@@ -170,17 +171,13 @@ def recording_writes(api: client.ApiClient, writes: int) -> list[Measure]:
 
         def status(i: int) -> None:
             sj = made[i]
-            patch, _ = operator_record(sj, operator_objects(sj)[-1][1], datetime.now(UTC))
-            retrying(lambda: custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, sj["metadata"]["name"], {"status": patch}))
+            record_status(custom, sj, operator_record(sj, operator_objects(sj)[-1][1], datetime.now(UTC))[0])
 
         def event(i: int) -> None:
-            meta, now = made[i]["metadata"], datetime.now(UTC)
-            body = event_body(f"{meta['name']}.{time.time_ns():x}", namespace=namespace, name=meta["name"],
-                              uid=meta["uid"], kind=KIND, api_version=API_VERSION, type_="Normal", reason="Launched",
-                              message=f"run {meta['name']}-r1 launched (1 pod(s), priority class scavenger-band-0)",
-                              component="scavenger", instance="scavenger", at=now, first=now, count=1)
-            retrying(lambda: core.create_namespaced_event(namespace, body))
+            sj = made[i]
+            record_event(core, sj, "Launched",
+                         f"run {sj['metadata']['name']}-r1 launched (1 pod(s), priority class scavenger-band-0)",
+                         datetime.now(UTC))
 
         works = (create, status, event)
         return [per_item(work, writes, kind) for kind, work in zip(KINDS, works, strict=True)]
